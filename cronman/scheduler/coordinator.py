@@ -1,0 +1,50 @@
+"""The Coordinator contract: cluster membership and fire locks.
+
+Implementations: ``coordination.redis.RedisCoordinator`` (one or more shards,
+or Sentinel) and ``coordination.memory.InProcessCoordinator`` (standalone and
+tests, with an injectable clock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """What a node publishes about itself with each heartbeat."""
+
+    id: str
+    address: str = ""
+    started_at: datetime | None = None
+    last_heartbeat: datetime | None = None
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+class Coordinator(Protocol):
+    def join(self, node: NodeInfo) -> None:
+        """Announce ``node`` as live. Idempotent; the same as a first heartbeat."""
+
+    def heartbeat(self, node: NodeInfo) -> None:
+        """Refresh the node's membership. A node whose last heartbeat is older
+        than the heartbeat TTL no longer counts as live for anyone. Raises
+        ``CoordinatorUnavailable`` when no shard took the heartbeat."""
+
+    def leave(self, node_id: str) -> None:
+        """Remove the node at once (clean shutdown). Idempotent."""
+
+    def live_members(self) -> list[NodeInfo]:
+        """The live nodes, sorted by id. Raises ``CoordinatorUnavailable`` when
+        the membership cannot be read; callers then keep their last view."""
+
+    def claim_fires(self, keys: Sequence[tuple[str, int]], ttl_ms: int) -> list[bool]:
+        """Try to take the lock of each (job id, fire time in Unix ms), in one
+        round trip per shard. True where this caller won. Losing is normal: a
+        replica got there first. The lock expires after ``ttl_ms``; the
+        database fence stays the final word. Raises ``CoordinatorUnavailable``
+        when the locks cannot be reached (the caller falls back on the fence)."""
+
+    def close(self) -> None: ...

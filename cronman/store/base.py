@@ -1,0 +1,141 @@
+"""The Store contract: what the API and the scheduler may ask of the database.
+
+One SQLAlchemy implementation serves PostgreSQL and SQLite
+(``cronman.store.sql``); what differs between them sits behind two smaller
+seams: the change feed (NOTIFY vs. an in-process event) and partition upkeep
+(daily partitions vs. nothing to do).
+
+Every method is one transaction (one commit) unless it says otherwise.
+Database failures surface as ``cronman.errors.StoreUnavailable``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+from cronman.models import Job, JobFilter, Page, Run, RunFilter, RunUpdate
+
+
+class JobStore(Protocol):
+    def create_jobs(self, specs: Sequence[dict[str, Any]]) -> list[Job]:
+        """Insert validated job specs (all or nothing) and announce them.
+
+        Each spec holds the normalised fields of ``Job`` except id, version
+        and times. Raises ``Conflict`` (field ``name``, or ``jobs[i].name``
+        for more than one spec) when a name is taken in its namespace.
+        """
+
+    def get_job(self, job_id: str) -> Job | None:
+        """The live job, or None (deleted jobs are not returned)."""
+
+    def list_jobs(self, flt: JobFilter, limit: int, cursor: str | None) -> Page:
+        """Live jobs in id order; the cursor is opaque and stays correct while
+        jobs are inserted or deleted (keyset pagination)."""
+
+    def update_job(self, job_id: str, changes: dict[str, Any]) -> Job:
+        """Apply already-validated field changes, bump ``version`` and
+        ``change_seq``, and announce. Raises ``NotFound``/``Conflict``."""
+
+    def delete_job(self, job_id: str) -> bool:
+        """Soft-delete (tombstone) and announce; False if there was no such job."""
+
+    def iter_live_jobs(self, batch_size: int = 10_000) -> Iterator[list[Job]]:
+        """Every live job, in batches (a node's initial sync)."""
+
+    def jobs_changed_since(self, change_seq: int, limit: int = 10_000) -> list[Job]:
+        """Jobs (tombstones included) whose change_seq is greater, ascending."""
+
+    def get_jobs(self, job_ids: Sequence[str]) -> list[Job]:
+        """The listed jobs, tombstones included (deleted_at set)."""
+
+
+class RunStore(Protocol):
+    def claim_runs(
+        self, runs: Sequence[Run], cursors: Sequence[tuple[str, datetime, int]] = ()
+    ) -> set[str]:
+        """The fence: insert run rows (ON CONFLICT (job_id, scheduled_for) DO
+        NOTHING) and return the ids actually inserted; only those may be
+        dispatched. ``cursors`` advance ``jobs.last_fire_at`` (never backwards)
+        and set ``skipped_pending`` per (job id, fire time, skipped) in the
+        same transaction."""
+
+    def write_run_updates(self, updates: Sequence[RunUpdate]) -> None:
+        """Write a batch of run changes in one transaction."""
+
+    def renew_leases(
+        self, node_id: str, keys: Sequence[tuple[str, datetime]], until: datetime
+    ) -> int:
+        """Extend the lease of the node's in-flight runs (id, scheduled_for)."""
+
+    def take_requested_runs(self, node_id: str, lease_until: datetime, limit: int) -> list[Run]:
+        """Atomically assign to ``node_id`` runs the API requested (trigger,
+        replay, backfill: in flight with no node). Never hands a run to two nodes."""
+
+    def take_expired_runs(self, node_id: str, now: datetime, lease_until: datetime,
+                          limit: int) -> list[Run]:
+        """Atomically take over in-flight runs whose lease expired before
+        ``now`` (their node died); the caller re-dispatches or marks them lost."""
+
+    def get_run(self, run_id: str) -> Run | None: ...
+
+    def list_runs(self, job_id: str, flt: RunFilter, limit: int, cursor: str | None) -> Page:
+        """A job's runs, newest scheduled_for first."""
+
+    def last_runs(self, job_ids: Sequence[str]) -> dict[str, Run]:
+        """The newest run of each listed job that has one."""
+
+    def in_flight_runs(self, job_ids: Sequence[str]) -> dict[str, list[Run]]:
+        """Runs still claimed/running/retrying, per job (concurrency policies)."""
+
+    def request_trigger(self, job: Job, at: datetime) -> Run:
+        """Store a manual fire of ``job`` at ``at`` for a scheduler to carry out."""
+
+    def request_replay(self, run_id: str) -> Run:
+        """Put a finished run back in flight as a new attempt. Raises
+        ``NotFound``, or ``Conflict`` when the run is still in flight."""
+
+    def request_backfill(self, job: Job, fire_times: Sequence[datetime]) -> int:
+        """Store runs for the fire times that have none yet; returns how many."""
+
+
+class ChangeFeed(Protocol):
+    """Announcements of job changes and run requests, for schedulers.
+
+    Delivery is best effort (a node also polls ``jobs_changed_since``);
+    ``wait`` returns early when something was announced.
+    """
+
+    def wait(self, timeout: float) -> list[str]:
+        """Job ids announced since the last call (``RUNS_REQUESTED`` for new
+        API-requested runs); an empty list on timeout."""
+
+    def close(self) -> None: ...
+
+
+RUNS_REQUESTED = "*runs"
+
+
+class PartitionManager(Protocol):
+    def ensure_partitions(self, today: datetime, days_ahead: int) -> list[str]:
+        """Create missing daily partitions from ``today`` on; return their names."""
+
+    def drop_expired(self, today: datetime, retention_days: int) -> list[str]:
+        """Drop partitions wholly older than the retention; return their names."""
+
+    def run_maintenance(self, today: datetime, days_ahead: int, retention_days: int) -> None:
+        """Both of the above, by one process at a time (a database lock)."""
+
+
+class TokenStore(Protocol):
+    def create_token(self, name: str, namespaces: Sequence[str] | None) -> tuple[str, dict[str, Any]]:
+        """A new token: the secret (shown once) and its record. ``None`` = admin."""
+
+    def find_token(self, secret: str) -> dict[str, Any] | None: ...
+
+    def any_tokens(self) -> bool: ...
+
+    def list_tokens(self) -> list[dict[str, Any]]: ...
+
+    def revoke_token(self, token_id: str) -> bool: ...

@@ -1,0 +1,77 @@
+"""Shared fixtures: real PostgreSQL and Redis, SQLite files, and the Store over both.
+
+``store`` is parametrised over SQLite and PostgreSQL: behaviour the two share
+is tested once, against both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.databases import temporary_pg_database, temporary_redis_db
+
+
+@pytest.fixture(scope="session")
+def pg_database_url() -> Iterator[str]:
+    """A migrated PostgreSQL database for this test session."""
+    from cronman.store.migrate import upgrade
+
+    with temporary_pg_database() as url:
+        upgrade(url)
+        yield url
+
+
+@pytest.fixture
+def fresh_pg_url() -> Iterator[str]:
+    """An empty (unmigrated) PostgreSQL database for one test."""
+    with temporary_pg_database() as url:
+        yield url
+
+
+@pytest.fixture
+def sqlite_url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'cronman.db'}"
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A Redis db number of the machine's Redis, owned by this session."""
+    with temporary_redis_db() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request, tmp_path) -> Iterator[str]:
+    """A migrated, empty database of each kind."""
+    from cronman.store.migrate import upgrade
+
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'cronman.db'}"
+        upgrade(url)
+        yield url
+    else:
+        url = request.getfixturevalue("pg_database_url")
+        _truncate_pg(url)
+        yield url
+
+
+@pytest.fixture
+def store(database_url) -> Iterator[object]:
+    from cronman.store import open_store
+
+    s = open_store(database_url)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def _truncate_pg(url: str) -> None:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("TRUNCATE jobs, scheduled_jobs, api_tokens, maintenance"))
+    engine.dispose()
