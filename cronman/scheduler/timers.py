@@ -1,0 +1,88 @@
+"""The timer heap of a scheduler node, and the wait queue of the dispatcher.
+
+Entries are plain tuples ``(due_ms, -priority, seq, job_id, fire_ms, gen)``:
+ordered by due time, then higher priority first, then insertion order. ``gen``
+is the generation of the job's in-memory state when the entry was pushed; a
+job that changes or goes away bumps its generation, which makes its old
+entries stale. Stale entries are not searched for and removed: they are
+discarded when popped (``pop_due`` takes a predicate), and the heap is rebuilt
+when they outnumber the live ones.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+Entry = tuple[int, int, int, str, int, int]
+
+
+class TimerHeap:
+    """A min-heap of fire entries keyed by due time (Unix ms)."""
+
+    __slots__ = ("_heap", "_seq")
+
+    def __init__(self) -> None:
+        self._heap: list[Entry] = []
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, due_ms: int, priority: int, job_id: str, fire_ms: int, gen: int) -> None:
+        heapq.heappush(self._heap, (due_ms, -priority, next(self._seq), job_id, fire_ms, gen))
+
+    def peek_due(self) -> int | None:
+        """The due time of the earliest entry (stale or not), or None."""
+        return self._heap[0][0] if self._heap else None
+
+    def pop_due(self, until_ms: int, live: Callable[[Entry], bool] | None = None,
+                limit: int | None = None) -> list[Entry]:
+        """Pop every entry due at or before ``until_ms`` (at most ``limit`` live
+        ones), in heap order; entries for which ``live`` says False are dropped."""
+        heap = self._heap
+        out: list[Entry] = []
+        pop = heapq.heappop
+        while heap and heap[0][0] <= until_ms:
+            if limit is not None and len(out) >= limit:
+                break
+            entry = pop(heap)
+            if live is None or live(entry):
+                out.append(entry)
+        return out
+
+    def compact(self, live: Callable[[Entry], bool]) -> int:
+        """Drop stale entries (rebuilding the heap); returns how many were dropped."""
+        before = len(self._heap)
+        self._heap = [e for e in self._heap if live(e)]
+        heapq.heapify(self._heap)
+        return before - len(self._heap)
+
+    def clear(self) -> None:
+        self._heap.clear()
+
+
+class PriorityQueue:
+    """Work waiting for a dispatch slot: higher priority first, then earlier due."""
+
+    __slots__ = ("_heap", "_seq")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, int, Any]] = []
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, priority: int, due_ms: int, item: Any) -> None:
+        heapq.heappush(self._heap, (-priority, due_ms, next(self._seq), item))
+
+    def pop(self) -> Any:
+        return heapq.heappop(self._heap)[3]
+
+    def drain(self) -> list[Any]:
+        items = [e[3] for e in sorted(self._heap)]
+        self._heap.clear()
+        return items
