@@ -42,9 +42,20 @@ class Coordinator(Protocol):
 
     def claim_fires(self, keys: Sequence[tuple[str, int]], ttl_ms: int) -> list[bool]:
         """Try to take the lock of each (job id, fire time in Unix ms), in one
-        round trip per shard. True where this caller won. Losing is normal: a
-        replica got there first. The lock expires after ``ttl_ms``; the
+        round trip per shard. True where this caller won; claiming a key this
+        coordinator instance already holds answers True again, so a retried
+        batch never loses its own locks. Losing is normal: a replica got
+        there first. The lock expires after ``ttl_ms``; the
         database fence stays the final word. Raises ``CoordinatorUnavailable``
         when the locks cannot be reached (the caller falls back on the fence)."""
+
+    def ping(self) -> bool:
+        """Whether the coordinator answers now (for readiness probes). Never raises."""
+
+    def stats(self) -> dict[str, int]:
+        """Counters for the node's stats and metrics: ``heartbeats``,
+        ``heartbeat_failures``, ``claim_batches``, ``claim_keys``,
+        ``unavailable`` (calls that raised ``CoordinatorUnavailable``),
+        ``shards``, ``shards_up``; implementations may add more."""
 
     def close(self) -> None: ...
