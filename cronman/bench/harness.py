@@ -1,0 +1,407 @@
+"""One measured phase: a system under a workload, watched from the receiver.
+
+A phase starts a receiver, lets the system create the workload and start its
+processes, waits out a warm-up, measures a window (counters of PostgreSQL and
+Redis and CPU of every process are read at both ends), drains late arrivals,
+stops everything it started (by PID) and turns the receiver's log into
+figures. Two systems are provided: ``CronmanSystem`` (N ``cronman scheduler``
+nodes on a scratch database and a private redis-server) and ``PeerSystem``
+(APScheduler in one process, see ``cronman.bench.peer``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from cronman.bench.peer import peer_argv, peer_key
+from cronman.bench.procs import BenchError, ManagedProcess, Usage
+from cronman.bench.receiver import LogTail, Receiver
+from cronman.bench.report import Tally, percentile
+from cronman.bench.services import DEFAULT_ADMIN_URL, PrivateRedis, ScratchDatabase
+from cronman.bench.workload import Workload, create_cronman_jobs
+from cronman.timeutil import now_ms
+
+Echo = Callable[[str], None]
+
+
+@dataclass
+class BenchOptions:
+    """Settings shared by every phase of a benchmark run."""
+
+    nodes: int = 3
+    replicas: int = 2
+    heartbeat_ttl: float = 10.0
+    warmup: float = 5.0
+    drain_max: float = 60.0
+    drain_idle: float = 5.0
+    admin_url: str = DEFAULT_ADMIN_URL
+    keep: bool = False
+    p99_limit_ms: int = 100
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="cronman-bench-")))
+    echo: Echo = print
+    node_argv: list[str] | None = None  # how to start a node (default: the cronman command)
+
+
+def ceil_second(ms: int) -> int:
+    return -(-ms // 1000) * 1000
+
+
+def cronman_command() -> list[str]:
+    exe = Path(sys.executable).with_name("cronman")
+    if exe.exists():
+        return [str(exe)]
+    return [sys.executable, "-c", "from cronman.cli import main; main()"]
+
+
+class System(Protocol):
+    name: str
+    processes: list[ManagedProcess]
+
+    def prepare(self, w: Workload, url: str) -> list[str]:
+        """Create state and the workload's jobs; return the job keys by index."""
+
+    def start(self) -> None:
+        """Start the processes; return once they run."""
+
+    def counters(self) -> dict[str, int]:
+        """Cumulative counters of the shared services (commits, commands)."""
+
+    def kill_one(self) -> ManagedProcess | None:
+        """SIGKILL one process (the kill scenario); None if not applicable."""
+
+    def teardown(self) -> None:
+        """Stop what is still running and remove scratch state."""
+
+
+class CronmanSystem:
+    """N scheduler nodes on a scratch PostgreSQL database and a private Redis."""
+
+    name = "cronman"
+
+    def __init__(self, opts: BenchOptions, tag: str) -> None:
+        self.opts = opts
+        self.tag = tag
+        self.db = ScratchDatabase(opts.admin_url)
+        self.redis = PrivateRedis()
+        self.processes: list[ManagedProcess] = []
+        self.notes: list[str] = []
+        self._torn_down = False
+
+    def prepare(self, w: Workload, url: str) -> list[str]:
+        from cronman.store.migrate import upgrade
+
+        echo = self.opts.echo
+        self.db.create()
+        upgrade(self.db.url)
+        self.redis.start()
+        t0 = time.monotonic()
+        last = [t0]
+
+        def progress(n: int) -> None:
+            now = time.monotonic()
+            if now - last[0] >= 1.0 or n == w.count:
+                last[0] = now
+                echo(f"  [{self.tag}] created {n:,}/{w.count:,} jobs "
+                     f"({n / max(now - t0, 1e-6):,.0f}/s)")
+
+        return create_cronman_jobs(self.db.url, w, url, self.tag, progress=progress)
+
+    def node_env(self, node_id: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({
+            "CRONMAN_DATABASE_URL": self.db.url,
+            "CRONMAN_REDIS_URL": self.redis.url,
+            "CRONMAN_REPLICAS": str(min(self.opts.replicas, self.opts.nodes)),
+            "CRONMAN_HEARTBEAT_TTL": str(self.opts.heartbeat_ttl),
+            "CRONMAN_ALLOW_PRIVATE_TARGETS": "true",
+            "CRONMAN_NODE_ID": node_id,
+        })
+        return env
+
+    def start(self) -> None:
+        argv = self.opts.node_argv or cronman_command()
+        for n in range(1, self.opts.nodes + 1):
+            node_id = f"bench-{n}"
+            self.processes.append(ManagedProcess(
+                node_id, [*argv, "scheduler", "--node-id", node_id],
+                log_path=self.opts.workdir / f"{self.tag}-{node_id}.log",
+                env=self.node_env(node_id),
+            ))
+        time.sleep(0.5)
+        for p in self.processes:
+            if p.exited():
+                raise BenchError(f"{p.name} exited with {p.returncode}: {p.log_tail()}")
+
+    def counters(self) -> dict[str, int]:
+        return {"pg_commits": self.db.xact_commit(),
+                "redis_commands": self.redis.total_commands()}
+
+    def kill_one(self) -> ManagedProcess | None:
+        victim = next((p for p in self.processes if not p.exited()), None)
+        if victim is not None:
+            victim.kill()
+        return victim
+
+    def teardown(self) -> None:
+        if self._torn_down:
+            return
+        self._torn_down = True
+        for p in self.processes:
+            p.stop()
+        self.redis.stop()
+        if self.opts.keep:
+            self.notes.append(f"kept database {self.db.name}")
+            self.opts.echo(f"  [{self.tag}] kept database {self.db.url}")
+        else:
+            self.db.drop()
+
+
+class PeerSystem:
+    """APScheduler in one process (memory or SQLAlchemy job store)."""
+
+    def __init__(self, kind: str, opts: BenchOptions, tag: str) -> None:
+        self.name = kind
+        self.opts = opts
+        self.tag = tag
+        self.db = ScratchDatabase(opts.admin_url, prefix="cronman_bench_aps") \
+            if kind == "apscheduler-sqlalchemy" else None
+        self.processes: list[ManagedProcess] = []
+        self._argv: list[str] = []
+        self._count = 0
+        self.notes: list[str] = []
+        self._torn_down = False
+
+    def prepare(self, w: Workload, url: str) -> list[str]:
+        if self.db is not None:
+            self.db.create()
+        self._count = w.count
+        ready = self.opts.workdir / f"{self.tag}.ready"
+        ready.unlink(missing_ok=True)
+        self._ready = ready
+        self._argv = peer_argv(self.name, w, url, self.db.url if self.db else None, ready)
+        return [peer_key(i) for i in range(w.count)]
+
+    def start(self) -> None:
+        proc = ManagedProcess(self.name, self._argv,
+                              log_path=self.opts.workdir / f"{self.tag}.log")
+        self.processes.append(proc)
+        deadline = time.monotonic() + 60 + self._count / 500
+        last_echo = time.monotonic()
+        while not self._ready.exists():
+            if proc.exited():
+                raise BenchError(f"{self.name} exited with {proc.returncode}: {proc.log_tail()}")
+            if time.monotonic() > deadline:
+                raise BenchError(f"{self.name} did not schedule its jobs in time")
+            if time.monotonic() - last_echo > 2:
+                last_echo = time.monotonic()
+                self.opts.echo(f"  [{self.tag}] adding {self._count:,} jobs to APScheduler ...")
+            proc.sample()
+            time.sleep(0.1)
+
+    def counters(self) -> dict[str, int]:
+        return {"pg_commits": self.db.xact_commit()} if self.db is not None else {}
+
+    def kill_one(self) -> ManagedProcess | None:
+        return None
+
+    def teardown(self) -> None:
+        if self._torn_down:
+            return
+        self._torn_down = True
+        for p in self.processes:
+            p.stop()
+        if self.db is not None:
+            if self.opts.keep:
+                self.opts.echo(f"  [{self.tag}] kept database {self.db.url}")
+            else:
+                self.db.drop()
+
+
+WindowOf = Callable[[Workload, int], tuple[int, int]]
+
+
+def steady_window(warmup: float, duration: float) -> WindowOf:
+    """Measure ``duration`` seconds, starting ``warmup`` seconds after start-up."""
+    def window(_w: Workload, started_ms: int) -> tuple[int, int]:
+        ws = ceil_second(started_ms + int(warmup * 1000))
+        return ws, ws + int(duration * 1000)
+    return window
+
+
+@dataclass
+class PhaseOutcome:
+    """A finished phase: its JSON-able result and the tally behind it."""
+
+    result: dict[str, Any]
+    tally: Tally
+    workload: Workload
+    started_ms: int
+    killed: dict[str, Any] | None = None
+
+
+def run_phase(
+    system: System,
+    make_workload: Callable[[int], Workload],
+    window_of: WindowOf,
+    opts: BenchOptions,
+    *,
+    label: str,
+    kill_after_s: float | None = None,
+    drain_max: float | None = None,
+) -> PhaseOutcome:
+    """Run one system through one workload and measure it from the receiver."""
+    echo = opts.echo
+    receiver = Receiver(opts.workdir / f"{label}-nginx").start()
+    timings: dict[str, float] = {}
+    try:
+        t0 = time.monotonic()
+        w = make_workload(now_ms())
+        keys = system.prepare(w, receiver.url)
+        timings["prepare_s"] = round(time.monotonic() - t0, 2)
+        t1 = time.monotonic()
+        system.start()
+        started_ms = now_ms()
+        timings["start_s"] = round(time.monotonic() - t1, 2)
+        ws, we = window_of(w, started_ms)
+        echo(f"  [{label}] {system.name}: {w.count:,} jobs, {w.rate:,.0f} fires/s asked; "
+             f"window {(ws - started_ms) / 1000:+.1f}s .. {(we - started_ms) / 1000:+.1f}s "
+             f"from start")
+        tally = Tally(w, keys, ws, we)
+        outcome = _watch(system, receiver, tally, opts, label, started_ms,
+                         kill_after_s, drain_max if drain_max is not None else opts.drain_max)
+        outcome.result["timings"] = {**timings, **outcome.result.get("timings", {})}
+        outcome.result["workload"] = w.to_dict()
+        outcome.workload = w
+        return outcome
+    finally:
+        try:
+            system.teardown()
+        finally:
+            receiver.stop()
+            if not opts.keep:
+                receiver.cleanup()
+
+
+def _watch(system: System, receiver: Receiver, tally: Tally, opts: BenchOptions, label: str,
+           started_ms: int, kill_after_s: float | None, drain_max: float) -> PhaseOutcome:
+    echo = opts.echo
+    tail = LogTail(receiver.log_path)
+    ws, we = tally.start_ms, tally.end_ms
+    counters_start: dict[str, int] | None = None
+    counters_end: dict[str, int] | None = None
+    usage_start: dict[str, Usage | None] = {}
+    usage_end: dict[str, Usage | None] = {}
+    killed: dict[str, Any] | None = None
+    expected: int | None = None
+    drain_started: float | None = None
+    next_tick = time.monotonic()
+    while True:
+        next_tick += 1.0
+        time.sleep(max(0.0, next_tick - time.monotonic()))
+        for p in system.processes:
+            p.sample()
+        tick_late: list[int] = []
+        for a in tail.read():
+            tally.add(a)
+            if a.lateness_ms is not None:
+                tick_late.append(a.lateness_ms)
+        now = now_ms()
+        for p in system.processes:
+            if p.exited() and p.killed_at is None:
+                raise BenchError(f"{p.name} exited with {p.returncode} during the run: "
+                                 f"{p.log_tail()}")
+        if counters_start is None and now >= ws:
+            counters_start = system.counters()
+            usage_start = {p.name: p.sample() for p in system.processes}
+        if (kill_after_s is not None and killed is None and counters_start is not None
+                and now >= ws + kill_after_s * 1000):
+            victim = system.kill_one()
+            if victim is not None:
+                killed = {"node": victim.name, "at_ms": int((victim.killed_at or 0) * 1000)}
+                echo(f"  [{label}] SIGKILL {victim.name} (pid {victim.pid})")
+        if counters_end is None and now >= we:
+            counters_end = system.counters()
+            usage_end = {p.name: p.usage for p in system.processes}
+            expected = tally.expected()
+            drain_started = time.monotonic()
+        tick_late.sort()
+        phase = "warm-up" if now < ws else ("measure" if now < we else "drain")
+        echo(f"  [{label}] {phase:7s} {(now - started_ms) / 1000:6.1f}s  "
+             f"received {len(tick_late):6,}/s  p99(1s) {_ms(percentile(tick_late, 99))}  "
+             f"owed fires delivered {len(tally.pairs):,}"
+             + (f"/{expected:,}" if expected is not None else ""))
+        if drain_started is not None:
+            assert expected is not None
+            idle_since = tally.last_new_pair_ms or ws
+            done = len(tally.pairs) >= expected
+            idle = now - idle_since > opts.drain_idle * 1000
+            if done or idle or time.monotonic() - drain_started > drain_max:
+                break
+    # Final samples, then stop the processes and read the rest of the log.
+    for p in system.processes:
+        p.sample()
+    usage_final = {p.name: p.usage for p in system.processes}
+    system.teardown()
+    receiver.stop()
+    for a in tail.read():
+        tally.add(a)
+    assert expected is not None and counters_start is not None and counters_end is not None
+    delivery = tally.summary(expected)
+    result = {
+        "system": system.name,
+        "label": label,
+        "window": {"start_ms": ws, "end_ms": we,
+                   "start_after_launch_s": round((ws - started_ms) / 1000, 3)},
+        "delivery": delivery,
+        "cost": _cost(system, tally, usage_start, usage_end, usage_final,
+                      counters_start, counters_end),
+        "notes": list(getattr(system, "notes", [])),
+    }
+    if killed is not None:
+        result["killed"] = killed
+    return PhaseOutcome(result=result, tally=tally, workload=tally.w, started_ms=started_ms,
+                        killed=killed)
+
+
+def _ms(v: int | None) -> str:
+    return f"{v:6,} ms" if v is not None else "     - ms"
+
+
+def _cost(system: System, tally: Tally, usage_start: dict[str, Usage | None],
+          usage_end: dict[str, Usage | None], usage_final: dict[str, Usage | None],
+          c0: dict[str, int], c1: dict[str, int]) -> dict[str, Any]:
+    fires = tally.window_arrivals or len(tally.pairs)
+    procs = []
+    cpu_window = 0.0
+    for p in system.processes:
+        u0, u1, uf = usage_start.get(p.name), usage_end.get(p.name), usage_final.get(p.name)
+        cw = (u1.cpu_s - u0.cpu_s) if (u0 and u1) else None
+        cpu_window += cw or 0.0
+        procs.append({
+            "name": p.name, "pid": p.pid,
+            "cpu_s_window": None if cw is None else round(cw, 2),
+            "cpu_s_total": None if uf is None else round(uf.cpu_s, 2),
+            "peak_rss_mb": None if uf is None else round(uf.peak_rss_kb / 1024, 1),
+            "killed": p.killed_at is not None,
+        })
+    out: dict[str, Any] = {
+        "fires_in_window": fires,
+        "processes": procs,
+        "cpu_s_window": round(cpu_window, 2),
+        "cpu_ms_per_fire": round(cpu_window * 1000 / fires, 3) if fires else None,
+        "peak_rss_mb_max": max((p["peak_rss_mb"] or 0 for p in procs), default=None),
+    }
+    for key, per in (("pg_commits", "pg_commits_per_fire"),
+                     ("redis_commands", "redis_commands_per_fire")):
+        if key in c0 and key in c1:
+            delta = c1[key] - c0[key]
+            out[key] = delta
+            out[per] = round(delta / fires, 3) if fires else None
+    return out

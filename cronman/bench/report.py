@@ -1,0 +1,281 @@
+"""From receiver arrivals to figures, and from figures to a table and JSON.
+
+``Tally`` is fed arrivals (incrementally while a run goes on, then the rest
+after the receiver stopped) and matches them against the fires the workload
+owes in the measured window: a pair (job, fire time) is *delivered* when it
+arrived at least once, *missed* when it never did, *duplicated* when it
+arrived more than once. Lateness is first arrival minus fire time, on the
+receiver's clock.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from cronman.bench.receiver import Arrival
+from cronman.bench.workload import Workload
+
+
+def percentile(sorted_values: Sequence[int], q: float) -> int | None:
+    """Nearest-rank percentile of already sorted values (None when empty)."""
+    if not sorted_values:
+        return None
+    rank = max(1, math.ceil(q / 100.0 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def lateness_summary(values: Iterable[int]) -> dict[str, Any]:
+    v = sorted(values)
+    return {
+        "count": len(v),
+        "p50_ms": percentile(v, 50),
+        "p95_ms": percentile(v, 95),
+        "p99_ms": percentile(v, 99),
+        "max_ms": v[-1] if v else None,
+        "min_ms": v[0] if v else None,
+    }
+
+
+class Tally:
+    """Arrivals matched against the fires owed in [start_ms, end_ms)."""
+
+    def __init__(self, workload: Workload, keys: Sequence[str], start_ms: int,
+                 end_ms: int) -> None:
+        self.w = workload
+        self.index = {k: i for i, k in enumerate(keys)}
+        self.start_ms = start_ms
+        self.end_ms = end_ms
+        # (job index, fire ms) -> [first arrival ms, arrivals]
+        self.pairs: dict[tuple[int, int], list[int]] = {}
+        self.arrivals = 0
+        self.outside_window = 0
+        self.stray = 0  # unknown job, or a fire time that is not on the job's grid
+        self.retries = 0  # arrivals with Cronman-Attempt > 1
+        self.first_arrival_ms: int | None = None
+        self.last_arrival_ms: int | None = None
+        self.last_new_pair_ms: int | None = None
+        self.window_arrivals = 0  # arrivals of any fire, received inside the window
+
+    def set_window(self, start_ms: int, end_ms: int) -> None:
+        """Fix the window (before any in-window arrival was counted)."""
+        self.start_ms, self.end_ms = start_ms, end_ms
+
+    def add(self, a: Arrival) -> bool:
+        """Count one arrival; True when it is the first of an owed pair."""
+        self.arrivals += 1
+        if self.first_arrival_ms is None:
+            self.first_arrival_ms = a.arrived_ms
+        self.last_arrival_ms = a.arrived_ms
+        if self.start_ms <= a.arrived_ms < self.end_ms:
+            self.window_arrivals += 1
+        if a.attempt > 1:
+            self.retries += 1
+        i = self.index.get(a.job_id)
+        t = a.scheduled_ms
+        if i is None or t is None:
+            self.stray += 1
+            return False
+        if (t - self.w.anchor_ms(i)) % self.w.every_ms:
+            self.stray += 1
+            return False
+        if not self.start_ms <= t < self.end_ms:
+            self.outside_window += 1
+            return False
+        rec = self.pairs.get((i, t))
+        if rec is None:
+            self.pairs[(i, t)] = [a.arrived_ms, 1]
+            self.last_new_pair_ms = a.arrived_ms
+            return True
+        rec[1] += 1
+        if a.arrived_ms < rec[0]:
+            rec[0] = a.arrived_ms
+        return False
+
+    def expected(self) -> int:
+        return self.w.expected_count(self.start_ms, self.end_ms)
+
+    def lateness(self, since_ms: int | None = None, until_ms: int | None = None) -> list[int]:
+        """Lateness of delivered pairs whose fire time is in [since, until)."""
+        lo = self.start_ms if since_ms is None else since_ms
+        hi = self.end_ms if until_ms is None else until_ms
+        return [rec[0] - t for (_i, t), rec in self.pairs.items() if lo <= t < hi]
+
+    def summary(self, expected: int | None = None) -> dict[str, Any]:
+        """The phase's delivery figures (``expected`` may be passed if known)."""
+        exp = self.expected() if expected is None else expected
+        delivered = len(self.pairs)
+        dup_pairs = sum(1 for rec in self.pairs.values() if rec[1] > 1)
+        dup_extra = sum(rec[1] - 1 for rec in self.pairs.values() if rec[1] > 1)
+        seconds = (self.end_ms - self.start_ms) / 1000.0
+        late = lateness_summary(rec[0] - t for (_i, t), rec in self.pairs.items())
+        last = max((rec[0] for rec in self.pairs.values()), default=None)
+        return {
+            "window_s": seconds,
+            "expected": exp,
+            "delivered_unique": delivered,
+            "missed": exp - delivered,
+            "duplicated_pairs": dup_pairs,
+            "duplicate_deliveries": dup_extra,
+            "fires_per_s": round(delivered / seconds, 1) if seconds > 0 else None,
+            "received_per_s": round(self.window_arrivals / seconds, 1) if seconds > 0 else None,
+            "lateness": late,
+            "last_arrival_after_window_start_ms": None if last is None else last - self.start_ms,
+            "arrivals_total": self.arrivals,
+            "arrivals_outside_window": self.outside_window,
+            "arrivals_stray": self.stray,
+            "retries": self.retries,
+        }
+
+    def buckets(self, bucket_ms: int = 1000) -> list[dict[str, Any]]:
+        """Per fire-time bucket: owed, delivered, p99 lateness (for steady-state)."""
+        owed: dict[int, int] = {}
+        for _i, t in self.w.expected(self.start_ms, self.end_ms):
+            b = (t - self.start_ms) // bucket_ms
+            owed[b] = owed.get(b, 0) + 1
+        got: dict[int, list[int]] = {}
+        for (_i, t), rec in self.pairs.items():
+            got.setdefault((t - self.start_ms) // bucket_ms, []).append(rec[0] - t)
+        out = []
+        for b in sorted(owed):
+            late = sorted(got.get(b, []))
+            out.append({"offset_s": b * bucket_ms / 1000.0, "expected": owed[b],
+                        "delivered": len(late), "p99_ms": percentile(late, 99)})
+        return out
+
+
+def steady_after(buckets: Sequence[dict[str, Any]], p99_limit_ms: int) -> float | None:
+    """Offset (s) of the first bucket from which every later bucket got all its
+    fires with p99 lateness within the limit; None if the end is not steady."""
+    steady_from: float | None = None
+    for b in buckets:
+        ok = b["delivered"] == b["expected"] and (b["p99_ms"] or 0) <= p99_limit_ms
+        if ok and steady_from is None:
+            steady_from = b["offset_s"]
+        elif not ok:
+            steady_from = None
+    return steady_from
+
+
+# ---------------------------------------------------------------- presentation
+
+_ROWS: tuple[tuple[str, str, str], ...] = (
+    # (label, dotted key in a phase result, format)
+    ("fires/s delivered", "delivery.fires_per_s", "{:,.1f}"),
+    ("expected fires", "delivery.expected", "{:,}"),
+    ("delivered (unique)", "delivery.delivered_unique", "{:,}"),
+    ("missed", "delivery.missed", "{:,}"),
+    ("duplicated pairs", "delivery.duplicated_pairs", "{:,}"),
+    ("lateness p50 ms", "delivery.lateness.p50_ms", "{:,}"),
+    ("lateness p95 ms", "delivery.lateness.p95_ms", "{:,}"),
+    ("lateness p99 ms", "delivery.lateness.p99_ms", "{:,}"),
+    ("lateness max ms", "delivery.lateness.max_ms", "{:,}"),
+    ("CPU s (window, all procs)", "cost.cpu_s_window", "{:,.2f}"),
+    ("CPU ms per fire", "cost.cpu_ms_per_fire", "{:,.3f}"),
+    ("peak RSS MB (max proc)", "cost.peak_rss_mb_max", "{:,.1f}"),
+    ("PG commits per fire", "cost.pg_commits_per_fire", "{:,.3f}"),
+    ("Redis commands per fire", "cost.redis_commands_per_fire", "{:,.2f}"),
+)
+
+# Rows where a ratio cronman/peer reads naturally (higher or lower is better).
+_RATIO_ROWS = {"fires/s delivered", "lateness p50 ms", "lateness p99 ms", "lateness max ms",
+               "CPU ms per fire", "peak RSS MB (max proc)"}
+
+
+def dig(d: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(d, dict) or part not in d:
+            return None
+        d = d[part]
+    return d
+
+
+def _fmt(value: Any, fmt: str) -> str:
+    if value is None:
+        return "-"
+    try:
+        return fmt.format(value)
+    except (ValueError, TypeError):
+        return str(value)
+
+
+def _ratio(a: Any, b: Any) -> str:
+    if not isinstance(a, int | float) or not isinstance(b, int | float) or b == 0:
+        return "-"
+    return f"{a / b:,.2f}x"
+
+
+def format_table(phases: Sequence[dict[str, Any]], extra_rows: Sequence[tuple[str, str, str]] = ()
+                 ) -> str:
+    """One column per phase (system), one row per figure, plus cronman/peer ratios."""
+    if not phases:
+        return "(no results)"
+    names = [p["system"] for p in phases]
+    base = next((p for p in phases if p["system"] == "cronman"), None)
+    peers = [p for p in phases if p is not base]
+    header = ["", *names] + ([f"cronman/{p['system']}" for p in peers] if base else [])
+    rows = [header]
+    for label, key, fmt in (*_ROWS, *extra_rows):
+        values = [dig(p, key) for p in phases]
+        if all(v is None for v in values):
+            continue
+        row = [label, *(_fmt(v, fmt) for v in values)]
+        if base:
+            for p in peers:
+                row.append(_ratio(dig(base, key), dig(p, key)) if label in _RATIO_ROWS else "")
+        rows.append(row)
+    widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
+    lines = []
+    for n, r in enumerate(rows):
+        cells = [r[0].ljust(widths[0])] + [r[c].rjust(widths[c]) for c in range(1, len(r))]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def machine_info() -> dict[str, Any]:
+    """What the figures were taken on."""
+    info: dict[str, Any] = {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu_model"] = line.split(":", 1)[1].strip()
+                break
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                info["memory_gb"] = round(int(line.split()[1]) / 1024 / 1024, 1)
+                break
+        info["loadavg_at_start"] = Path("/proc/loadavg").read_text().split()[:3]
+    except OSError:
+        pass
+    for name, argv in (("nginx", ["nginx", "-v"]), ("redis", ["redis-server", "--version"]),
+                       ("git_commit", ["git", "rev-parse", "--short", "HEAD"])):
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=5,
+                                 cwd=Path(__file__).resolve().parents[2])
+            info[name] = (out.stdout or out.stderr).strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    try:
+        import apscheduler
+
+        info["apscheduler"] = apscheduler.__version__
+    except ImportError:
+        pass
+    return info
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")

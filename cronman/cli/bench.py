@@ -1,0 +1,129 @@
+"""``cronman bench``: the reproducible side-by-side benchmark (see ops/bench/README.md)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from cronman.cli.group import RET_ERROR, cli
+
+_SCENARIO_CHOICES = ("steady", "max-rate", "herd", "million", "kill", "all")
+_PEER_CHOICES = ("apscheduler-memory", "apscheduler-sqlalchemy", "none")
+
+
+def _parse_peers(value: str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    names = tuple(v.strip() for v in value.split(",") if v.strip())
+    for n in names:
+        if n not in _PEER_CHOICES:
+            raise click.BadParameter(f"unknown peer {n!r} (choose from "
+                                     f"{', '.join(_PEER_CHOICES)})", param_hint="--peer")
+    return tuple(n for n in names if n != "none")
+
+
+@cli.command("bench")
+@click.option("--scenario", type=click.Choice(_SCENARIO_CHOICES), default="steady",
+              show_default=True, help="What to measure.")
+@click.option("--nodes", type=click.IntRange(1, 32), default=3, show_default=True,
+              help="cronman scheduler nodes.")
+@click.option("--replicas", type=click.IntRange(1, 8), default=2, show_default=True,
+              help="CRONMAN_REPLICAS for the nodes.")
+@click.option("--jobs", type=click.IntRange(1, 10_000_000), default=None,
+              help="J, the number of jobs (default: per scenario).")
+@click.option("--every", type=click.IntRange(1, 86_400), default=None,
+              help="S, seconds between fires of each job (default: per scenario).")
+@click.option("--duration", type=click.FloatRange(1, 86_400), default=None,
+              help="T, seconds measured (max-rate: per trial; default: per scenario).")
+@click.option("--warmup", type=click.FloatRange(0, 3600), default=5.0, show_default=True,
+              help="Seconds between start-up and the measured window.")
+@click.option("--peer", "peer", default=None, metavar="LIST",
+              help="Comma-separated: apscheduler-memory, apscheduler-sqlalchemy, none "
+                   "(default: per scenario).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Where to write the results (default bench-results/).")
+@click.option("--database-url", envvar="CRONMAN_BENCH_DATABASE_URL", default=None,
+              help="A PostgreSQL server to make scratch databases on "
+                   "(postgresql+psycopg2://user@host:port/db).")
+@click.option("--heartbeat-ttl", type=click.FloatRange(1, 600), default=10.0,
+              show_default=True, help="CRONMAN_HEARTBEAT_TTL for the nodes.")
+@click.option("--p99-limit", type=click.IntRange(1, 60_000), default=100, show_default=True,
+              help="max-rate/million: the p99 lateness (ms) that counts as sustained.")
+@click.option("--start-rate", type=click.FloatRange(1, 1e6), default=250.0, show_default=True,
+              help="max-rate: the first rate tried (fires/s).")
+@click.option("--max-rate", "max_rate_", type=click.FloatRange(1, 1e6), default=16_000.0,
+              show_default=True, help="max-rate: the highest rate tried (fires/s).")
+@click.option("--lead", type=click.FloatRange(1, 3600), default=None,
+              help="herd: seconds from job creation to the herd's instant (default 20 + J/1000).")
+@click.option("--drain", type=click.FloatRange(1, 3600), default=60.0, show_default=True,
+              help="Longest wait for late arrivals after the window.")
+@click.option("--keep", is_flag=True, help="Keep scratch databases and receiver logs.")
+def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
+                  every: int | None, duration: float | None, warmup: float, peer: str | None,
+                  json_path: Path | None, database_url: str | None, heartbeat_ttl: float,
+                  p99_limit: int, start_rate: float, max_rate_: float, lead: float | None,
+                  drain: float, keep: bool) -> None:
+    """Benchmark cronman against APScheduler on this machine, measured at a receiver.
+
+    Uses the running PostgreSQL (scratch databases, dropped afterwards), a
+    private redis-server and nginx receiver on random loopback ports, N
+    scheduler nodes, then the same workload on APScheduler; prints a table
+    and writes JSON.
+    """
+    from cronman.bench.harness import BenchOptions
+    from cronman.bench.procs import BenchError
+    from cronman.bench.report import machine_info, write_json
+    from cronman.bench.scenarios import RUNNERS, SCENARIOS, ScenarioParams
+    from cronman.bench.services import DEFAULT_ADMIN_URL, ensure_postgres
+
+    admin_url = database_url or DEFAULT_ADMIN_URL
+    opts = BenchOptions(nodes=nodes, replicas=replicas, heartbeat_ttl=heartbeat_ttl,
+                        warmup=warmup, drain_max=drain, admin_url=admin_url, keep=keep,
+                        p99_limit_ms=p99_limit, echo=click.echo)
+    params = ScenarioParams(jobs=jobs, every=every, duration=duration,
+                            peers=_parse_peers(peer), start_rate=start_rate,
+                            max_rate=max_rate_, lead=lead)
+    started = time.strftime("%Y%m%dT%H%M%S")
+    out_path = json_path or Path("bench-results") / f"bench-{scenario}-{started}.json"
+    payload: dict[str, object] = {
+        "command": "cronman bench " + " ".join(sys.argv[2:]),
+        "started_at": started,
+        "machine": machine_info(),
+        "settings": {"nodes": nodes, "replicas": replicas, "heartbeat_ttl_s": heartbeat_ttl,
+                     "warmup_s": warmup, "p99_limit_ms": p99_limit},
+        "scenarios": [],
+    }
+    try:
+        ensure_postgres(admin_url)
+    except BenchError as exc:
+        raise click.ClickException(str(exc)) from exc
+    chosen = SCENARIOS if scenario == "all" else (scenario,)
+    tables: list[tuple[str, str]] = []
+    failed = False
+    for name in chosen:
+        try:
+            result = RUNNERS[name](opts, params)
+        except BenchError as exc:
+            click.echo(f"{name}: failed: {exc}", err=True)
+            result = {"scenario": name, "error": str(exc)}
+            failed = True
+        payload["scenarios"].append(result)  # type: ignore[attr-defined]
+        if "table" in result:
+            tables.append((name, result["table"]))
+        write_json(out_path, payload)
+    click.echo("")
+    for name, table in tables:
+        click.echo(f"== {name} ==")
+        click.echo(table)
+        click.echo("")
+    click.echo(f"results written to {out_path}")
+    if keep or failed:
+        click.echo(f"work files (logs) in {opts.workdir}")
+    else:
+        shutil.rmtree(opts.workdir, ignore_errors=True)
+    if failed:
+        raise SystemExit(RET_ERROR)
