@@ -1,0 +1,104 @@
+"""``cronman bench``: the counts add up (a smoke run, not a performance test).
+
+The end-to-end run starts one real scheduler node (PostgreSQL scratch
+database, private redis-server, nginx receiver) and the APScheduler peer with
+its memory job store for a few seconds, and checks only that every owed fire
+is either delivered or missed and that the cost figures were read.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cronman.bench.receiver import Arrival, parse_line
+from cronman.bench.report import Tally, format_table, percentile
+from cronman.bench.scenarios import search_highest
+from cronman.bench.workload import Workload
+from tests.support.databases import PG_ADMIN_DB, pg_url
+
+
+def test_workload_owes_every_grid_time_in_the_window() -> None:
+    w = Workload(count=4, every_ms=2000, base_ms=10_000)
+    assert [w.anchor_ms(i) for i in range(4)] == [10_000, 10_500, 11_000, 11_500]
+    owed = sorted(w.expected(11_000, 15_000))
+    assert owed == [(0, 12_000), (0, 14_000), (1, 12_500), (1, 14_500),
+                    (2, 11_000), (2, 13_000), (3, 11_500), (3, 13_500)]
+    assert w.expected_count(11_000, 15_000) == 8 == w.rate * 4
+    herd = Workload(count=3, every_ms=86_400_000, base_ms=50_000, spread=False)
+    assert herd.expected_count(50_000, 51_000) == 3
+
+
+def test_tally_counts_missed_duplicated_and_stray_arrivals() -> None:
+    w = Workload(count=2, every_ms=1000, base_ms=0)  # job 0 at whole s, job 1 at .5 s
+    t = Tally(w, ["a", "b"], 10_000, 12_000)
+    for a in (
+        Arrival(10_020, "a", 10_000, "r", 1),
+        Arrival(10_030, "a", 10_000, "r", 2),   # duplicate (a retry)
+        Arrival(10_600, "b", 10_500, "r", 1),
+        Arrival(11_540, "b", 11_500, "r", 1),
+        Arrival(9_010, "a", 9_000, "r", 1),     # before the window
+        Arrival(11_100, "zz", 11_000, "r", 1),  # unknown job
+        Arrival(11_120, "a", 11_300, "r", 1),   # not on job a's grid
+    ):
+        t.add(a)
+    s = t.summary()
+    assert s["expected"] == 4
+    assert s["delivered_unique"] == 3 and s["missed"] == 1
+    assert s["expected"] == s["delivered_unique"] + s["missed"]
+    assert s["duplicated_pairs"] == 1 and s["duplicate_deliveries"] == 1
+    assert s["arrivals_outside_window"] == 1 and s["arrivals_stray"] == 2
+    assert s["retries"] == 1
+    assert s["lateness"]["p50_ms"] == 40 and s["lateness"]["max_ms"] == 100
+    assert "missed" in format_table([{"system": "cronman", "delivery": s}])
+
+
+def test_log_line_and_percentiles() -> None:
+    a = parse_line("1700000000.123 job-1 2023-11-14T22:13:20.1Z run-1 1 204")
+    assert a is not None and a.lateness_ms == 23 and a.attempt == 1
+    assert parse_line("garbage") is None
+    assert percentile([1, 2, 3, 4], 50) == 2 and percentile([], 99) is None
+
+
+def test_search_highest_doubles_then_bisects() -> None:
+    tried: list[float] = []
+
+    def trial(rate: float) -> bool:
+        tried.append(rate)
+        return rate <= 1300
+
+    assert search_highest(trial, 250, 16_000, steps=3) == 1250
+    assert tried[:4] == [250, 500, 1000, 2000]
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_bench_smoke_run_counts_add_up(tmp_path) -> None:
+    out = tmp_path / "bench.json"
+    argv = [sys.executable, "-c", "from cronman.cli import main; main()", "bench",
+            "--scenario", "steady", "--nodes", "1", "--replicas", "1", "--jobs", "20",
+            "--every", "1", "--duration", "5", "--warmup", "3", "--drain", "10",
+            "--peer", "apscheduler-memory", "--database-url", pg_url(PG_ADMIN_DB),
+            "--json", str(out)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "fires/s delivered" in proc.stdout  # the table
+    assert "measure" in proc.stdout  # progress lines
+    result = json.loads(out.read_text())
+    (scenario,) = result["scenarios"]
+    phases = {p["system"]: p for p in scenario["phases"]}
+    assert set(phases) == {"cronman", "apscheduler-memory"}
+    for name, phase in phases.items():
+        d = phase["delivery"]
+        assert d["expected"] == 20 * 5, name
+        assert d["expected"] == d["delivered_unique"] + d["missed"], name
+        assert d["duplicated_pairs"] >= 0 and d["duplicate_deliveries"] >= d["duplicated_pairs"]
+        assert d["delivered_unique"] > 0, name
+        assert d["lateness"]["count"] == d["delivered_unique"], name
+        procs = phase["cost"]["processes"]
+        assert procs and all(p["cpu_s_total"] > 0 and p["peak_rss_mb"] > 0 for p in procs)
+    assert "pg_commits_per_fire" in phases["cronman"]["cost"]
+    assert phases["cronman"]["cost"]["redis_commands"] > 0
