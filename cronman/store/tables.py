@@ -21,6 +21,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     PrimaryKeyConstraint,
+    Sequence,
     String,
     Table,
     Text,
@@ -112,6 +113,10 @@ Index(
     sqlite_where=jobs.c.deleted_at.is_(None),
 )
 Index("ix_jobs_change_seq", jobs.c.change_seq)
+
+# PostgreSQL source of ``jobs.change_seq`` (SQLite uses max + 1 under its write
+# lock). Not a column default: the store always writes change_seq explicitly.
+jobs_change_seq = Sequence("jobs_change_seq", metadata=metadata)
 
 scheduled_jobs = Table(
     "scheduled_jobs",

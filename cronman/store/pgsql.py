@@ -1,0 +1,37 @@
+"""PostgreSQL bulk statements: ``VALUES`` lists rendered by psycopg2 itself.
+
+A set-based ``UPDATE ... FROM (VALUES ...)`` writes a whole batch in one
+statement (one round trip), where an executemany of UPDATEs costs one round
+trip per row. psycopg2 interpolates parameters on the client anyway, so
+rendering the list with ``cursor.mogrify`` is exactly what it would send.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+
+def render_values(conn: Connection, template: str, rows: Sequence[Sequence[Any]]) -> str:
+    """``(..), (..)`` for ``rows``, each rendered through ``template`` (``%s`` placeholders)."""
+    cur = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        return b",".join(cur.mogrify(template, tuple(row)) for row in rows).decode()
+    finally:
+        cur.close()
+
+
+def render_literal(conn: Connection, value: Any) -> str:
+    """One value as a SQL literal (for constants inside a rendered statement)."""
+    return render_values(conn, "%s", [(value,)])
+
+
+def execute_rendered(conn: Connection, sql: str) -> int:
+    """Run a fully rendered statement; returns the rowcount.
+
+    SQLAlchemy hands psycopg2 an empty parameter mapping, so psycopg2 still
+    reads ``%`` as a placeholder: literal percent signs are doubled.
+    """
+    return conn.exec_driver_sql(sql.replace("%", "%%")).rowcount

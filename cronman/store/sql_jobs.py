@@ -1,0 +1,296 @@
+"""JobStore on SQLAlchemy Core, for PostgreSQL and SQLite.
+
+``change_seq`` ordering: every write that bumps ``change_seq`` first takes
+one cluster-wide transaction-level advisory lock on PostgreSQL and only then
+draws from the ``jobs_change_seq`` sequence. The lock is released after the
+commit is visible, so change_seq values become visible in increasing order
+and a poller may use the largest change_seq it has seen as its watermark
+without overlap (a plain sequence could commit 11 before 10, and a poller at
+watermark 11 would never see 10). Job writes are API writes — a bulk create
+is one transaction — so serialising them costs little; the scheduler's
+cursor updates (``claim_runs``) do not bump change_seq and take no such lock.
+On SQLite, change_seq is max + 1 inside a ``BEGIN IMMEDIATE`` transaction.
+``purge_tombstones`` never removes the row holding the largest change_seq,
+so max + 1 never reuses a value a poller has already seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, delete, exists, func, insert, select, text, type_coerce, update
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import ColumnElement
+
+from cronman.errors import Conflict, NotFound
+from cronman.ids import new_job_id
+from cronman.models import Job, JobFilter, Page
+from cronman.store.codec import (
+    JOB_FIELDS,
+    decode_job_cursor,
+    encode_job_cursor,
+    job_from_row,
+)
+from cronman.store.engine import Database, Tx
+from cronman.store.tables import jobs
+from cronman.timeutil import utcnow
+
+# pg_advisory_xact_lock key serialising change_seq allocation ("cmjobs").
+CHANGE_SEQ_LOCK_KEY = 0x636D_6A6F_6273
+
+REQUIRED_SPEC_FIELDS = ("namespace", "name", "schedule", "target", "retry", "misfire",
+                        "delivery", "concurrency")
+SPEC_DEFAULTS: dict[str, Any] = {
+    "priority": 0, "start_at": None, "end_at": None, "jitter": None, "paused": False,
+    "labels": None, "dead_letter": None, "last_fire_at": None, "skipped_pending": 0,
+}
+# What update_job may change; the rest is the store's bookkeeping.
+MUTABLE_FIELDS = frozenset(JOB_FIELDS) - {"id", "version", "created_at", "updated_at",
+                                          "deleted_at", "change_seq"}
+_NAME_CHECK_CHUNK = 500
+
+
+def name_field(index: int, count: int) -> str:
+    return "name" if count == 1 else f"jobs[{index}].name"
+
+
+def _name_conflict(namespace: str, name: str, index: int, count: int) -> Conflict:
+    return Conflict(f"a job named {name!r} already exists in namespace {namespace!r}",
+                    field=name_field(index, count))
+
+
+class SqlJobStore:
+    """Jobs and their change log (``change_seq``)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    # -- writes ------------------------------------------------------------
+
+    def _next_seqs(self, tx: Tx, n: int) -> list[int]:
+        conn = tx.conn
+        if tx.dialect == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": CHANGE_SEQ_LOCK_KEY})
+            rows = conn.execute(
+                text("SELECT nextval('jobs_change_seq') FROM generate_series(1, :n)"), {"n": n}
+            ).scalars().all()
+            return sorted(rows)
+        top = conn.execute(select(func.coalesce(func.max(jobs.c.change_seq), 0))).scalar_one()
+        return list(range(top + 1, top + n + 1))
+
+    def create_jobs(self, specs: Sequence[dict[str, Any]]) -> list[Job]:
+        if not specs:
+            return []
+        now = utcnow()
+        count = len(specs)
+        rows: list[dict[str, Any]] = []
+        seen: dict[tuple[str, str], int] = {}
+        # Ids made in one millisecond are not ordered by their random tail:
+        # sort them so that a batch lists in the order it was given.
+        fresh = sorted(new_job_id() for _ in range(count))
+        for i, spec in enumerate(specs):
+            row = _row_from_spec(spec, now, fresh[i])
+            key = (row["namespace"], row["name"])
+            if key in seen:
+                raise _name_conflict(*key, i, count)
+            seen[key] = i
+            rows.append(row)
+
+        def fn(tx: Tx) -> None:
+            taken = _taken_names(tx.conn, list(seen))
+            if taken:
+                i = min(seen[k] for k in taken)
+                raise _name_conflict(rows[i]["namespace"], rows[i]["name"], i, count)
+            for row, seq in zip(rows, self._next_seqs(tx, count), strict=True):
+                row["change_seq"] = seq
+            tx.conn.execute(insert(jobs), rows)
+            tx.announce([r["id"] for r in rows])
+
+        try:
+            self._db.write(fn)
+        except sa_exc.IntegrityError:
+            # A concurrent create took a name between our check and insert.
+            with self._db.read() as conn:
+                taken = _taken_names(conn, list(seen))
+            if taken:
+                i = min(seen[k] for k in taken)
+                raise _name_conflict(rows[i]["namespace"], rows[i]["name"], i, count) from None
+            raise Conflict("a job with this id or name already exists",
+                           field=name_field(0, count)) from None
+        return [Job(**{name: row[name] for name in JOB_FIELDS}) for row in rows]
+
+    def update_job(self, job_id: str, changes: dict[str, Any]) -> Job:
+        unknown = set(changes) - MUTABLE_FIELDS
+        if unknown:
+            raise ValueError(f"update_job cannot change {sorted(unknown)}")
+        if not changes:
+            job = self.get_job(job_id)
+            if job is None:
+                raise NotFound(f"no job {job_id}")
+            return job
+        values = dict(changes)
+        if "labels" in values and values["labels"] is None:
+            values["labels"] = {}
+
+        def fn(tx: Tx) -> Job:
+            (seq,) = self._next_seqs(tx, 1)
+            stmt = (
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.deleted_at.is_(None))
+                .values(**values, version=jobs.c.version + 1, change_seq=seq,
+                        updated_at=utcnow())
+                .returning(*jobs.c)
+            )
+            row = tx.conn.execute(stmt).first()
+            if row is None:
+                raise NotFound(f"no job {job_id}")
+            tx.announce([job_id])
+            return job_from_row(row)
+
+        try:
+            return self._db.write(fn)
+        except sa_exc.IntegrityError:
+            raise Conflict(
+                f"a job named {changes.get('name')!r} already exists in that namespace",
+                field="name",
+            ) from None
+
+    def delete_job(self, job_id: str) -> bool:
+        def fn(tx: Tx) -> bool:
+            (seq,) = self._next_seqs(tx, 1)
+            now = utcnow()
+            stmt = (
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.deleted_at.is_(None))
+                .values(deleted_at=now, updated_at=now, version=jobs.c.version + 1,
+                        change_seq=seq)
+            )
+            if tx.conn.execute(stmt).rowcount == 0:
+                return False
+            tx.announce([job_id])
+            return True
+
+        return self._db.write(fn)
+
+    def purge_tombstones(self, older_than: datetime) -> int:
+        """Remove jobs deleted before ``older_than``; returns how many.
+
+        The tombstone holding the largest change_seq is kept (see module doc).
+        """
+        top = select(func.max(jobs.c.change_seq)).scalar_subquery()
+        stmt = delete(jobs).where(jobs.c.deleted_at.is_not(None),
+                                  jobs.c.deleted_at < older_than, jobs.c.change_seq < top)
+        return self._db.write(lambda tx: tx.conn.execute(stmt).rowcount)
+
+    # -- reads -------------------------------------------------------------
+
+    def get_job(self, job_id: str) -> Job | None:
+        stmt = select(jobs).where(jobs.c.id == job_id, jobs.c.deleted_at.is_(None))
+        with self._db.read() as conn:
+            row = conn.execute(stmt).first()
+        return None if row is None else job_from_row(row)
+
+    def get_jobs(self, job_ids: Sequence[str]) -> list[Job]:
+        ids = list(dict.fromkeys(job_ids))
+        found: list[Job] = []
+        with self._db.read() as conn:
+            for start in range(0, len(ids), 1000):
+                chunk = ids[start:start + 1000]
+                rows = conn.execute(select(jobs).where(jobs.c.id.in_(chunk))).all()
+                found.extend(job_from_row(r) for r in rows)
+        return found
+
+    def list_jobs(self, flt: JobFilter, limit: int, cursor: str | None) -> Page:
+        conds: list[ColumnElement[bool]] = [jobs.c.deleted_at.is_(None)]
+        if cursor:
+            conds.append(jobs.c.id > decode_job_cursor(cursor))
+        if flt.namespace is not None:
+            conds.append(jobs.c.namespace == flt.namespace)
+        if flt.namespaces is not None:
+            conds.append(jobs.c.namespace.in_(list(flt.namespaces)))
+        if flt.paused is not None:
+            conds.append(jobs.c.paused == flt.paused)
+        if flt.labels:
+            conds.extend(self._label_conditions(flt.labels))
+        stmt = select(jobs).where(and_(*conds)).order_by(jobs.c.id).limit(limit + 1)
+        with self._db.read() as conn:
+            rows = conn.execute(stmt).all()
+        items = [job_from_row(r) for r in rows[:limit]]
+        next_cursor = encode_job_cursor(items[-1].id) if len(rows) > limit and items else None
+        return Page(items, next_cursor)
+
+    def _label_conditions(self, labels: Sequence[tuple[str, str]]) -> list[ColumnElement[bool]]:
+        if self._db.is_postgres:
+            wanted: dict[str, str] = {}
+            for key, value in labels:
+                if wanted.setdefault(key, value) != value:
+                    return [jobs.c.id.is_(None)]  # one key, two values: nothing matches
+            return [type_coerce(jobs.c.labels, JSONB).contains(wanted)]
+        conds: list[ColumnElement[bool]] = []
+        for key, value in labels:
+            each = func.json_each(jobs.c.labels).table_valued("key", "value")
+            conds.append(exists(select(1).select_from(each)
+                                .where(each.c.key == key, each.c.value == value)))
+        return conds
+
+    def iter_live_jobs(self, batch_size: int = 10_000) -> Iterator[list[Job]]:
+        after = ""
+        while True:
+            stmt = (select(jobs).where(jobs.c.deleted_at.is_(None), jobs.c.id > after)
+                    .order_by(jobs.c.id).limit(batch_size))
+            with self._db.read() as conn:
+                batch = [job_from_row(r) for r in conn.execute(stmt)]
+            if not batch:
+                return
+            yield batch
+            if len(batch) < batch_size:
+                return
+            after = batch[-1].id
+
+    def jobs_changed_since(self, change_seq: int, limit: int = 10_000) -> list[Job]:
+        stmt = (select(jobs).where(jobs.c.change_seq > change_seq)
+                .order_by(jobs.c.change_seq).limit(limit))
+        with self._db.read() as conn:
+            return [job_from_row(r) for r in conn.execute(stmt)]
+
+    def current_change_seq(self) -> int:
+        """The largest change_seq written so far (0 for none): a node's first
+        watermark, read before its initial ``iter_live_jobs`` sync."""
+        with self._db.read() as conn:
+            return int(conn.execute(select(func.coalesce(func.max(jobs.c.change_seq), 0)))
+                       .scalar_one())
+
+
+def _row_from_spec(spec: dict[str, Any], now: datetime, new_id: str) -> dict[str, Any]:
+    missing = [name for name in REQUIRED_SPEC_FIELDS if name not in spec]
+    if missing:
+        raise ValueError(f"job spec lacks {missing}")
+    unknown = set(spec) - set(REQUIRED_SPEC_FIELDS) - set(SPEC_DEFAULTS) - {"id"}
+    if unknown:
+        raise ValueError(f"job spec has unknown fields {sorted(unknown)}")
+    row: dict[str, Any] = {**SPEC_DEFAULTS, **spec}
+    row["id"] = spec.get("id") or new_id
+    row["labels"] = dict(row["labels"] or {})
+    row["paused"] = bool(row["paused"])
+    row.update(version=1, created_at=now, updated_at=now, deleted_at=None, change_seq=0)
+    return row
+
+
+def _taken_names(conn: Connection, keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Which of the (namespace, name) pairs a live job already holds."""
+    wanted = set(keys)
+    taken: set[tuple[str, str]] = set()
+    namespaces = sorted({ns for ns, _ in keys})
+    names = sorted({name for _, name in keys})
+    for start in range(0, len(names), _NAME_CHECK_CHUNK):
+        stmt = select(jobs.c.namespace, jobs.c.name).where(
+            jobs.c.deleted_at.is_(None),
+            jobs.c.namespace.in_(namespaces),
+            jobs.c.name.in_(names[start:start + _NAME_CHECK_CHUNK]),
+        )
+        taken.update(k for k in conn.execute(stmt).tuples() if k in wanted)
+    return taken

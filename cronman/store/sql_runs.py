@@ -1,0 +1,429 @@
+"""RunStore on SQLAlchemy Core: the hot path of the scheduler and the run history.
+
+Batches are sets, never loops of statements: ``claim_runs`` is one
+``INSERT ... ON CONFLICT DO NOTHING RETURNING id`` per 1000 runs plus one
+cursor UPDATE, ``write_run_updates`` one ``UPDATE ... FROM (VALUES ...)`` per
+1000 updates on PostgreSQL (an executemany on SQLite, which has no network
+round trip), ``renew_leases`` one UPDATE per 1000 keys; each call is one
+transaction. Every statement that targets known runs carries their
+``scheduled_for`` (read back from the run id where needed) so PostgreSQL
+prunes the daily partitions at plan time.
+
+API requests (trigger, replay, backfill) store runs with status ``claimed``
+and no node; ``take_requested_runs`` hands them to a node (``FOR UPDATE SKIP
+LOCKED`` on PostgreSQL; SQLite writers are serialised).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from datetime import date, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Integer, String, bindparam, case, func, or_, select, text, tuple_, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.sql.elements import ColumnElement
+
+from cronman.errors import Conflict, NotFound, StoreUnavailable
+from cronman.ids import run_id_for, scheduled_for_of_run_id
+from cronman.models import Job, Page, Run, RunFilter, RunUpdate
+from cronman.store.base import RUNS_REQUESTED
+from cronman.store.codec import (
+    decode_run_cursor,
+    encode_run_cursor,
+    merge_updates,
+    run_from_row,
+    run_values,
+)
+from cronman.store.engine import Database, Tx
+from cronman.store.pgsql import execute_rendered, render_literal, render_values
+from cronman.store.tables import (
+    FINAL_STATUSES,
+    IN_FLIGHT_STATUSES,
+    JsonType,
+    UTCDateTime,
+    jobs,
+    scheduled_jobs,
+)
+from cronman.timeutil import from_ms, to_ms, utcnow
+
+log = logging.getLogger(__name__)
+
+sj = scheduled_jobs
+BATCH = 1000
+_ONE_MS = timedelta(milliseconds=1)
+
+_PG_UPDATE_COLUMNS = ("id", "scheduled_for", "status", "attempt", "started_at", "finished_at",
+                      "lateness_ms", "duration_ms", "result", "error", "lease_expires_at",
+                      "next_attempt_at")
+_PG_UPDATE_TEMPLATE = ("(%s, %s::timestamptz, %s, %s::int, %s::timestamptz, %s::timestamptz, "
+                       "%s::int, %s::int, %s::jsonb, %s::text, %s::timestamptz, %s::timestamptz)")
+_PG_UPDATE_SQL = """
+UPDATE scheduled_jobs AS t SET
+  status = v.status,
+  attempt = COALESCE(v.attempt, t.attempt),
+  started_at = COALESCE(v.started_at, t.started_at),
+  finished_at = COALESCE(v.finished_at, t.finished_at),
+  lateness_ms = COALESCE(v.lateness_ms, t.lateness_ms),
+  duration_ms = COALESCE(v.duration_ms, t.duration_ms),
+  result = v.result,
+  error = v.error,
+  lease_expires_at = COALESCE(v.lease_expires_at, t.lease_expires_at),
+  next_attempt_at = COALESCE(v.next_attempt_at, t.next_attempt_at)
+FROM (VALUES {values}) AS v({columns})
+WHERE t.id = v.id AND t.scheduled_for = v.scheduled_for
+  AND t.scheduled_for BETWEEN {lo} AND {hi}
+"""
+_PG_CURSOR_SQL = """
+UPDATE jobs AS j SET
+  last_fire_at = GREATEST(j.last_fire_at, v.t),
+  skipped_pending = CASE WHEN j.last_fire_at IS NULL OR j.last_fire_at <= v.t
+                         THEN v.skipped ELSE j.skipped_pending END
+FROM (VALUES {values}) AS v(id, t, skipped)
+WHERE j.id = v.id
+"""
+_PG_LAST_RUNS = text("""
+SELECT r.* FROM unnest(CAST(:ids AS text[])) AS j(id)
+CROSS JOIN LATERAL (
+  SELECT * FROM scheduled_jobs s WHERE s.job_id = j.id ORDER BY s.scheduled_for DESC LIMIT 1
+) AS r
+""").columns(*sj.c)
+
+# SQLite: one executemany statement for the whole batch of updates.
+_SQLITE_UPDATE = (
+    update(sj)
+    .where(sj.c.id == bindparam("u_id"),
+           sj.c.scheduled_for == bindparam("u_scheduled_for", type_=UTCDateTime()))
+    .values(
+        status=bindparam("u_status", type_=String()),
+        attempt=func.coalesce(bindparam("u_attempt", type_=Integer()), sj.c.attempt),
+        started_at=func.coalesce(bindparam("u_started_at", type_=UTCDateTime()), sj.c.started_at),
+        finished_at=func.coalesce(bindparam("u_finished_at", type_=UTCDateTime()),
+                                  sj.c.finished_at),
+        lateness_ms=func.coalesce(bindparam("u_lateness_ms", type_=Integer()), sj.c.lateness_ms),
+        duration_ms=func.coalesce(bindparam("u_duration_ms", type_=Integer()), sj.c.duration_ms),
+        result=bindparam("u_result", type_=JsonType),
+        error=bindparam("u_error", type_=String()),
+        lease_expires_at=func.coalesce(bindparam("u_lease_expires_at", type_=UTCDateTime()),
+                                       sj.c.lease_expires_at),
+        next_attempt_at=func.coalesce(bindparam("u_next_attempt_at", type_=UTCDateTime()),
+                                      sj.c.next_attempt_at),
+    )
+)
+_c_t = bindparam("c_t", type_=UTCDateTime())
+_SQLITE_CURSOR = (
+    update(jobs)
+    .where(jobs.c.id == bindparam("c_id"))
+    .values(
+        last_fire_at=case((or_(jobs.c.last_fire_at.is_(None), jobs.c.last_fire_at < _c_t), _c_t),
+                          else_=jobs.c.last_fire_at),
+        skipped_pending=case((or_(jobs.c.last_fire_at.is_(None), jobs.c.last_fire_at <= _c_t),
+                              bindparam("c_skipped", type_=Integer())),
+                             else_=jobs.c.skipped_pending),
+    )
+)
+
+
+def _chunks(items: Sequence[Any], size: int = BATCH) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def _run_key_range(run_id: str) -> tuple[datetime, datetime] | None:
+    """The [from, to) range of scheduled_for a run id allows (ids carry milliseconds)."""
+    t = scheduled_for_of_run_id(run_id)
+    return None if t is None else (t, t + _ONE_MS)
+
+
+class SqlRunStore:
+    """Runs: the fence, the write-back of results, leases, and the history."""
+
+    def __init__(self, db: Database,
+                 prepare_days: Callable[[Iterable[date]], object] | None = None) -> None:
+        self._db = db
+        # Called before a backfill stores runs: creates missing daily partitions.
+        self._prepare_days = prepare_days
+        insert_fn = pg_insert if db.is_postgres else sqlite_insert
+        self._insert_new = insert_fn(sj).on_conflict_do_nothing().returning(sj.c.id)
+
+    # -- the fence ---------------------------------------------------------
+
+    def _insert_runs(self, tx: Tx, rows: list[dict[str, Any]]) -> set[str]:
+        # A consistent order keeps two nodes inserting the same keys from deadlocking.
+        rows.sort(key=lambda r: (r["job_id"], r["scheduled_for"]))
+        inserted: set[str] = set()
+        for chunk in _chunks(rows):
+            inserted.update(tx.conn.execute(self._insert_new, list(chunk)).scalars())
+        return inserted
+
+    def claim_runs(
+        self, runs: Sequence[Run], cursors: Sequence[tuple[str, datetime, int]] = ()
+    ) -> set[str]:
+        if not runs and not cursors:
+            return set()
+        rows = [run_values(r) for r in runs]
+
+        def fn(tx: Tx) -> set[str]:
+            inserted = self._insert_runs(tx, rows) if rows else set()
+            if cursors:
+                self._advance_cursors(tx, cursors)
+            return inserted
+
+        return self._db.write(fn)
+
+    def _advance_cursors(self, tx: Tx, cursors: Sequence[tuple[str, datetime, int]]) -> None:
+        latest: dict[str, tuple[datetime, int]] = {}
+        for job_id, fire_time, skipped in cursors:
+            prev = latest.get(job_id)
+            if prev is None or fire_time >= prev[0]:
+                latest[job_id] = (fire_time, skipped)
+        items = sorted(latest.items())
+        if tx.dialect == "postgresql":
+            for chunk in _chunks(items):
+                values = render_values(tx.conn, "(%s, %s::timestamptz, %s::int)",
+                                       [(jid, t, n) for jid, (t, n) in chunk])
+                execute_rendered(tx.conn, _PG_CURSOR_SQL.format(values=values))
+        else:
+            tx.conn.execute(_SQLITE_CURSOR, [{"c_id": jid, "c_t": t, "c_skipped": n}
+                                             for jid, (t, n) in items])
+
+    # -- write-back --------------------------------------------------------
+
+    def write_run_updates(self, updates: Sequence[RunUpdate]) -> None:
+        if not updates:
+            return
+        merged = merge_updates(list(updates))
+        plain = [u for u in merged if not u.extra]
+        extra = [u for u in merged if u.extra]
+
+        def fn(tx: Tx) -> None:
+            if plain:
+                if tx.dialect == "postgresql":
+                    self._pg_updates(tx, plain)
+                else:
+                    tx.conn.execute(_SQLITE_UPDATE, [_sqlite_update_params(u) for u in plain])
+            for u in extra:  # rare: updates that also set other columns
+                values = {name: getattr(u, name) for name in _PG_UPDATE_COLUMNS[2:]
+                          if getattr(u, name) is not None or name in ("result", "error")}
+                values.update(u.extra)
+                tx.conn.execute(update(sj).where(sj.c.id == u.id,
+                                                 sj.c.scheduled_for == u.scheduled_for)
+                                .values(**values))
+
+        self._db.write(fn)
+
+    def _pg_updates(self, tx: Tx, updates: list[RunUpdate]) -> None:
+        updates.sort(key=lambda u: (u.scheduled_for, u.id))
+        for chunk in _chunks(updates):
+            rows = [(u.id, u.scheduled_for, u.status, u.attempt, u.started_at, u.finished_at,
+                     u.lateness_ms, u.duration_ms,
+                     None if u.result is None else json.dumps(u.result), u.error,
+                     u.lease_expires_at, u.next_attempt_at) for u in chunk]
+            sql = _PG_UPDATE_SQL.format(
+                values=render_values(tx.conn, _PG_UPDATE_TEMPLATE, rows),
+                columns=", ".join(_PG_UPDATE_COLUMNS),
+                lo=render_literal(tx.conn, chunk[0].scheduled_for),
+                hi=render_literal(tx.conn, chunk[-1].scheduled_for),
+            )
+            execute_rendered(tx.conn, sql)
+
+    # -- leases ------------------------------------------------------------
+
+    def renew_leases(
+        self, node_id: str, keys: Sequence[tuple[str, datetime]], until: datetime
+    ) -> int:
+        if not keys:
+            return 0
+        ordered = sorted(set(keys), key=lambda k: (k[1], k[0]))
+
+        def fn(tx: Tx) -> int:
+            count = 0
+            for chunk in _chunks(ordered):
+                stmt = (update(sj)
+                        .where(sj.c.node_id == node_id,
+                               sj.c.status.in_(IN_FLIGHT_STATUSES),
+                               sj.c.id.in_([k[0] for k in chunk]),
+                               sj.c.scheduled_for.in_(sorted({k[1] for k in chunk})))
+                        .values(lease_expires_at=until))
+                count += tx.conn.execute(stmt).rowcount
+            return count
+
+        return self._db.write(fn)
+
+    def _take(self, where: list[ColumnElement[bool]], order: Any, node_id: str,
+              lease_until: datetime, limit: int) -> list[Run]:
+        if limit <= 0:
+            return []
+        pick = select(sj.c.id, sj.c.scheduled_for).where(*where).order_by(order).limit(limit)
+        if self._db.is_postgres:
+            pick = pick.with_for_update(skip_locked=True)
+        stmt = (update(sj)
+                .where(tuple_(sj.c.id, sj.c.scheduled_for).in_(pick))
+                .values(node_id=node_id, lease_expires_at=lease_until)
+                .returning(*sj.c))
+        rows = self._db.write(lambda tx: tx.conn.execute(stmt).all())
+        runs = [run_from_row(r) for r in rows]
+        runs.sort(key=lambda r: (r.scheduled_for, r.id))
+        return runs
+
+    def take_requested_runs(self, node_id: str, lease_until: datetime, limit: int) -> list[Run]:
+        return self._take([sj.c.status == "claimed", sj.c.node_id.is_(None)],
+                          sj.c.scheduled_for, node_id, lease_until, limit)
+
+    def take_expired_runs(self, node_id: str, now: datetime, lease_until: datetime,
+                          limit: int) -> list[Run]:
+        return self._take([sj.c.status.in_(IN_FLIGHT_STATUSES), sj.c.node_id.is_not(None),
+                           sj.c.lease_expires_at < now],
+                          sj.c.lease_expires_at, node_id, lease_until, limit)
+
+    # -- reads -------------------------------------------------------------
+
+    def get_run(self, run_id: str) -> Run | None:
+        span = _run_key_range(run_id)
+        if span is None:
+            return None
+        stmt = select(sj).where(sj.c.id == run_id, sj.c.scheduled_for >= span[0],
+                                sj.c.scheduled_for < span[1])
+        with self._db.read() as conn:
+            row = conn.execute(stmt).first()
+        return None if row is None else run_from_row(row)
+
+    def list_runs(self, job_id: str, flt: RunFilter, limit: int, cursor: str | None) -> Page:
+        """Newest first; ``since`` is inclusive, ``until`` exclusive.
+
+        (job_id, scheduled_for) is unique, so the cursor's scheduled_for alone
+        marks the position; the unique index serves the order.
+        """
+        conds: list[ColumnElement[bool]] = [sj.c.job_id == job_id]
+        if flt.since is not None:
+            conds.append(sj.c.scheduled_for >= flt.since)
+        if flt.until is not None:
+            conds.append(sj.c.scheduled_for < flt.until)
+        if flt.statuses:
+            conds.append(sj.c.status.in_(list(flt.statuses)))
+        if cursor:
+            after, _ = decode_run_cursor(cursor)
+            conds.append(sj.c.scheduled_for < after)
+        stmt = select(sj).where(*conds).order_by(sj.c.scheduled_for.desc()).limit(limit + 1)
+        with self._db.read() as conn:
+            rows = conn.execute(stmt).all()
+        items = [run_from_row(r) for r in rows[:limit]]
+        next_cursor = None
+        if len(rows) > limit and items:
+            next_cursor = encode_run_cursor(items[-1].scheduled_for, items[-1].id)
+        return Page(items, next_cursor)
+
+    def last_runs(self, job_ids: Sequence[str]) -> dict[str, Run]:
+        ids = list(dict.fromkeys(job_ids))
+        if not ids:
+            return {}
+        found: dict[str, Run] = {}
+        with self._db.read() as conn:
+            if self._db.is_postgres:
+                for chunk in _chunks(ids):
+                    for row in conn.execute(_PG_LAST_RUNS, {"ids": list(chunk)}):
+                        run = run_from_row(row)
+                        found[run.job_id] = run
+            else:
+                stmt = (select(sj).where(sj.c.job_id == bindparam("jid"))
+                        .order_by(sj.c.scheduled_for.desc()).limit(1))
+                for jid in ids:
+                    row = conn.execute(stmt, {"jid": jid}).first()
+                    if row is not None:
+                        found[jid] = run_from_row(row)
+        return found
+
+    def in_flight_runs(self, job_ids: Sequence[str]) -> dict[str, list[Run]]:
+        ids = list(dict.fromkeys(job_ids))
+        found: dict[str, list[Run]] = {}
+        with self._db.read() as conn:
+            for chunk in _chunks(ids):
+                stmt = (select(sj).where(sj.c.status.in_(IN_FLIGHT_STATUSES),
+                                         sj.c.job_id.in_(list(chunk)))
+                        .order_by(sj.c.scheduled_for))
+                for row in conn.execute(stmt):
+                    run = run_from_row(row)
+                    found.setdefault(run.job_id, []).append(run)
+        return found
+
+    # -- API requests ------------------------------------------------------
+
+    def request_trigger(self, job: Job, at: datetime) -> Run:
+        """A manual fire at ``at`` (truncated to the millisecond, the precision
+        of run ids). ``Conflict`` if the job already has a run at that time."""
+        at = from_ms(to_ms(at))
+        run = Run(id=run_id_for(job.id, at), job_id=job.id, scheduled_for=at, status="claimed",
+                  attempt=0, node_id=None, origin="trigger", claimed_at=utcnow())
+
+        def fn(tx: Tx) -> None:
+            if not self._insert_runs(tx, [run_values(run)]):
+                raise Conflict(f"job {job.id} already has a run scheduled for this time",
+                               field="at")
+            tx.announce([RUNS_REQUESTED])
+
+        self._db.write(fn)
+        return run
+
+    def request_replay(self, run_id: str) -> Run:
+        """Put a finished run back in flight: status ``claimed`` with no node,
+        ``attempt`` + 1, origin ``replay``. The previous outcome (result, error,
+        started/finished times, durations) is cleared so the row describes the
+        attempt under way; ``skipped_before`` is kept."""
+        span = _run_key_range(run_id)
+        if span is None:
+            raise NotFound(f"no run {run_id}")
+        key = [sj.c.id == run_id, sj.c.scheduled_for >= span[0], sj.c.scheduled_for < span[1]]
+        stmt = (update(sj)
+                .where(*key, sj.c.status.in_(FINAL_STATUSES))
+                .values(status="claimed", node_id=None, attempt=sj.c.attempt + 1,
+                        origin="replay", claimed_at=utcnow(), started_at=None,
+                        finished_at=None, lateness_ms=None, duration_ms=None, result=None,
+                        error=None, lease_expires_at=None, next_attempt_at=None)
+                .returning(*sj.c))
+
+        def fn(tx: Tx) -> Run:
+            row = tx.conn.execute(stmt).first()
+            if row is None:
+                status = tx.conn.execute(select(sj.c.status).where(*key)).scalar()
+                if status is None:
+                    raise NotFound(f"no run {run_id}")
+                raise Conflict(f"run {run_id} is still {status}")
+            tx.announce([RUNS_REQUESTED])
+            return run_from_row(row)
+
+        return self._db.write(fn)
+
+    def request_backfill(self, job: Job, fire_times: Sequence[datetime]) -> int:
+        times = sorted({from_ms(to_ms(t)) for t in fire_times})
+        if not times:
+            return 0
+        if self._prepare_days is not None:
+            try:
+                self._prepare_days({t.date() for t in times})
+            except StoreUnavailable as exc:  # the rows then go to the default partition
+                log.warning("backfill: could not create partitions: %s", exc)
+        now = utcnow()
+        rows = [run_values(Run(id=run_id_for(job.id, t), job_id=job.id, scheduled_for=t,
+                               status="claimed", attempt=0, node_id=None, origin="backfill",
+                               claimed_at=now)) for t in times]
+
+        def fn(tx: Tx) -> int:
+            count = len(self._insert_runs(tx, rows))
+            if count:
+                tx.announce([RUNS_REQUESTED])
+            return count
+
+        return self._db.write(fn)
+
+
+def _sqlite_update_params(u: RunUpdate) -> dict[str, Any]:
+    return {
+        "u_id": u.id, "u_scheduled_for": u.scheduled_for, "u_status": u.status,
+        "u_attempt": u.attempt, "u_started_at": u.started_at, "u_finished_at": u.finished_at,
+        "u_lateness_ms": u.lateness_ms, "u_duration_ms": u.duration_ms, "u_result": u.result,
+        "u_error": u.error, "u_lease_expires_at": u.lease_expires_at,
+        "u_next_attempt_at": u.next_attempt_at,
+    }
