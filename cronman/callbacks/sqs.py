@@ -1,0 +1,211 @@
+"""The ``sqs`` target: one ``SendMessage`` per attempt.
+
+The message body is the target's ``body``; its message attributes are the
+target's ``attributes`` (all of type String) plus three of cronman's own:
+
+- ``cronman-job-id``: the job id
+- ``cronman-run-id``: the run id (the same across retries; dedupe on it)
+- ``cronman-scheduled-for``: the fire time, RFC 3339 in UTC
+
+FIFO queues (the URL ends in ``.fifo``) get ``MessageGroupId`` (the target's
+``message_group_id``, default: the job id) and ``MessageDeduplicationId`` =
+the run id, so a retried send of the same run within SQS's 5-minute
+deduplication window yields one message. A ``message_group_id`` set on a
+standard queue is sent as well (fair queues).
+
+boto3 is blocking: each send runs on this target's thread pool, never on the
+event loop. Clients are cached per (region, endpoint_url) and created under a
+lock (boto3 clients are thread-safe, sessions are not). Credentials come from
+boto3's standard chain (environment, config files, instance role). Connect
+and read timeouts are bounded and botocore retries a throttled or failed call
+in its ``standard`` mode a couple of times; the run's own retry policy does
+the rest. ``result`` is ``{"message_id": ...}`` (plus ``sequence_number`` on
+FIFO queues).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    ReadTimeoutError,
+)
+
+from cronman.callbacks.base import Delivery, Outcome
+from cronman.config import Settings
+from cronman.timeutil import format_rfc3339
+
+log = logging.getLogger(__name__)
+
+ATTR_JOB_ID = "cronman-job-id"
+ATTR_RUN_ID = "cronman-run-id"
+ATTR_SCHEDULED_FOR = "cronman-scheduled-for"
+
+DEFAULT_MAX_WORKERS = 16
+DEFAULT_CONNECT_TIMEOUT = 5.0
+DEFAULT_READ_TIMEOUT = 10.0
+DEFAULT_MAX_ATTEMPTS = 3
+
+# Errors that the same request will meet again: retrying them is pointless.
+_PERMANENT_ERRORS = frozenset(
+    {
+        "InvalidMessageContents",
+        "InvalidParameterValue",
+        "InvalidAttributeName",
+        "InvalidAttributeValue",
+        "MissingParameter",
+        "UnsupportedOperation",
+        "InvalidAddress",
+        "InvalidClientTokenId",
+        "UnrecognizedClientException",
+    }
+)
+
+
+def is_fifo(queue_url: str) -> bool:
+    return queue_url.rstrip("/").endswith(".fifo")
+
+
+def build_send_kwargs(delivery: Delivery) -> dict[str, Any]:
+    """The ``SendMessage`` parameters for one delivery (pure; exposed for tests)."""
+    target = delivery.target
+    attributes: dict[str, dict[str, str]] = {
+        name: {"DataType": "String", "StringValue": value}
+        for name, value in (target.get("attributes") or {}).items()
+    }
+    attributes[ATTR_JOB_ID] = {"DataType": "String", "StringValue": delivery.job_id}
+    attributes[ATTR_RUN_ID] = {"DataType": "String", "StringValue": delivery.run_id}
+    attributes[ATTR_SCHEDULED_FOR] = {
+        "DataType": "String",
+        "StringValue": format_rfc3339(delivery.scheduled_for) or "",
+    }
+    kwargs: dict[str, Any] = {
+        "QueueUrl": target["queue_url"],
+        "MessageBody": target["body"],
+        "MessageAttributes": attributes,
+    }
+    group = target.get("message_group_id")
+    if is_fifo(target["queue_url"]):
+        kwargs["MessageGroupId"] = group or delivery.job_id
+        kwargs["MessageDeduplicationId"] = delivery.run_id
+    elif group:
+        kwargs["MessageGroupId"] = group
+    return kwargs
+
+
+class SqsTarget:
+    """Fires ``sqs`` targets with boto3 on a thread pool."""
+
+    kind = "sqs"
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        executor: ThreadPoolExecutor | None = None,
+        max_workers: int = DEFAULT_MAX_WORKERS,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ) -> None:
+        self._own_executor = executor is None
+        self._executor = executor or ThreadPoolExecutor(
+            max_workers=max_workers, thread_name_prefix="cronman-sqs"
+        )
+        self._config = Config(
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            retries={"mode": "standard", "total_max_attempts": max_attempts},
+            max_pool_connections=max_workers,
+        )
+        self._lock = threading.Lock()
+        self._session: boto3.session.Session | None = None
+        self._clients: dict[tuple[str, str | None], Any] = {}
+
+    def client(self, region: str, endpoint_url: str | None) -> Any:
+        """The cached SQS client for (region, endpoint_url); blocking on first use."""
+        key = (region, endpoint_url)
+        client = self._clients.get(key)
+        if client is None:
+            with self._lock:
+                client = self._clients.get(key)
+                if client is None:
+                    if self._session is None:
+                        self._session = boto3.session.Session()
+                    client = self._session.client(
+                        "sqs", region_name=region, endpoint_url=endpoint_url, config=self._config
+                    )
+                    self._clients[key] = client
+        return client
+
+    def _send(self, delivery: Delivery) -> dict[str, Any]:
+        target = delivery.target
+        client = self.client(target["region"], target.get("endpoint_url"))
+        return client.send_message(**build_send_kwargs(delivery))
+
+    async def deliver(self, delivery: Delivery) -> Outcome:
+        """Send one message; never raises for a delivery failure."""
+        loop = asyncio.get_running_loop()
+        try:
+            response = await loop.run_in_executor(self._executor, self._send, delivery)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return _failure(exc, delivery)
+        result: dict[str, Any] = {"message_id": response.get("MessageId")}
+        if response.get("SequenceNumber"):
+            result["sequence_number"] = response["SequenceNumber"]
+        return Outcome(True, result)
+
+    async def close(self) -> None:
+        with self._lock:
+            clients = list(self._clients.values())
+            self._clients.clear()
+        for client in clients:
+            try:
+                client.close()
+            except Exception:  # closing is best effort
+                pass
+        if self._own_executor:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _failure(exc: BaseException, delivery: Delivery) -> Outcome:
+    queue = delivery.target.get("queue_url")
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        code = error.get("Code") or "Unknown"
+        message = error.get("Message") or str(exc)
+        short = code.rsplit(".", 1)[-1]
+        if short in ("NonExistentQueue", "QueueDoesNotExist"):
+            return Outcome(False, error=f"SQS queue does not exist: {queue} ({code})")
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        return Outcome(
+            False,
+            {"sqs_error_code": code, **({"http_status": status} if status else {})},
+            f"SQS {code}: {message} (queue {queue})",
+            retryable=short not in _PERMANENT_ERRORS,
+        )
+    if isinstance(exc, NoCredentialsError):
+        return Outcome(False, error="no AWS credentials found (boto3 credential chain)")
+    if isinstance(exc, (ConnectTimeoutError, ReadTimeoutError)):
+        return Outcome(False, error=f"SQS timeout: {exc}")
+    if isinstance(exc, EndpointConnectionError):
+        return Outcome(False, error=f"cannot reach the SQS endpoint: {exc}")
+    if isinstance(exc, BotoCoreError):
+        return Outcome(False, error=f"SQS error: {exc}")
+    if isinstance(exc, ValueError):  # e.g. an endpoint_url boto3 refuses
+        return Outcome(False, error=f"invalid SQS target: {exc}", retryable=False)
+    log.warning("sqs target: unexpected error for %s", queue, exc_info=exc)
+    return Outcome(False, error=f"unexpected error: {type(exc).__name__}: {exc}")
