@@ -1,0 +1,20 @@
+-- Take the fire locks of a batch, atomically per key.
+--
+-- KEYS     {prefix}:lock:{job_id}:{fire_ms}, one per fire
+-- ARGV[1]  holder: "{node_id}/{instance token}"
+-- ARGV[2]  lock ttl in ms
+--
+-- Returns one integer per key: 1 when the caller holds the lock (just taken,
+-- or already its own: a retried batch keeps its locks), 0 when another holder
+-- has it.
+local won = {}
+for i, key in ipairs(KEYS) do
+    if redis.call('SET', key, ARGV[1], 'NX', 'PX', ARGV[2]) then
+        won[i] = 1
+    elseif redis.call('GET', key) == ARGV[1] then
+        won[i] = 1
+    else
+        won[i] = 0
+    end
+end
+return won

@@ -1,0 +1,351 @@
+"""Redis coordinator: membership and fire locks on one or more Redis shards or Sentinel.
+
+Key layout (``P`` = ``settings.redis_key_prefix``, ``cronman`` by default)::
+
+    P:members                    sorted set   node id -> heartbeat deadline, Unix ms of
+                                              the Redis server's clock (last beat + ttl)
+    P:member:{node_id}           hash         id, address, started_at (Unix ms or ""),
+                                              last_heartbeat (server Unix ms), ttl_ms,
+                                              stats (JSON); PEXPIRE ttl
+    P:lock:{job_id}:{fire_ms}    string       holder "{node_id}/{instance token}";
+                                              SET NX PX lock ttl
+
+The scripts beside this module (``heartbeat.lua``, ``members.lua``,
+``claim.lua``) make each operation one atomic round trip per shard. They touch
+keys they build from ARGV, so they suit plain Redis and Sentinel, not Redis
+Cluster. Redis >= 5 is required (scripts that read TIME and then write).
+
+Clocks: every timestamp is the Redis server's ``TIME``, read inside the script.
+A node's own clock never decides whether a member is live, so nodes with
+skewed clocks still agree; the deadline is stored per member, so a node whose
+TTL is configured differently is judged by its own TTL.
+
+Shards (several comma-separated URLs): membership is written to every
+reachable shard and read as the union, a member being live when any reachable
+shard holds a fresh heartbeat (the latest one wins). A node that left while a
+shard was down may show up there again until its deadline passes. Each lock
+goes to the highest-weighted reachable shard for its key (rendezvous hashing
+over the shard positions, so every node must list the same shards in the same
+order, and a dead shard's locks spread evenly over the others). When a shard
+is down its locks move to the next shard in the key's order: during that
+window two nodes may disagree on where a lock lives and both win it; the run
+row's uniqueness in the database is what prevents the double fire then.
+A Redis restart or a Sentinel failover may likewise drop locks not yet
+persisted or replicated, with the same fence behind them.
+
+``CoordinatorUnavailable`` is raised when no shard answered; callers keep
+their last membership view and fall back on the database fence.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Sequence
+from importlib.resources import files
+from typing import Any
+
+import redis
+
+from cronman.config import Settings
+from cronman.errors import CoordinatorUnavailable
+from cronman.scheduler.coordination.redis_shards import (
+    DEFAULT_BACKOFF,
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_MAX_BACKOFF,
+    DEFAULT_SOCKET_TIMEOUT,
+    Shard,
+    build_shards,
+)
+from cronman.scheduler.coordinator import NodeInfo
+from cronman.scheduler.ownership import job_hash, node_hash, score
+from cronman.timeutil import from_ms, to_ms
+
+log = logging.getLogger(__name__)
+
+MEMBERS_KEY = "{prefix}:members"
+MEMBER_KEY = "{prefix}:member:{node_id}"
+LOCK_KEY = "{prefix}:lock:{job_id}:{fire_ms}"
+
+#: Keys per claim script call; a bigger batch is split (in one pipeline) so
+#: that no single script keeps the server busy for long.
+CLAIM_CHUNK = 1000
+
+# Errors that mean "this shard cannot serve us now": connection refused or
+# reset, timeouts, no primary known to Sentinel (MasterNotFoundError is a
+# ConnectionError), a demoted primary (ReadOnlyError), a server still loading.
+_SHARD_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+
+
+def _script(name: str) -> str:
+    return files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
+class RedisCoordinator:
+    """A ``Coordinator`` on the Redis shards (or Sentinel) of ``settings.redis_url``.
+
+    Thread-safe: the scheduler may heartbeat and claim from different threads.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        socket_timeout: float = DEFAULT_SOCKET_TIMEOUT,
+        backoff: float = DEFAULT_BACKOFF,
+        max_backoff: float = DEFAULT_MAX_BACKOFF,
+    ) -> None:
+        if not settings.redis_url:
+            raise ValueError("RedisCoordinator needs CRONMAN_REDIS_URL")
+        self._prefix = settings.redis_key_prefix
+        self._ttl_ms = max(1, int(settings.heartbeat_ttl * 1000))
+        self._holder = f"{settings.node_id}/{uuid.uuid4().hex[:12]}"
+        self._members_key = MEMBERS_KEY.format(prefix=self._prefix)
+        self._member_prefix = MEMBER_KEY.format(prefix=self._prefix, node_id="")
+        self.shards: list[Shard] = build_shards(
+            settings.redis_url,
+            connect_timeout=connect_timeout,
+            socket_timeout=socket_timeout,
+            backoff=backoff,
+            max_backoff=max_backoff,
+        )
+        # Rendezvous weights of the shards by position, for lock placement.
+        self._shard_hashes = [node_hash(f"shard-{s.index}") for s in self.shards]
+        self._heartbeat_src = _script("heartbeat.lua")
+        self._members_src = _script("members.lua")
+        self._claim_src = _script("claim.lua")
+        self._scripts = [
+            {
+                "heartbeat": s.client.register_script(self._heartbeat_src),
+                "members": s.client.register_script(self._members_src),
+                "claim": s.client.register_script(self._claim_src),
+            }
+            for s in self.shards
+        ]
+        self._counter_lock = threading.Lock()
+        self._counters = {
+            "heartbeats": 0,
+            "heartbeat_failures": 0,
+            "claim_batches": 0,
+            "claim_keys": 0,
+            "claim_failovers": 0,
+            "shard_errors": 0,
+            "unavailable": 0,
+        }
+
+    def __repr__(self) -> str:
+        return f"RedisCoordinator(shards={[s.name for s in self.shards]!r})"
+
+    # -- helpers ---------------------------------------------------------
+
+    def _count(self, **deltas: int) -> None:
+        with self._counter_lock:
+            for name, delta in deltas.items():
+                self._counters[name] += delta
+
+    def _shard_failed(self, shard: Shard, error: BaseException) -> None:
+        shard.failed(error)
+        self._count(shard_errors=1)
+
+    def _unavailable(self, what: str) -> CoordinatorUnavailable:
+        self._count(unavailable=1)
+        names = ", ".join(s.name for s in self.shards)
+        return CoordinatorUnavailable(f"no Redis shard answered {what} ({names})")
+
+    def member_key(self, node_id: str) -> str:
+        return MEMBER_KEY.format(prefix=self._prefix, node_id=node_id)
+
+    def lock_key(self, job_id: str, fire_ms: int) -> str:
+        return LOCK_KEY.format(prefix=self._prefix, job_id=job_id, fire_ms=int(fire_ms))
+
+    # -- membership ------------------------------------------------------
+
+    def join(self, node: NodeInfo) -> None:
+        self.heartbeat(node)
+
+    def heartbeat(self, node: NodeInfo) -> None:
+        args = [
+            node.id,
+            self._ttl_ms,
+            node.address,
+            "" if node.started_at is None else to_ms(node.started_at),
+            json.dumps(node.stats, separators=(",", ":"), default=str),
+        ]
+        keys = [self._members_key, self.member_key(node.id)]
+        written = 0
+        for shard in self.shards:
+            if not shard.available():
+                continue
+            try:
+                self._scripts[shard.index]["heartbeat"](keys=keys, args=args)
+            except _SHARD_ERRORS as e:
+                self._shard_failed(shard, e)
+                continue
+            shard.succeeded()
+            written += 1
+        if not written:
+            self._count(heartbeat_failures=1)
+            raise self._unavailable("the heartbeat")
+        self._count(heartbeats=1)
+
+    def leave(self, node_id: str) -> None:
+        answered = 0
+        for shard in self.shards:
+            if not shard.available():
+                continue
+            try:
+                pipe = shard.client.pipeline(transaction=True)
+                pipe.zrem(self._members_key, node_id)
+                pipe.delete(self.member_key(node_id))
+                pipe.execute()
+            except _SHARD_ERRORS as e:
+                self._shard_failed(shard, e)
+                continue
+            shard.succeeded()
+            answered += 1
+        if not answered:
+            raise self._unavailable("leave")
+
+    def live_members(self) -> list[NodeInfo]:
+        merged: dict[str, NodeInfo] = {}
+        answered = 0
+        for shard in self.shards:
+            if not shard.available():
+                continue
+            try:
+                reply = self._scripts[shard.index]["members"](
+                    keys=[self._members_key], args=[self._member_prefix]
+                )
+            except _SHARD_ERRORS as e:
+                self._shard_failed(shard, e)
+                continue
+            shard.succeeded()
+            answered += 1
+            for i in range(1, len(reply) - 1, 2):
+                info = _node_info(reply[i], reply[i + 1])
+                seen = merged.get(info.id)
+                if seen is None or _beat_ms(info) > _beat_ms(seen):
+                    merged[info.id] = info
+        if not answered:
+            raise self._unavailable("the membership read")
+        return [merged[k] for k in sorted(merged)]
+
+    # -- locks -----------------------------------------------------------
+
+    def claim_fires(self, keys: Sequence[tuple[str, int]], ttl_ms: int) -> list[bool]:
+        if ttl_ms <= 0:
+            raise ValueError("ttl_ms must be > 0")
+        if not keys:
+            return []
+        names = [self.lock_key(job_id, fire_ms) for job_id, fire_ms in keys]
+        won = [False] * len(names)
+        pending = list(range(len(names)))
+        ranked = self._shard_order(names)
+        tried: set[int] = set()
+        failovers = 0
+        while pending:
+            usable = {s.index for s in self.shards if s.index not in tried and s.available()}
+            if not usable:
+                raise self._unavailable("the fire claims")
+            groups: dict[int, list[int]] = {}
+            for i in pending:
+                order = ranked[i]
+                target = next(k for k in order if k in usable)
+                if target != order[0]:
+                    failovers += 1
+                groups.setdefault(target, []).append(i)
+            pending = []
+            for index, members in groups.items():
+                shard = self.shards[index]
+                try:
+                    replies = self._claim_on(shard, [names[i] for i in members], ttl_ms)
+                except _SHARD_ERRORS as e:
+                    self._shard_failed(shard, e)
+                    tried.add(index)
+                    pending.extend(members)
+                    continue
+                shard.succeeded()
+                for i, reply in zip(members, replies, strict=True):
+                    won[i] = reply == 1
+        self._count(claim_batches=1, claim_keys=len(names), claim_failovers=failovers)
+        return won
+
+    def _shard_order(self, names: Sequence[str]) -> list[Sequence[int]]:
+        """Per lock key, the shard indices in order of preference."""
+        if len(self.shards) == 1:
+            only = (0,)
+            return [only] * len(names)
+        orders = []
+        shard_hashes = list(enumerate(self._shard_hashes))
+        for name in names:
+            kh = job_hash(name)
+            weights = sorted(shard_hashes, key=lambda item: -score(item[1], kh))
+            orders.append([index for index, _ in weights])
+        return orders
+
+    def _claim_on(self, shard: Shard, names: list[str], ttl_ms: int) -> list[int]:
+        script = self._scripts[shard.index]["claim"]
+        args = [self._holder, int(ttl_ms)]
+        if len(names) <= CLAIM_CHUNK:
+            return list(script(keys=names, args=args))
+        pipe = shard.client.pipeline(transaction=False)
+        for start in range(0, len(names), CLAIM_CHUNK):
+            script(keys=names[start : start + CLAIM_CHUNK], args=args, client=pipe)
+        replies: list[int] = []
+        for part in pipe.execute():
+            replies.extend(part)
+        return replies
+
+    # -- the rest --------------------------------------------------------
+
+    def ping(self) -> bool:
+        up = False
+        for shard in self.shards:
+            try:
+                shard.client.ping()
+            except _SHARD_ERRORS as e:
+                self._shard_failed(shard, e)
+                continue
+            shard.succeeded()
+            up = True
+        return up
+
+    def stats(self) -> dict[str, int]:
+        with self._counter_lock:
+            counters = dict(self._counters)
+        counters["shards"] = len(self.shards)
+        counters["shards_up"] = sum(not s.down for s in self.shards)
+        return counters
+
+    def close(self) -> None:
+        for shard in self.shards:
+            shard.close()
+
+
+def _beat_ms(info: NodeInfo) -> int:
+    return -1 if info.last_heartbeat is None else to_ms(info.last_heartbeat)
+
+
+def _node_info(node_id: str, flat: Sequence[str]) -> NodeInfo:
+    fields = dict(zip(flat[0::2], flat[1::2], strict=True))
+    stats: dict[str, Any] = {}
+    if fields.get("stats"):
+        try:
+            loaded = json.loads(fields["stats"])
+        except ValueError:
+            log.warning("member %s published unreadable stats", node_id)
+        else:
+            if isinstance(loaded, dict):
+                stats = loaded
+    started = fields.get("started_at")
+    beat = fields.get("last_heartbeat")
+    return NodeInfo(
+        id=node_id,
+        address=fields.get("address", ""),
+        started_at=from_ms(int(started)) if started else None,
+        last_heartbeat=from_ms(int(beat)) if beat else None,
+        stats=stats,
+    )
