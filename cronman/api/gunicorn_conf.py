@@ -1,0 +1,38 @@
+"""gunicorn hooks used by ``cronman api`` (``-c python:cronman.api.gunicorn_conf``).
+
+They keep prometheus_client's multiprocess directory right: emptied at start,
+a dead worker's live gauges dropped, and a directory ``cronman api`` made for
+this server removed at exit.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# Set by ``cronman api`` when it created the directory itself (so it may delete it).
+OWNED_METRICS_DIR_ENV = "CRONMAN_API_OWNED_METRICS_DIR"
+
+
+def on_starting(server: Any) -> None:
+    path = os.environ.get(METRICS_DIR_ENV)
+    if path:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        for stale in Path(path).glob("*.db"):
+            stale.unlink(missing_ok=True)
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    if os.environ.get(METRICS_DIR_ENV):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)
+
+
+def on_exit(server: Any) -> None:
+    path = os.environ.get(METRICS_DIR_ENV)
+    if path and os.environ.get(OWNED_METRICS_DIR_ENV) == path:
+        shutil.rmtree(path, ignore_errors=True)

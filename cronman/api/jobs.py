@@ -1,0 +1,282 @@
+"""The ``/v1/jobs`` resources.
+
+Create, bulk create, list, read, replace (PUT), merge (PATCH), delete, pause,
+resume, trigger, next fire times, run history and backfill of jobs. Each write
+is one store call, i.e. one transaction (a bulk request included).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+from flask import Blueprint, Response, request
+from flask.views import MethodView
+
+from cronman.api import validation as v
+from cronman.api.common import (
+    MAX_BODY_BYTES,
+    MAX_BULK_BODY_BYTES,
+    json_response,
+    principal,
+    read_json,
+)
+from cronman.api.context import api_context
+from cronman.api.serialize import job_definition, job_json, restore_redacted, run_json
+from cronman.errors import Conflict, NotFound, ValidationError
+from cronman.ids import new_job_id
+from cronman.models import Job, JobFilter, RunFilter
+from cronman.schedules import job_times
+from cronman.store.tables import RUN_STATUSES
+from cronman.timeutil import format_rfc3339, utcnow
+
+bp = Blueprint("jobs", __name__, url_prefix="/v1/jobs")
+
+LIST_LIMIT_DEFAULT = 100
+LIST_LIMIT_MAX = 1000
+NEXT_COUNT_DEFAULT = 10
+NEXT_COUNT_MAX = 100
+BACKFILL_MAX = 10_000
+# Job and run ids are UUIDs; anything else cannot exist (and must not reach SQL).
+ID_RE = re.compile(r"^[0-9a-fA-F-]{1,36}$")
+
+
+def _store() -> Any:
+    return api_context().store
+
+
+def load_job(job_id: str) -> Job:
+    """The live job ``job_id`` the caller may see; 404 / 403 otherwise."""
+    job = _store().jobs.get_job(job_id) if ID_RE.match(job_id) else None
+    if job is None:
+        raise NotFound(f"no job {job_id!r}")
+    principal().require(job.namespace)
+    return job
+
+
+def store_spec(spec: dict[str, Any], job_id: str) -> dict[str, Any]:
+    """A validated definition as the store takes it (with the id the schedule was parsed for)."""
+    return {"id": job_id, **spec}
+
+
+def reject_bad_strings(value: Any, field: str) -> None:
+    """NUL characters and lone surrogates cannot be stored (PostgreSQL, UTF-8)."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValidationError("must not contain NUL characters", field=field or None)
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValidationError("must be valid Unicode (no lone surrogates)",
+                                  field=field or None) from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            sub = f"{field}.{key}" if field else str(key)
+            reject_bad_strings(key, sub)
+            reject_bad_strings(item, sub)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            reject_bad_strings(item, f"{field}[{i}]")
+
+
+class JobCollection(MethodView):
+    def get(self) -> Response:
+        args = request.args
+        namespace = args.get("namespace") or None
+        if namespace is not None:
+            v.check_namespace(namespace)
+            principal().require(namespace, field="namespace")
+        labels = v.parse_label_filter(args.getlist("label"))
+        for key, value in labels:
+            reject_bad_strings(key, "label")
+            reject_bad_strings(value, "label")
+        paused_raw = args.get("paused")
+        paused = None if not paused_raw else v.parse_bool_param(paused_raw, "paused")
+        limit = v.parse_int_param(args.get("limit"), "limit", default=LIST_LIMIT_DEFAULT,
+                                  lo=1, hi=LIST_LIMIT_MAX)
+        cursor = args.get("cursor") or None
+        if cursor is not None:
+            reject_bad_strings(cursor, "cursor")
+        flt = JobFilter(namespace=namespace, namespaces=principal().restriction(),
+                        labels=labels, paused=paused)
+        page = _store().jobs.list_jobs(flt, limit, cursor)
+        now = utcnow()
+        return json_response({"items": [job_json(j, now=now) for j in page.items],
+                              "next_cursor": page.next_cursor})
+
+    def post(self) -> Response:
+        body = read_json(max_bytes=MAX_BODY_BYTES)
+        reject_bad_strings(body, "")
+        now = utcnow()
+        job_id = new_job_id()
+        spec = v.validate_job(body, job_id=job_id, now=now)
+        principal().require(spec["namespace"], field="namespace")
+        (job,) = _store().jobs.create_jobs([store_spec(spec, job_id)])
+        return json_response(job_json(job, now=now), 201,
+                             {"Location": f"/v1/jobs/{job.id}"})
+
+
+class JobBulk(MethodView):
+    def post(self) -> Response:
+        body = read_json(max_bytes=MAX_BULK_BODY_BYTES)
+        reject_bad_strings(body, "")
+        items = v.validate_bulk(body)
+        now = utcnow()
+        specs = []
+        seen: dict[tuple[str, str], int] = {}
+        who = principal()
+        for i, item in enumerate(items):
+            job_id = new_job_id()
+            spec = v.validate_job(item, job_id=job_id, now=now, prefix=f"jobs[{i}]")
+            who.require(spec["namespace"], field=f"jobs[{i}].namespace")
+            key = (spec["namespace"], spec["name"])
+            if key in seen:
+                raise Conflict(f"name {spec['name']!r} given twice in namespace "
+                               f"{spec['namespace']!r} (also jobs[{seen[key]}])",
+                               field=f"jobs[{i}].name")
+            seen[key] = i
+            specs.append(store_spec(spec, job_id))
+        try:
+            jobs = _store().jobs.create_jobs(specs)
+        except Conflict as exc:
+            if len(specs) == 1 and exc.field == "name":
+                raise Conflict(exc.message, field="jobs[0].name") from None
+            raise
+        return json_response({"items": [job_json(j, now=now) for j in jobs]}, 201)
+
+
+def _replacement(job: Job, body: Any, *, merge: bool) -> dict[str, Any]:
+    """The validated new definition of ``job`` from a PUT (or, merged, PATCH) body."""
+    obj = v.require_object(body, None)
+    reject_bad_strings(obj, "")
+    v.check_read_only(obj, job_id=job.id, version=job.version, created_at=job.created_at)
+    given = v.strip_read_only(obj)
+    if merge:
+        given = {**job_definition(job), **given}
+    if "target" in given:
+        given["target"] = restore_redacted(given["target"], job.target)
+    if "dead_letter" in given:
+        given["dead_letter"] = restore_redacted(given["dead_letter"], job.dead_letter)
+    spec = v.validate_job(given, job_id=job.id, now=utcnow(), created_at=job.created_at,
+                          previous_schedule=job.schedule)
+    principal().require(spec["namespace"], field="namespace")
+    return spec
+
+
+class JobItem(MethodView):
+    def get(self, job_id: str) -> Response:
+        job = load_job(job_id)
+        last = _store().runs.last_runs([job.id]).get(job.id)
+        return json_response(job_json(job, now=utcnow(), last_run=last, with_last_run=True))
+
+    def put(self, job_id: str) -> Response:
+        return self._replace(job_id, merge=False)
+
+    def patch(self, job_id: str) -> Response:
+        return self._replace(job_id, merge=True)
+
+    def delete(self, job_id: str) -> Response:
+        load_job(job_id)
+        if not _store().jobs.delete_job(job_id):
+            raise NotFound(f"no job {job_id!r}")
+        return Response(status=204)
+
+    def _replace(self, job_id: str, *, merge: bool) -> Response:
+        body = read_json(max_bytes=MAX_BODY_BYTES)
+        job = load_job(job_id)
+        spec = _replacement(job, body, merge=merge)
+        updated = _store().jobs.update_job(job.id, spec)
+        return json_response(job_json(updated, now=utcnow()))
+
+
+class JobPause(MethodView):
+    paused = True
+
+    def post(self, job_id: str) -> Response:
+        job = load_job(job_id)
+        if job.paused != self.paused:
+            job = _store().jobs.update_job(job.id, {"paused": self.paused})
+        return json_response(job_json(job, now=utcnow()))
+
+
+class JobResume(JobPause):
+    paused = False
+
+
+class JobTrigger(MethodView):
+    def post(self, job_id: str) -> Response:
+        job = load_job(job_id)
+        run = _store().runs.request_trigger(job, utcnow())
+        return json_response(run_json(run), 202)
+
+
+class JobNext(MethodView):
+    def get(self, job_id: str) -> Response:
+        count = v.parse_int_param(request.args.get("count"), "count",
+                                  default=NEXT_COUNT_DEFAULT, lo=1, hi=NEXT_COUNT_MAX)
+        job = load_job(job_id)
+        times = job_times(job).fire_times(utcnow(), count)
+        return json_response({"fire_times": [_fmt(t) for t in times]})
+
+
+class JobRuns(MethodView):
+    def get(self, job_id: str) -> Response:
+        args = request.args
+        since = v.parse_time_param(args.get("since"), "since")
+        until = v.parse_time_param(args.get("until"), "until")
+        statuses: list[str] = []
+        for raw in args.getlist("status"):
+            for status in raw.split(","):
+                status = status.strip()
+                if not status:
+                    continue
+                if status not in RUN_STATUSES:
+                    raise ValidationError(
+                        f"unknown status {status!r}; one of {', '.join(RUN_STATUSES)}",
+                        field="status")
+                if status not in statuses:
+                    statuses.append(status)
+        limit = v.parse_int_param(args.get("limit"), "limit", default=LIST_LIMIT_DEFAULT,
+                                  lo=1, hi=LIST_LIMIT_MAX)
+        cursor = args.get("cursor") or None
+        if cursor is not None:
+            reject_bad_strings(cursor, "cursor")
+        job = load_job(job_id)
+        flt = RunFilter(since=since, until=until, statuses=tuple(statuses))
+        page = _store().runs.list_runs(job.id, flt, limit, cursor)
+        return json_response({"items": [run_json(r) for r in page.items],
+                              "next_cursor": page.next_cursor})
+
+
+class JobBackfill(MethodView):
+    def post(self, job_id: str) -> Response:
+        body = read_json(max_bytes=MAX_BODY_BYTES)
+        job = load_job(job_id)
+        since, until = v.validate_backfill(body, now=utcnow())
+        times = job_times(job).fire_times_between(since, until, BACKFILL_MAX + 1)
+        if len(times) > BACKFILL_MAX:
+            raise ValidationError(
+                f"the range holds more than {BACKFILL_MAX} fire times; backfill it in parts",
+                field="until")
+        requested = _store().runs.request_backfill(job, times) if times else 0
+        return json_response({"requested": requested, "fire_times": len(times)}, 202)
+
+
+def _fmt(t: datetime) -> str:
+    return format_rfc3339(t) or ""
+
+
+def _register() -> None:
+    bp.add_url_rule("", view_func=JobCollection.as_view("collection"))
+    bp.add_url_rule("/bulk", view_func=JobBulk.as_view("bulk"))
+    bp.add_url_rule("/<job_id>", view_func=JobItem.as_view("item"))
+    bp.add_url_rule("/<job_id>/pause", view_func=JobPause.as_view("pause"))
+    bp.add_url_rule("/<job_id>/resume", view_func=JobResume.as_view("resume"))
+    bp.add_url_rule("/<job_id>/trigger", view_func=JobTrigger.as_view("trigger"))
+    bp.add_url_rule("/<job_id>/next", view_func=JobNext.as_view("next"))
+    bp.add_url_rule("/<job_id>/runs", view_func=JobRuns.as_view("runs"))
+    bp.add_url_rule("/<job_id>/backfill", view_func=JobBackfill.as_view("backfill"))
+
+
+_register()

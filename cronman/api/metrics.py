@@ -1,0 +1,130 @@
+"""``GET /metrics``: request counts and latency by route and status, and the job count.
+
+Under gunicorn with several workers, ``cronman api`` sets
+``PROMETHEUS_MULTIPROC_DIR`` so that a scrape, whichever worker answers it,
+sees the sum over all workers (prometheus_client's multiprocess mode).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from flask import Blueprint, Flask, Response, current_app, g, request
+from flask.views import MethodView
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
+from sqlalchemy import func, select
+
+from cronman.store.tables import jobs
+
+log = logging.getLogger(__name__)
+
+bp = Blueprint("metrics", __name__)
+
+JOB_COUNT_CACHE_SECONDS = 5.0
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+METRICS_KEY = "cronman_metrics"
+
+
+class JobCountCollector:
+    """The number of live jobs, read from the store at scrape time (cached briefly)."""
+
+    def __init__(self, count: Callable[[], int | None]) -> None:
+        self._count = count
+        self._lock = threading.Lock()
+        self._cached: tuple[float, int | None] = (0.0, None)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        with self._lock:
+            at, value = self._cached
+            if value is None or time.monotonic() - at > JOB_COUNT_CACHE_SECONDS:
+                try:
+                    value = self._count()
+                except Exception:
+                    log.warning("cannot count jobs for /metrics", exc_info=True)
+                    value = None
+                self._cached = (time.monotonic(), value)
+        if value is not None:
+            yield GaugeMetricFamily("cronman_jobs", "Live (not deleted) jobs", value=value)
+
+
+class ApiMetrics:
+    def __init__(self, count_jobs: Callable[[], int | None]) -> None:
+        self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+        # In multiprocess mode values live in files; the objects need no registry.
+        own = None if self.multiprocess else CollectorRegistry(auto_describe=True)
+        self._own = own
+        self.requests = Counter(
+            "cronman_api_requests", "HTTP requests answered by the API",
+            ("method", "route", "status"), registry=own)
+        self.latency = Histogram(
+            "cronman_api_request_duration_seconds", "Time to answer an API request",
+            ("method", "route"), buckets=LATENCY_BUCKETS, registry=own)
+        self.job_count = JobCountCollector(count_jobs)
+        if own is not None:
+            own.register(self.job_count)  # type: ignore[arg-type]
+
+    def registry(self) -> CollectorRegistry:
+        if self._own is not None:
+            return self._own
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)
+        registry.register(self.job_count)  # type: ignore[arg-type]
+        return registry
+
+    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        self.requests.labels(method, route, str(status)).inc()
+        self.latency.labels(method, route).observe(seconds)
+
+
+def install(app: Flask, count_jobs: Callable[[], int | None]) -> ApiMetrics:
+    metrics = ApiMetrics(count_jobs)
+    app.extensions[METRICS_KEY] = metrics
+
+    @app.before_request
+    def _start_timer() -> None:
+        g.cronman_started = time.perf_counter()
+
+    @app.after_request
+    def _count(response: Response) -> Response:
+        started = g.pop("cronman_started", None)
+        if started is not None:
+            rule = request.url_rule
+            route = rule.rule if rule is not None else "unmatched"
+            metrics.observe(request.method, route, response.status_code,
+                            time.perf_counter() - started)
+        return response
+
+    return metrics
+
+
+class Metrics(MethodView):
+    def get(self) -> Response:
+        metrics: ApiMetrics = current_app.extensions[METRICS_KEY]
+        return Response(generate_latest(metrics.registry()), content_type=CONTENT_TYPE_LATEST)
+
+
+def count_live_jobs(store_of: Callable[[], Any]) -> Callable[[], int | None]:
+    """A counter of live jobs on the store's engine (one indexed count query)."""
+    stmt = select(func.count()).select_from(jobs).where(jobs.c.deleted_at.is_(None))
+
+    def count() -> int | None:
+        with store_of().engine.connect() as conn:
+            return int(conn.execute(stmt).scalar_one())
+
+    return count
+
+
+bp.add_url_rule("/metrics", view_func=Metrics.as_view("metrics"))

@@ -1,0 +1,51 @@
+"""The ``/v1/runs`` resources: one run, and replaying a finished one."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response
+from flask.views import MethodView
+
+from cronman.api.common import json_response, principal
+from cronman.api.context import api_context
+from cronman.api.jobs import ID_RE
+from cronman.api.serialize import run_json
+from cronman.errors import Conflict, NotFound
+from cronman.models import Job, Run
+
+bp = Blueprint("runs", __name__, url_prefix="/v1/runs")
+
+
+def load_run(run_id: str) -> tuple[Run, Job | None]:
+    """The run and its job (a deleted job's tombstone included); 404 / 403."""
+    store = api_context().store
+    run = store.runs.get_run(run_id) if ID_RE.match(run_id) else None
+    if run is None:
+        raise NotFound(f"no run {run_id!r}")
+    jobs = store.jobs.get_jobs([run.job_id])
+    job = jobs[0] if jobs else None
+    if job is None:
+        # A run whose job row is gone entirely: only an all-namespace caller sees it.
+        if not principal().is_admin:
+            raise NotFound(f"no run {run_id!r}")
+    else:
+        principal().require(job.namespace)
+    return run, job
+
+
+class RunItem(MethodView):
+    def get(self, run_id: str) -> Response:
+        run, _ = load_run(run_id)
+        return json_response(run_json(run))
+
+
+class RunReplay(MethodView):
+    def post(self, run_id: str) -> Response:
+        _, job = load_run(run_id)
+        if job is None or job.deleted_at is not None:
+            raise Conflict("the run's job was deleted; it cannot be replayed")
+        run = api_context().store.runs.request_replay(run_id)
+        return json_response(run_json(run), 202)
+
+
+bp.add_url_rule("/<run_id>", view_func=RunItem.as_view("item"))
+bp.add_url_rule("/<run_id>/replay", view_func=RunReplay.as_view("replay"))
