@@ -255,6 +255,7 @@ def run_phase(
     label: str,
     kill_after_s: float | None = None,
     drain_max: float | None = None,
+    finish_when_complete: bool = False,
 ) -> PhaseOutcome:
     """Run one system through one workload and measure it from the receiver."""
     echo = opts.echo
@@ -274,8 +275,9 @@ def run_phase(
              f"window {(ws - started_ms) / 1000:+.1f}s .. {(we - started_ms) / 1000:+.1f}s "
              f"from start")
         tally = Tally(w, keys, ws, we)
-        outcome = _watch(system, receiver, tally, opts, label, started_ms,
-                         kill_after_s, drain_max if drain_max is not None else opts.drain_max)
+        outcome = _watch(system, receiver, tally, opts, label, started_ms, kill_after_s,
+                         drain_max if drain_max is not None else opts.drain_max,
+                         finish_when_complete)
         outcome.result["timings"] = {**timings, **outcome.result.get("timings", {})}
         outcome.result["workload"] = w.to_dict()
         outcome.workload = w
@@ -290,7 +292,13 @@ def run_phase(
 
 
 def _watch(system: System, receiver: Receiver, tally: Tally, opts: BenchOptions, label: str,
-           started_ms: int, kill_after_s: float | None, drain_max: float) -> PhaseOutcome:
+           started_ms: int, kill_after_s: float | None, drain_max: float,
+           finish_when_complete: bool) -> PhaseOutcome:
+    """Tick every second: sample, read the log, report; measure; drain.
+
+    With ``finish_when_complete`` the measurement ends as soon as every owed
+    fire arrived (a herd), else at the window's end.
+    """
     echo = opts.echo
     tail = LogTail(receiver.log_path)
     ws, we = tally.start_ms, tally.end_ms
@@ -299,15 +307,29 @@ def _watch(system: System, receiver: Receiver, tally: Tally, opts: BenchOptions,
     usage_start: dict[str, Usage | None] = {}
     usage_end: dict[str, Usage | None] = {}
     killed: dict[str, Any] | None = None
-    expected: int | None = None
+    expected = tally.expected()
+    measured_ms: tuple[int, int] = (ws, we)  # when the counters were read
     drain_started: float | None = None
-    next_tick = time.monotonic()
+    next_tick = time.monotonic() + 1.0
+    tick_late: list[int] = []  # lateness of what arrived since the last progress line
     while True:
-        next_tick += 1.0
-        time.sleep(max(0.0, next_tick - time.monotonic()))
+        # Wake at every second, and exactly at the window's ends and the kill.
+        wake = next_tick
+        marks = [ws] if counters_start is None else []
+        if counters_end is None:
+            marks.append(we)
+        if kill_after_s is not None and killed is None:
+            marks.append(ws + int(kill_after_s * 1000))
+        for mark in marks:
+            ahead = (mark - now_ms()) / 1000
+            if ahead >= 0:
+                wake = min(wake, time.monotonic() + ahead)
+        time.sleep(max(0.0, wake - time.monotonic()))
+        ticked = time.monotonic() >= next_tick
+        if ticked:
+            next_tick += 1.0
         for p in system.processes:
             p.sample()
-        tick_late: list[int] = []
         for a in tail.read():
             tally.add(a)
             if a.lateness_ms is not None:
@@ -320,30 +342,38 @@ def _watch(system: System, receiver: Receiver, tally: Tally, opts: BenchOptions,
         if counters_start is None and now >= ws:
             counters_start = system.counters()
             usage_start = {p.name: p.sample() for p in system.processes}
+            measured_ms = (now, measured_ms[1])
         if (kill_after_s is not None and killed is None and counters_start is not None
                 and now >= ws + kill_after_s * 1000):
             victim = system.kill_one()
             if victim is not None:
                 killed = {"node": victim.name, "at_ms": int((victim.killed_at or 0) * 1000)}
                 echo(f"  [{label}] SIGKILL {victim.name} (pid {victim.pid})")
-        if counters_end is None and now >= we:
+        complete = len(tally.pairs) >= expected
+        if counters_end is None and counters_start is not None and (
+                complete if finish_when_complete else now >= we):
             counters_end = system.counters()
             usage_end = {p.name: p.usage for p in system.processes}
-            expected = tally.expected()
+            measured_ms = (measured_ms[0], now)
+        if drain_started is None and now >= we:
             drain_started = time.monotonic()
+        if not ticked and not (complete and drain_started is not None):
+            continue
         tick_late.sort()
         phase = "warm-up" if now < ws else ("measure" if now < we else "drain")
         echo(f"  [{label}] {phase:7s} {(now - started_ms) / 1000:6.1f}s  "
              f"received {len(tick_late):6,}/s  p99(1s) {_ms(percentile(tick_late, 99))}  "
-             f"owed fires delivered {len(tally.pairs):,}"
-             + (f"/{expected:,}" if expected is not None else ""))
+             f"owed fires delivered {len(tally.pairs):,}/{expected:,}")
+        tick_late = []
         if drain_started is not None:
-            assert expected is not None
             idle_since = tally.last_new_pair_ms or ws
-            done = len(tally.pairs) >= expected
             idle = now - idle_since > opts.drain_idle * 1000
-            if done or idle or time.monotonic() - drain_started > drain_max:
+            if complete or idle or time.monotonic() - drain_started > drain_max:
                 break
+    if counters_end is None:  # finish_when_complete, and it never completed
+        counters_end = system.counters()
+        usage_end = {p.name: p.usage for p in system.processes}
+        measured_ms = (measured_ms[0], now_ms())
     # Final samples, then stop the processes and read the rest of the log.
     for p in system.processes:
         p.sample()
@@ -352,7 +382,7 @@ def _watch(system: System, receiver: Receiver, tally: Tally, opts: BenchOptions,
     receiver.stop()
     for a in tail.read():
         tally.add(a)
-    assert expected is not None and counters_start is not None and counters_end is not None
+    assert counters_start is not None and counters_end is not None
     delivery = tally.summary(expected)
     result = {
         "system": system.name,
@@ -360,7 +390,7 @@ def _watch(system: System, receiver: Receiver, tally: Tally, opts: BenchOptions,
         "window": {"start_ms": ws, "end_ms": we,
                    "start_after_launch_s": round((ws - started_ms) / 1000, 3)},
         "delivery": delivery,
-        "cost": _cost(system, tally, usage_start, usage_end, usage_final,
+        "cost": _cost(system, tally, measured_ms, usage_start, usage_end, usage_final,
                       counters_start, counters_end),
         "notes": list(getattr(system, "notes", [])),
     }
@@ -374,10 +404,16 @@ def _ms(v: int | None) -> str:
     return f"{v:6,} ms" if v is not None else "     - ms"
 
 
-def _cost(system: System, tally: Tally, usage_start: dict[str, Usage | None],
-          usage_end: dict[str, Usage | None], usage_final: dict[str, Usage | None],
-          c0: dict[str, int], c1: dict[str, int]) -> dict[str, Any]:
-    fires = tally.window_arrivals or len(tally.pairs)
+def _cost(system: System, tally: Tally, measured_ms: tuple[int, int],
+          usage_start: dict[str, Usage | None], usage_end: dict[str, Usage | None],
+          usage_final: dict[str, Usage | None], c0: dict[str, int], c1: dict[str, int]
+          ) -> dict[str, Any]:
+    """CPU, memory and service counters over the measured interval, per fire.
+
+    "Per fire" divides by the callbacks (of any fire time) that arrived while
+    the counters ran, which is the work done in that interval.
+    """
+    fires = tally.arrivals_between(*measured_ms)
     procs = []
     cpu_window = 0.0
     for p in system.processes:
@@ -392,6 +428,7 @@ def _cost(system: System, tally: Tally, usage_start: dict[str, Usage | None],
             "killed": p.killed_at is not None,
         })
     out: dict[str, Any] = {
+        "measured_s": round((measured_ms[1] - measured_ms[0]) / 1000, 2),
         "fires_in_window": fires,
         "processes": procs,
         "cpu_s_window": round(cpu_window, 2),

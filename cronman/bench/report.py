@@ -61,7 +61,7 @@ class Tally:
         self.first_arrival_ms: int | None = None
         self.last_arrival_ms: int | None = None
         self.last_new_pair_ms: int | None = None
-        self.window_arrivals = 0  # arrivals of any fire, received inside the window
+        self._hist: dict[int, int] = {}  # arrivals of any fire per 100 ms of arrival time
 
     def set_window(self, start_ms: int, end_ms: int) -> None:
         """Fix the window (before any in-window arrival was counted)."""
@@ -73,8 +73,8 @@ class Tally:
         if self.first_arrival_ms is None:
             self.first_arrival_ms = a.arrived_ms
         self.last_arrival_ms = a.arrived_ms
-        if self.start_ms <= a.arrived_ms < self.end_ms:
-            self.window_arrivals += 1
+        slot = a.arrived_ms // 100
+        self._hist[slot] = self._hist.get(slot, 0) + 1
         if a.attempt > 1:
             self.retries += 1
         i = self.index.get(a.job_id)
@@ -97,6 +97,11 @@ class Tally:
         if a.arrived_ms < rec[0]:
             rec[0] = a.arrived_ms
         return False
+
+    def arrivals_between(self, lo_ms: int, hi_ms: int) -> int:
+        """Arrivals of any fire received in [lo_ms, hi_ms) (to 100 ms)."""
+        lo, hi = lo_ms // 100, hi_ms // 100
+        return sum(n for slot, n in self._hist.items() if lo <= slot < hi)
 
     def expected(self) -> int:
         return self.w.expected_count(self.start_ms, self.end_ms)
@@ -124,7 +129,8 @@ class Tally:
             "duplicated_pairs": dup_pairs,
             "duplicate_deliveries": dup_extra,
             "fires_per_s": round(delivered / seconds, 1) if seconds > 0 else None,
-            "received_per_s": round(self.window_arrivals / seconds, 1) if seconds > 0 else None,
+            "received_per_s": round(self.arrivals_between(self.start_ms, self.end_ms) / seconds,
+                                    1) if seconds > 0 else None,
             "lateness": late,
             "last_arrival_after_window_start_ms": None if last is None else last - self.start_ms,
             "arrivals_total": self.arrivals,

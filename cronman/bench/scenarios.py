@@ -268,14 +268,20 @@ def herd(opts: BenchOptions, params: ScenarioParams) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     for name, build in _systems(opts, peers, "herd"):
         o = _phase_or_error(name, build, opts, lambda s, n=name: run_phase(
-            s, make, window, opts, label=f"herd-{n}", drain_max=max(opts.drain_max, 300)))
+            s, make, window, opts, label=f"herd-{n}", drain_max=max(opts.drain_max, 300),
+            finish_when_complete=True))
         if isinstance(o, PhaseOutcome):
             res = o.result
             last = dig(res, "delivery.last_arrival_after_window_start_ms")
+            delivered = res["delivery"]["delivered_unique"]
             res["herd"] = {"due_at_ms": o.workload.base_ms,
                            "ready_before_due_s": round((o.workload.base_ms - o.started_ms)
                                                        / 1000, 2),
-                           "last_arrival_after_due_ms": last}
+                           "last_arrival_after_due_ms": last,
+                           "fires_per_s_until_last": round(delivered * 1000 / last, 1)
+                           if last else None}
+            # A one-second window says nothing about a rate: report the herd's.
+            res["delivery"]["fires_per_s"] = res["herd"]["fires_per_s_until_last"]
             if o.workload.base_ms < o.started_ms + 2000:
                 res["notes"].append("the herd was due less than 2 s after start-up: "
                                     "raise --lead")
