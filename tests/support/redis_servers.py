@@ -224,8 +224,7 @@ class SentinelSetup:
             for s in self.sentinels:
                 try:
                     with s.client(decode_responses=True) as c:
-                        info = c.execute_command("SENTINEL", "MASTER", SERVICE)
-                        fields = dict(zip(info[0::2], info[1::2], strict=True))
+                        fields = _as_dict(c.execute_command("SENTINEL MASTER", SERVICE))
                 except redis.RedisError:
                     return False
                 if int(fields.get("num-slaves", 0)) < 1:
@@ -236,6 +235,12 @@ class SentinelSetup:
                 return c.info("replication").get("master_link_status") == "up"
 
         wait_until(ready, timeout, "sentinels to see the replica and each other", 0.1)
+
+
+def _as_dict(reply) -> dict:
+    if isinstance(reply, dict):
+        return reply
+    return dict(zip(reply[0::2], reply[1::2], strict=True))
 
 
 @contextmanager
