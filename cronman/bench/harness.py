@@ -26,6 +26,7 @@ from cronman.bench.receiver import LogTail, Receiver
 from cronman.bench.report import Tally, percentile
 from cronman.bench.services import DEFAULT_ADMIN_URL, PrivateRedis, ScratchDatabase
 from cronman.bench.workload import Workload, create_cronman_jobs
+from cronman.config import DEFAULT_HEARTBEAT_TTL
 from cronman.timeutil import now_ms
 
 Echo = Callable[[str], None]
@@ -37,7 +38,7 @@ class BenchOptions:
 
     nodes: int = 3
     replicas: int = 2
-    heartbeat_ttl: float = 10.0
+    heartbeat_ttl: float = DEFAULT_HEARTBEAT_TTL
     warmup: float = 5.0
     drain_max: float = 60.0
     drain_idle: float = 5.0

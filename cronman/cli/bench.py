@@ -49,7 +49,7 @@ def _parse_peers(value: str | None) -> tuple[str, ...] | None:
 @click.option("--database-url", envvar="CRONMAN_BENCH_DATABASE_URL", default=None,
               help="A PostgreSQL server to make scratch databases on "
                    "(postgresql+psycopg2://user@host:port/db).")
-@click.option("--heartbeat-ttl", type=click.FloatRange(1, 600), default=10.0,
+@click.option("--heartbeat-ttl", type=click.FloatRange(1, 600), default=30.0,
               show_default=True, help="CRONMAN_HEARTBEAT_TTL for the nodes.")
 @click.option("--p99-limit", type=click.IntRange(1, 60_000), default=100, show_default=True,
               help="max-rate/million: the p99 lateness (ms) that counts as sustained.")
