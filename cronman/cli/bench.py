@@ -58,7 +58,7 @@ def _parse_peers(value: str | None) -> tuple[str, ...] | None:
 @click.option("--max-rate", "max_rate_", type=click.FloatRange(1, 1e6), default=16_000.0,
               show_default=True, help="max-rate: the highest rate tried (fires/s).")
 @click.option("--lead", type=click.FloatRange(1, 3600), default=None,
-              help="herd: seconds from job creation to the herd's instant (default 20 + J/1000).")
+              help="herd: seconds from job creation to the herd's instant (default 20 + J/1000; SQLAlchemy peer 20 + J/400).")
 @click.option("--drain", type=click.FloatRange(1, 3600), default=60.0, show_default=True,
               help="Longest wait for late arrivals after the window.")
 @click.option("--keep", is_flag=True, help="Keep scratch databases and receiver logs.")
