@@ -1,0 +1,299 @@
+"""The result writer: run changes leave the node in batches, never lost on a
+database outage.
+
+The event loop hands in ``RunUpdate``s (``update``); a flusher task writes them
+every ``flush_interval`` (or sooner when ``max_batch`` are waiting) with one
+``write_run_updates`` call on a worker thread -- one commit for many runs.
+Updates to the same run are merged, so a short run costs one write after its
+claim.
+
+Two more kinds of rows wait here while the database is down:
+
+- *claims made without the fence* (the coordinator lock was won, the database
+  was down, the run was dispatched): they are inserted through the fence
+  (``claim_runs``) before any update. A row that turns out to exist already
+  was fired twice: logged, counted in ``cronman_double_fires_total``, and our
+  updates for it are dropped (the existing row keeps its own record).
+- *fires nobody could claim* (neither database nor coordinator reachable):
+  recorded as ``skipped`` rows with an error, through the fence (so a replica
+  that did fire keeps its row), some seconds after the database came back so
+  that such a replica's own write-through goes first.
+
+A failed flush keeps everything and retries with exponential backoff. Memory
+is bounded (``max_pending``): beyond it the least valuable rows go first
+(records of unclaimable fires, then intermediate statuses, then the oldest
+final ones), each counted in ``cronman_results_dropped_total`` and logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from concurrent.futures import Executor
+from dataclasses import fields
+from datetime import datetime
+from typing import Any
+
+from cronman.errors import StoreUnavailable
+from cronman.models import Run, RunUpdate
+from cronman.scheduler.metrics import NodeMetrics
+from cronman.scheduler.ratelog import RateLimitedLog
+from cronman.store.tables import FINAL_STATUSES
+
+log = logging.getLogger(__name__)
+
+DEFAULT_FLUSH_INTERVAL = 0.25
+DEFAULT_MAX_BATCH = 1000
+DEFAULT_MAX_PENDING = 200_000
+MIN_RETRY = 0.1
+MAX_RETRY = 5.0
+# Seconds the database must have been back before records of unclaimable
+# fires are written (a replica's write-through of the real fire goes first).
+UNREACHABLE_WRITE_DELAY = 5.0
+
+_MERGED_FIELDS = tuple(f.name for f in fields(RunUpdate)
+                       if f.name not in ("id", "scheduled_for", "status", "error", "result",
+                                         "extra"))
+
+
+def merge_update(old: RunUpdate, new: RunUpdate) -> RunUpdate:
+    """``new`` applied on top of ``old`` (same run): status, error and result
+    come from ``new``; other fields from ``new`` where set, else ``old``."""
+    old.status = new.status
+    old.error = new.error
+    old.result = new.result
+    for name in _MERGED_FIELDS:
+        value = getattr(new, name)
+        if value is not None:
+            setattr(old, name, value)
+    if new.extra:
+        old.extra = {**old.extra, **new.extra}
+    return old
+
+
+class ResultWriter:
+    """Batches run rows and updates from the event loop into the store."""
+
+    def __init__(self, store: Any, executor: Executor, metrics: NodeMetrics, *,
+                 flush_interval: float = DEFAULT_FLUSH_INTERVAL,
+                 max_batch: int = DEFAULT_MAX_BATCH,
+                 max_pending: int = DEFAULT_MAX_PENDING) -> None:
+        self._store = store
+        self._executor = executor
+        self._metrics = metrics
+        self.flush_interval = flush_interval
+        self.max_batch = max_batch
+        self.max_pending = max_pending
+        self._updates: dict[str, RunUpdate] = {}
+        self._claims: list[Run] = []
+        self._cursors: list[tuple[str, datetime, int]] = []
+        self._unreachable: list[Run] = []
+        self._foreign: dict[str, float] = {}  # run ids found to belong to a double fire
+        self._wake: asyncio.Event | None = None
+        self._lock = asyncio.Lock()
+        self._db_ok_since: float | None = time.monotonic()
+        self._retry = MIN_RETRY
+        self._ratelog = RateLimitedLog(log)
+        self.writes = 0  # commits made (updates and claims), for tests and stats
+
+    # -- event-loop side --------------------------------------------------
+
+    def update(self, u: RunUpdate) -> None:
+        """Queue a change to a run; merged with a queued change to the same run."""
+        if u.id in self._foreign:
+            return
+        old = self._updates.get(u.id)
+        if old is None:
+            self._updates[u.id] = u
+        else:
+            merge_update(old, u)
+        self._after_add()
+
+    def insert_later(self, runs: Sequence[Run], cursors: Sequence[tuple[str, datetime, int]]) -> None:
+        """Claims made while the database was down: insert them (through the
+        fence) before any update, when the database is back."""
+        self._claims.extend(runs)
+        self._cursors.extend(cursors)
+        self._after_add()
+
+    def record_unreachable(self, runs: Sequence[Run]) -> None:
+        """Fires nobody could claim: written as ``skipped`` rows when possible."""
+        self._unreachable.extend(runs)
+        self._after_add()
+
+    def discard(self, run_id: str) -> None:
+        """Drop queued and future updates of a run this node no longer owns."""
+        self._updates.pop(run_id, None)
+        self._foreign[run_id] = time.monotonic()
+
+    def has_pending_claim(self, run_id: str) -> bool:
+        return any(r.id == run_id for r in self._claims)
+
+    @property
+    def pending(self) -> int:
+        return len(self._updates) + len(self._claims) + len(self._unreachable)
+
+    def _after_add(self) -> None:
+        n = self.pending
+        if n > self.max_pending:
+            self._shed(n - self.max_pending)
+        if self._wake is not None and len(self._updates) >= self.max_batch:
+            self._wake.set()
+
+    def _shed(self, excess: int) -> None:
+        dropped = 0
+        while excess > 0 and self._unreachable:
+            self._unreachable.pop(0)
+            excess -= 1
+            dropped += 1
+        if excess > 0:
+            for run_id in [k for k, u in self._updates.items()
+                           if u.status not in FINAL_STATUSES][:excess]:
+                del self._updates[run_id]
+                excess -= 1
+                dropped += 1
+        if excess > 0:
+            for run_id in list(self._updates)[:excess]:
+                del self._updates[run_id]
+                dropped += 1
+        if dropped:
+            self._metrics.results_dropped.inc(dropped)
+            self._ratelog.error("shed", "run write buffer full (%d waiting): dropped %d updates; "
+                                "the database has been unreachable too long", self.pending,
+                                dropped)
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Flush periodically until ``stopping`` is set (the caller then calls
+        ``drain``)."""
+        self._wake = asyncio.Event()
+        while not stopping.is_set():
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=self.flush_interval)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            if stopping.is_set():
+                break
+            ok = await self.flush()
+            if not ok:
+                await asyncio.sleep(self._retry)
+                self._retry = min(MAX_RETRY, self._retry * 2)
+            else:
+                self._retry = MIN_RETRY
+
+    async def drain(self, deadline: float) -> bool:
+        """Flush until nothing is left or the monotonic ``deadline`` passes."""
+        delay = MIN_RETRY
+        while True:
+            ok = await self.flush(final=True)
+            if ok and not self._updates and not self._claims:
+                return True
+            if time.monotonic() + delay > deadline:
+                if self.pending:
+                    log.error("stopping with %d run writes not done: the database is "
+                              "unreachable", self.pending)
+                return False
+            await asyncio.sleep(delay)
+            delay = min(1.0, delay * 2)
+
+    async def flush(self, final: bool = False) -> bool:
+        """Write what is queued (one batch each of claims and updates). False
+        when the database was unreachable (everything is kept)."""
+        async with self._lock:
+            return await self._flush(final)
+
+    async def _flush(self, final: bool) -> bool:
+        if not self._updates and not self._claims and not self._due_unreachable(final):
+            return True
+        claims, cursors = self._claims, self._cursors
+        self._claims, self._cursors = [], []
+        updates = self._updates
+        self._updates = {}
+        unreachable: list[Run] = []
+        if self._due_unreachable(final):
+            unreachable, self._unreachable = self._unreachable, []
+        loop = asyncio.get_running_loop()
+        try:
+            foreign, written = await loop.run_in_executor(
+                self._executor, self._write, claims, cursors, list(updates.values()),
+                unreachable)
+        except StoreUnavailable as exc:
+            self._metrics.store_errors.labels("write_runs").inc()
+            self._ratelog.error("store", "cannot write %d run changes, will retry: %s",
+                                len(updates) + len(claims), exc)
+            self._db_ok_since = None
+            self._restore(claims, cursors, updates, unreachable)
+            return False
+        except Exception:
+            log.exception("unexpected error writing run changes; will retry")
+            self._restore(claims, cursors, updates, unreachable)
+            return False
+        finally:
+            self._metrics.pending_writes.set(self.pending)
+        if self._db_ok_since is None:
+            self._db_ok_since = time.monotonic()
+            self._ratelog.clear("store")
+            log.info("database reachable again: run changes written")
+        self.writes += written
+        if foreign:
+            now = time.monotonic()
+            for run_id in foreign:
+                self._foreign[run_id] = now
+                self._updates.pop(run_id, None)
+            self._expire_foreign(now)
+        return True
+
+    def _due_unreachable(self, final: bool) -> bool:
+        if not self._unreachable or self._db_ok_since is None:
+            return False
+        return final or time.monotonic() - self._db_ok_since >= UNREACHABLE_WRITE_DELAY
+
+    def _restore(self, claims: list[Run], cursors: list[tuple[str, datetime, int]],
+                 updates: dict[str, RunUpdate], unreachable: list[Run]) -> None:
+        self._claims[:0] = claims
+        self._cursors[:0] = cursors
+        self._unreachable[:0] = unreachable
+        newer = self._updates
+        self._updates = updates
+        for u in newer.values():
+            old = updates.get(u.id)
+            if old is None:
+                updates[u.id] = u
+            else:
+                merge_update(old, u)
+        if self.pending > self.max_pending:
+            self._shed(self.pending - self.max_pending)
+
+    def _expire_foreign(self, now: float) -> None:
+        if len(self._foreign) > 10_000:
+            for run_id, at in list(self._foreign.items()):
+                if now - at > 3600:
+                    del self._foreign[run_id]
+
+    # -- worker-thread side -----------------------------------------------
+
+    def _write(self, claims: list[Run], cursors: list[tuple[str, datetime, int]],
+               updates: list[RunUpdate], unreachable: list[Run]) -> tuple[set[str], int]:
+        foreign: set[str] = set()
+        written = 0
+        if claims or cursors:
+            inserted = self._store.runs.claim_runs(claims, cursors)
+            written += 1
+            foreign = {r.id for r in claims if r.id not in inserted}
+            if foreign:
+                self._metrics.double_fires.inc(len(foreign))
+                for r in claims:
+                    if r.id in foreign:
+                        log.error("double fire: job %s at %s was dispatched while the database "
+                                  "was down, and its run %s already existed (another node "
+                                  "fired it too)", r.job_id, r.scheduled_for.isoformat(), r.id)
+            updates = [u for u in updates if u.id not in foreign]
+        if updates:
+            self._store.runs.write_run_updates(updates)
+            written += 1
+        if unreachable:
+            self._store.runs.claim_runs(unreachable, ())
+            written += 1
+        return foreign, written
