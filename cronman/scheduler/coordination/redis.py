@@ -43,7 +43,7 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from importlib.resources import files
 from typing import Any
 
@@ -243,20 +243,23 @@ class RedisCoordinator:
         names = [self.lock_key(job_id, fire_ms) for job_id, fire_ms in keys]
         won = [False] * len(names)
         pending = list(range(len(names)))
-        ranked = self._shard_order(names)
+        hashes = [job_hash(n) for n in names] if len(self.shards) > 1 else None
         tried: set[int] = set()
         failovers = 0
         while pending:
-            usable = {s.index for s in self.shards if s.index not in tried and s.available()}
+            usable = [s.index for s in self.shards if s.index not in tried and s.available()]
             if not usable:
                 raise self._unavailable("the fire claims")
             groups: dict[int, list[int]] = {}
-            for i in pending:
-                order = ranked[i]
-                target = next(k for k in order if k in usable)
-                if target != order[0]:
-                    failovers += 1
-                groups.setdefault(target, []).append(i)
+            if hashes is None:
+                groups[usable[0]] = pending
+            else:
+                everyone = len(usable) == len(self.shards)
+                for i in pending:
+                    target = self._place(hashes[i], usable)
+                    if not everyone and target != self._place(hashes[i], range(len(self.shards))):
+                        failovers += 1
+                    groups.setdefault(target, []).append(i)
             pending = []
             for index, members in groups.items():
                 shard = self.shards[index]
@@ -273,18 +276,14 @@ class RedisCoordinator:
         self._count(claim_batches=1, claim_keys=len(names), claim_failovers=failovers)
         return won
 
-    def _shard_order(self, names: Sequence[str]) -> list[Sequence[int]]:
-        """Per lock key, the shard indices in order of preference."""
-        if len(self.shards) == 1:
-            only = (0,)
-            return [only] * len(names)
-        orders = []
-        shard_hashes = list(enumerate(self._shard_hashes))
-        for name in names:
-            kh = job_hash(name)
-            weights = sorted(shard_hashes, key=lambda item: -score(item[1], kh))
-            orders.append([index for index, _ in weights])
-        return orders
+    def _place(self, key_hash: int, candidates: Iterable[int]) -> int:
+        """The candidate shard with the highest rendezvous weight for a lock key."""
+        best_index, best_weight = -1, -1
+        for index in candidates:
+            weight = score(self._shard_hashes[index], key_hash)
+            if weight > best_weight:
+                best_index, best_weight = index, weight
+        return best_index
 
     def _claim_on(self, shard: Shard, names: list[str], ttl_ms: int) -> list[int]:
         script = self._scripts[shard.index]["claim"]
