@@ -72,6 +72,8 @@ def classify(ip: IPAddress) -> str | None:
     if ip in METADATA_ADDRESSES:
         return "cloud metadata"
     if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:  # the socket connects to the IPv4 address itself
+            return classify(ip.ipv4_mapped)
         embedded = _embedded_ipv4(ip)
         if embedded is not None:
             inner = classify(embedded)
@@ -100,6 +102,13 @@ def classify(ip: IPAddress) -> str | None:
     return None
 
 
+def _show(ip: IPAddress) -> str:
+    """``::ffff:127.0.0.1`` rather than ``::ffff:7f00:1``."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return f"::ffff:{ip.ipv4_mapped}"
+    return str(ip)
+
+
 def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
     if ip.ipv4_mapped is not None:
         return ip.ipv4_mapped
@@ -125,7 +134,7 @@ def address_refusal(address: str) -> str | None:
     except ValueError:
         return f"target resolves to an unrecognised address {address!r}; {HINT}"
     category = classify(ip)
-    return None if category is None else refusal_message(str(ip), category)
+    return None if category is None else refusal_message(_show(ip), category)
 
 
 def literal_refusal(host: str) -> str | None:
@@ -138,7 +147,7 @@ def literal_refusal(host: str) -> str | None:
     except ValueError:
         return None
     category = classify(ip)
-    return None if category is None else refusal_message(str(ip), category)
+    return None if category is None else refusal_message(_show(ip), category)
 
 
 class GuardedResolver(AbstractResolver):
@@ -158,7 +167,7 @@ class GuardedResolver(AbstractResolver):
             if category is None:
                 allowed.append(result)
             elif first_refused is None:
-                first_refused = (result["host"], category)
+                first_refused = (_show_text(result["host"]), category)
         if not allowed:
             if first_refused is None:
                 raise OSError(f"no address found for {host}")
@@ -167,6 +176,13 @@ class GuardedResolver(AbstractResolver):
 
     async def close(self) -> None:
         await self._inner.close()
+
+
+def _show_text(address: str) -> str:
+    try:
+        return _show(ipaddress.ip_address(address))
+    except ValueError:
+        return address
 
 
 def _category_of(result: Any) -> str | None:

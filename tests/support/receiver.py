@@ -57,6 +57,7 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
+    request_queue_size = 512  # many callbacks connect at once
 
     def __init__(self, address: tuple[str, int], receiver: Receiver, family: int) -> None:
         self.address_family = family

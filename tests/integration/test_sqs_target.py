@@ -1,0 +1,211 @@
+"""SqsTarget against a real moto SQS server on a random loopback port."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import boto3
+import pytest
+
+from cronman.callbacks import Delivery, Outcome, dead_letter_delivery, validate_target
+from cronman.callbacks.dead_letter import validate_dead_letter
+from cronman.callbacks.sqs import SqsTarget
+from cronman.ids import run_id_for
+from tests.support.moto import MotoServer, aws_test_env, moto_server
+
+REGION = "us-east-1"
+WHEN = datetime(2026, 11, 22, 7, 0, 0, 250000, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def moto() -> Iterator[MotoServer]:
+    with moto_server() as server:
+        yield server
+
+
+@pytest.fixture
+def sqs(moto, monkeypatch):
+    """A boto3 client of the moto server, emptied before each test."""
+    aws_test_env(monkeypatch=monkeypatch)
+    moto.reset()
+    return boto3.client("sqs", region_name=REGION, endpoint_url=moto.endpoint_url)
+
+
+def make(moto: MotoServer, queue_url: str, **fields) -> dict:
+    return validate_target(
+        {
+            "kind": "sqs",
+            "queue_url": queue_url,
+            "region": REGION,
+            "endpoint_url": moto.endpoint_url,
+            "body": "hello",
+            **fields,
+        }
+    )
+
+
+def delivery(target: dict, *, job_id: str = "job-1", when: datetime = WHEN, attempt: int = 1):
+    return Delivery(
+        job_id=job_id,
+        run_id=run_id_for(job_id, when),
+        scheduled_for=when,
+        attempt=attempt,
+        target=target,
+    )
+
+
+def fire(*deliveries: Delivery, **kwargs) -> list[Outcome]:
+    async def go():
+        target = SqsTarget(**kwargs)
+        try:
+            return [await target.deliver(d) for d in deliveries]
+        finally:
+            await target.close()
+
+    return asyncio.run(go())
+
+
+def receive_all(sqs, queue_url: str) -> list[dict]:
+    messages: list[dict] = []
+    for _ in range(3):
+        got = sqs.receive_message(
+            QueueUrl=queue_url,
+            MaxNumberOfMessages=10,
+            MessageAttributeNames=["All"],
+            AttributeNames=["All"],
+            WaitTimeSeconds=0,
+        ).get("Messages", [])
+        if not got and messages:
+            break
+        messages.extend(got)
+    return messages
+
+
+def test_standard_queue_body_and_attributes(moto, sqs):
+    queue = sqs.create_queue(QueueName="jobs")["QueueUrl"]
+    d = delivery(make(moto, queue, body='{"kind":"digest"}', attributes={"team": "billing"}))
+    [outcome] = fire(d)
+    assert outcome.ok, outcome.error
+    [message] = receive_all(sqs, queue)
+    assert outcome.result == {"message_id": message["MessageId"]}
+    assert message["Body"] == '{"kind":"digest"}'
+    attrs = {k: (v["DataType"], v["StringValue"]) for k, v in message["MessageAttributes"].items()}
+    assert attrs == {
+        "team": ("String", "billing"),
+        "cronman-job-id": ("String", "job-1"),
+        "cronman-run-id": ("String", d.run_id),
+        "cronman-scheduled-for": ("String", "2026-11-22T07:00:00.25Z"),
+    }
+
+
+def test_fifo_group_defaults_to_job_and_dedup_is_the_run(moto, sqs):
+    queue = sqs.create_queue(QueueName="jobs.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    target = make(moto, queue)
+    first = delivery(target, attempt=1)
+    retry = delivery(target, attempt=2)  # same run: same deduplication id
+    other = delivery(target, when=datetime(2026, 11, 22, 7, 5, tzinfo=UTC))
+    outcomes = fire(first, retry, other)
+    assert all(o.ok for o in outcomes), outcomes
+    assert all(o.result.get("sequence_number") for o in outcomes)
+    messages = receive_all(sqs, queue)
+    assert len(messages) == 2  # the retry of the same run was deduplicated
+    assert [m["Attributes"]["MessageGroupId"] for m in messages] == ["job-1", "job-1"]
+    assert sorted(m["Attributes"]["MessageDeduplicationId"] for m in messages) == sorted(
+        [first.run_id, other.run_id]
+    )
+
+
+def test_fifo_explicit_group(moto, sqs):
+    queue = sqs.create_queue(QueueName="grouped.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    [outcome] = fire(delivery(make(moto, queue, message_group_id="tenant-7")))
+    assert outcome.ok
+    [message] = receive_all(sqs, queue)
+    assert message["Attributes"]["MessageGroupId"] == "tenant-7"
+
+
+def test_missing_queue_is_a_failed_outcome(moto, sqs):
+    queue = f"{moto.endpoint_url}/123456789012/no-such-queue"
+    [outcome] = fire(delivery(make(moto, queue)))
+    assert not outcome.ok
+    assert "does not exist" in outcome.error and queue in outcome.error
+
+
+def test_unreachable_endpoint_is_a_failed_outcome(monkeypatch):
+    aws_test_env(monkeypatch=monkeypatch)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    endpoint = f"http://127.0.0.1:{port}"
+    target = validate_target(
+        {
+            "kind": "sqs",
+            "queue_url": f"{endpoint}/1/q",
+            "region": REGION,
+            "endpoint_url": endpoint,
+            "body": "x",
+        }
+    )
+    [outcome] = fire(delivery(target), max_attempts=1)
+    assert not outcome.ok and outcome.retryable
+    assert "cannot reach the SQS endpoint" in outcome.error
+
+
+def test_sends_do_not_block_the_event_loop(moto, sqs):
+    queue = sqs.create_queue(QueueName="busy")["QueueUrl"]
+    target = make(moto, queue)
+
+    async def go():
+        sender = SqsTarget(max_workers=4)
+        gaps: list[float] = []
+        stop = asyncio.Event()
+
+        async def ticker():
+            last = time.monotonic()
+            while not stop.is_set():
+                await asyncio.sleep(0.005)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+
+        tick = asyncio.create_task(ticker())
+        try:
+            outcomes = await asyncio.gather(
+                *(sender.deliver(delivery(target, job_id=f"j{i}")) for i in range(12))
+            )
+        finally:
+            stop.set()
+            await tick
+            await sender.close()
+        return outcomes, gaps
+
+    outcomes, gaps = asyncio.run(go())
+    assert all(o.ok for o in outcomes)
+    assert len(gaps) > 5
+    # The loop kept turning while boto3 worked on its threads.
+    assert max(gaps) < 0.5
+
+
+def test_dead_letter_to_sqs(moto, sqs):
+    queue = sqs.create_queue(QueueName="dlq")["QueueUrl"]
+    spec = validate_dead_letter(
+        {"kind": "sqs", "queue_url": queue, "region": REGION, "endpoint_url": moto.endpoint_url}
+    )
+    record = {
+        "id": run_id_for("job-9", WHEN),
+        "job_id": "job-9",
+        "scheduled_for": "2026-11-22T07:00:00.25Z",
+        "status": "lost",
+        "attempt": 1,
+        "error": "node died mid-flight",
+        "result": None,
+    }
+    [outcome] = fire(dead_letter_delivery(spec, record))
+    assert outcome.ok
+    [message] = receive_all(sqs, queue)
+    assert json.loads(message["Body"]) == record
+    assert message["MessageAttributes"]["cronman-run-id"]["StringValue"] == record["id"]
