@@ -1,0 +1,123 @@
+"""``cronman scheduler`` (one node of the cluster) and ``cronman standalone``
+(API + one node on SQLite, in one process)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import time
+
+import click
+
+from cronman.cli.group import RET_ERROR, RET_UNAVAILABLE, cli
+from cronman.config import Settings
+
+log = logging.getLogger("cronman.scheduler")
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+SCHEMA_WAIT_SECONDS = 60.0
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), format=LOG_FORMAT,
+                        stream=sys.stderr)
+    # The access log of the embedded API server would drown the node's lines.
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+
+
+def wait_for_schema(url: str, timeout: float = SCHEMA_WAIT_SECONDS) -> None:
+    """Return once the database answers with the current schema. A missing or
+    foreign schema exits at once; an unreachable database is waited for."""
+    from cronman.store.migrate import SchemaNotCurrent, check_schema_current
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            check_schema_current(url)
+            return
+        except SchemaNotCurrent as exc:
+            click.echo(f"cronman scheduler: {exc.message}", err=True)
+            sys.exit(RET_ERROR)
+        except Exception as exc:  # unreachable: connection refused, DNS, auth...
+            if time.monotonic() >= deadline:
+                click.echo(f"cronman scheduler: the database is unreachable: {exc}", err=True)
+                sys.exit(RET_UNAVAILABLE)
+            log.warning("database not reachable yet, retrying: %s", str(exc).splitlines()[0])
+            time.sleep(2.0)
+
+
+@cli.command("scheduler")
+@click.option("--node-id", default=None, help="node identity [env CRONMAN_NODE_ID; hostname-pid]")
+@click.option("--database-url", default=None, help="SQLAlchemy URL [env CRONMAN_DATABASE_URL]")
+@click.option("--redis-url", default=None,
+              help="redis:// URL(s), comma-separated, or redis+sentinel:// [env CRONMAN_REDIS_URL]")
+@click.option("--metrics-port", type=int, default=None,
+              help="serve Prometheus /metrics on this port (off by default)")
+@click.option("--metrics-host", default="0.0.0.0", show_default=True,
+              help="address the metrics server listens on")
+@click.option("--log-level", default="info", show_default=True)
+def scheduler(node_id: str | None, database_url: str | None, redis_url: str | None,
+              metrics_port: int | None, metrics_host: str, log_level: str) -> None:
+    """Run one scheduler node until SIGTERM/SIGINT."""
+    setup_logging(log_level)
+    try:
+        settings = Settings.from_env({"node_id": node_id, "database_url": database_url,
+                                      "redis_url": redis_url})
+    except ValueError as exc:
+        click.echo(f"cronman scheduler: {exc}", err=True)
+        sys.exit(RET_ERROR)
+    wait_for_schema(settings.database_url)
+
+    from cronman.callbacks import build_targets
+    from cronman.scheduler.coordination import make_coordinator
+    from cronman.scheduler.node import SchedulerNode
+    from cronman.store import open_store
+
+    if not settings.redis_urls:
+        log.warning("CRONMAN_REDIS_URL is not set: this node coordinates with no other node "
+                    "(fires are deduplicated by the database alone)")
+    address = socket.gethostname()
+    if metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port, addr=metrics_host)
+        address = f"{address}:{metrics_port}"
+        log.info("metrics on http://%s:%d/metrics", metrics_host, metrics_port)
+    store = open_store(settings.database_url, settings=settings)
+    coordinator = make_coordinator(settings)
+    try:
+        node = SchedulerNode(settings, store, coordinator, build_targets(settings),
+                             address=address)
+        log.info("scheduler node %s (pid %d) starting", settings.node_id, os.getpid())
+        node.run()
+    finally:
+        coordinator.close()
+        store.close()
+
+
+@cli.command("standalone")
+@click.option("--database-url", default=None,
+              help="SQLAlchemy URL [env CRONMAN_DATABASE_URL; sqlite:///cronman.db]")
+@click.option("--bind", default=None, help="HOST:PORT of the API [env CRONMAN_API_BIND; "
+                                           "127.0.0.1:8080]")
+@click.option("--node-id", default=None, help="node identity [env CRONMAN_NODE_ID]")
+@click.option("--log-level", default="info", show_default=True)
+def standalone(database_url: str | None, bind: str | None, node_id: str | None,
+               log_level: str) -> None:
+    """API + one scheduler node on SQLite, in one process, no Redis."""
+    from cronman.scheduler.standalone import Standalone, standalone_settings
+
+    setup_logging(log_level)
+    try:
+        settings = standalone_settings({"database_url": database_url, "api_bind": bind,
+                                        "node_id": node_id})
+    except ValueError as exc:
+        click.echo(f"cronman standalone: {exc}", err=True)
+        sys.exit(RET_ERROR)
+    try:
+        Standalone(settings).run()
+    except OSError as exc:  # the port is taken, the database file cannot be opened...
+        click.echo(f"cronman standalone: {exc}", err=True)
+        sys.exit(RET_UNAVAILABLE)
