@@ -76,6 +76,9 @@ CLAIM_CHUNK = 1000
 # Errors that mean "this shard cannot serve us now": connection refused or
 # reset, timeouts, no primary known to Sentinel (MasterNotFoundError is a
 # ConnectionError), a demoted primary (ReadOnlyError), a server still loading.
+# Any other server error (auth, a foreign key of the wrong type under our
+# prefix) is treated alike: logged, the shard sits out its back-off, and the
+# cluster carries on with the others or on the database fence.
 _SHARD_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
 
 
@@ -114,15 +117,9 @@ class RedisCoordinator:
         )
         # Rendezvous weights of the shards by position, for lock placement.
         self._shard_hashes = [node_hash(f"shard-{s.index}") for s in self.shards]
-        self._heartbeat_src = _script("heartbeat.lua")
-        self._members_src = _script("members.lua")
-        self._claim_src = _script("claim.lua")
+        sources = {name: _script(f"{name}.lua") for name in ("heartbeat", "members", "claim")}
         self._scripts = [
-            {
-                "heartbeat": s.client.register_script(self._heartbeat_src),
-                "members": s.client.register_script(self._members_src),
-                "claim": s.client.register_script(self._claim_src),
-            }
+            {name: s.client.register_script(src) for name, src in sources.items()}
             for s in self.shards
         ]
         self._counter_lock = threading.Lock()
