@@ -71,6 +71,8 @@ class Settings:
     def redis_urls(self) -> list[str]:
         if not self.redis_url:
             return []
+        if self.redis_url.startswith("redis+sentinel://"):
+            return [self.redis_url]  # one Sentinel URL lists several sentinel hosts
         return [u.strip() for u in self.redis_url.split(",") if u.strip()]
 
     @classmethod
