@@ -42,6 +42,7 @@ class BenchOptions:
     warmup: float = 5.0
     drain_max: float = 60.0
     drain_idle: float = 5.0
+    startup_timeout: float = 120.0  # start-up until the first callback
     admin_url: str = DEFAULT_ADMIN_URL
     keep: bool = False
     p99_limit_ms: int = 100
@@ -225,14 +226,30 @@ class PeerSystem:
                 self.db.drop()
 
 
-WindowOf = Callable[[Workload, int], tuple[int, int]]
+# (workload, start-up time, first arrival or None, now) -> the window, or None
+# while it cannot be fixed yet. Every time is Unix ms.
+WindowOf = Callable[[Workload, int, "int | None", int], "tuple[int, int] | None"]
 
 
 def steady_window(warmup: float, duration: float) -> WindowOf:
-    """Measure ``duration`` seconds, starting ``warmup`` seconds after start-up."""
-    def window(_w: Workload, started_ms: int) -> tuple[int, int]:
-        ws = ceil_second(started_ms + int(warmup * 1000))
+    """Measure ``duration`` seconds, starting ``warmup`` seconds after the
+    first callback arrived (start-up costs differ between systems: importing,
+    loading jobs; the same warm-up after each system's first fire is fair)."""
+    def window(_w: Workload, started_ms: int, first_ms: int | None,
+               now: int) -> tuple[int, int] | None:
+        if first_ms is None:
+            return None
+        ws = ceil_second(max(first_ms + int(warmup * 1000), now + 500))
         return ws, ws + int(duration * 1000)
+    return window
+
+
+def fixed_window(start_ms: Callable[[Workload, int], int], duration_ms: int) -> WindowOf:
+    """A window known from the start (a herd's instant, a cold start)."""
+    def window(w: Workload, started_ms: int, _first: int | None,
+               _now: int) -> tuple[int, int] | None:
+        ws = start_ms(w, started_ms)
+        return ws, ws + duration_ms
     return window
 
 
@@ -271,13 +288,11 @@ def run_phase(
         system.start()
         started_ms = now_ms()
         timings["start_s"] = round(time.monotonic() - t1, 2)
-        ws, we = window_of(w, started_ms)
-        echo(f"  [{label}] {system.name}: {w.count:,} jobs, {w.rate:,.0f} fires/s asked; "
-             f"window {(ws - started_ms) / 1000:+.1f}s .. {(we - started_ms) / 1000:+.1f}s "
-             f"from start")
-        tally = Tally(w, keys, ws, we)
-        outcome = _watch(system, receiver, tally, opts, label, started_ms, kill_after_s,
-                         drain_max if drain_max is not None else opts.drain_max,
+        echo(f"  [{label}] {system.name}: {w.count:,} jobs, {w.rate:,.0f} fires/s asked")
+        # Until the window is fixed, every arrival counts as outside it.
+        tally = Tally(w, keys, _NEVER, _NEVER)
+        outcome = _watch(system, receiver, tally, window_of, opts, label, started_ms,
+                         kill_after_s, drain_max if drain_max is not None else opts.drain_max,
                          finish_when_complete)
         outcome.result["timings"] = {**timings, **outcome.result.get("timings", {})}
         outcome.result["workload"] = w.to_dict()
@@ -292,9 +307,12 @@ def run_phase(
                 receiver.cleanup()
 
 
-def _watch(system: System, receiver: Receiver, tally: Tally, opts: BenchOptions, label: str,
-           started_ms: int, kill_after_s: float | None, drain_max: float,
-           finish_when_complete: bool) -> PhaseOutcome:
+_NEVER = 2**62
+
+
+def _watch(system: System, receiver: Receiver, tally: Tally, window_of: WindowOf,
+           opts: BenchOptions, label: str, started_ms: int, kill_after_s: float | None,
+           drain_max: float, finish_when_complete: bool) -> PhaseOutcome:
     """Tick every second: sample, read the log, report; measure; drain.
 
     With ``finish_when_complete`` the measurement ends as soon as every owed
@@ -302,13 +320,14 @@ def _watch(system: System, receiver: Receiver, tally: Tally, opts: BenchOptions,
     """
     echo = opts.echo
     tail = LogTail(receiver.log_path)
-    ws, we = tally.start_ms, tally.end_ms
+    ws = we = _NEVER
+    expected = 0
+    startup_deadline = started_ms + int(opts.startup_timeout * 1000)
     counters_start: dict[str, int] | None = None
     counters_end: dict[str, int] | None = None
     usage_start: dict[str, Usage | None] = {}
     usage_end: dict[str, Usage | None] = {}
     killed: dict[str, Any] | None = None
-    expected = tally.expected()
     measured_ms: tuple[int, int] = (ws, we)  # when the counters were read
     drain_started: float | None = None
     next_tick = time.monotonic() + 1.0
@@ -331,6 +350,18 @@ def _watch(system: System, receiver: Receiver, tally: Tally, opts: BenchOptions,
             next_tick += 1.0
         for p in system.processes:
             p.sample()
+        now = now_ms()
+        if ws == _NEVER:
+            window = window_of(tally.w, started_ms, tally.first_arrival_ms, now)
+            if window is not None:
+                ws, we = window
+                tally.set_window(ws, we)
+                expected = tally.expected()
+                echo(f"  [{label}] window {(ws - started_ms) / 1000:+.1f}s .. "
+                     f"{(we - started_ms) / 1000:+.1f}s from start, {expected:,} fires owed")
+            elif now > startup_deadline:
+                raise BenchError(f"no callback arrived within {opts.startup_timeout:.0f} s "
+                                 f"of start-up: {_log_tails(system)}")
         for a in tail.read():
             tally.add(a)
             if a.lateness_ms is not None:
@@ -350,7 +381,7 @@ def _watch(system: System, receiver: Receiver, tally: Tally, opts: BenchOptions,
             if victim is not None:
                 killed = {"node": victim.name, "at_ms": int((victim.killed_at or 0) * 1000)}
                 echo(f"  [{label}] SIGKILL {victim.name} (pid {victim.pid})")
-        complete = len(tally.pairs) >= expected
+        complete = ws != _NEVER and len(tally.pairs) >= expected
         if counters_end is None and counters_start is not None and (
                 complete if finish_when_complete else now >= we):
             counters_end = system.counters()
@@ -361,7 +392,8 @@ def _watch(system: System, receiver: Receiver, tally: Tally, opts: BenchOptions,
         if not ticked and not (complete and drain_started is not None):
             continue
         tick_late.sort()
-        phase = "warm-up" if now < ws else ("measure" if now < we else "drain")
+        phase = "start" if ws == _NEVER else (
+            "warm-up" if now < ws else ("measure" if now < we else "drain"))
         echo(f"  [{label}] {phase:7s} {(now - started_ms) / 1000:6.1f}s  "
              f"received {len(tick_late):6,}/s  p99(1s) {_ms(percentile(tick_late, 99))}  "
              f"owed fires delivered {len(tally.pairs):,}/{expected:,}")
@@ -399,6 +431,10 @@ def _watch(system: System, receiver: Receiver, tally: Tally, opts: BenchOptions,
         result["killed"] = killed
     return PhaseOutcome(result=result, tally=tally, workload=tally.w, started_ms=started_ms,
                         killed=killed)
+
+
+def _log_tails(system: System) -> str:
+    return " | ".join(f"{p.name}: {p.log_tail(600)}" for p in system.processes)
 
 
 def _ms(v: int | None) -> str:

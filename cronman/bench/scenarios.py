@@ -20,6 +20,7 @@ from cronman.bench.harness import (
     PhaseOutcome,
     System,
     ceil_second,
+    fixed_window,
     run_phase,
     steady_window,
 )
@@ -269,8 +270,7 @@ def herd(opts: BenchOptions, params: ScenarioParams) -> dict[str, Any]:
                             ceil_second(now + int(lead_of(name) * 1000)), spread=False)
         return make
 
-    def window(w: Workload, started_ms: int) -> tuple[int, int]:
-        return w.base_ms, w.base_ms + 1000
+    window = fixed_window(lambda w, _started: w.base_ms, 1000)
 
     phases = []
     figures: dict[str, Any] = {}
@@ -323,9 +323,7 @@ def million(opts: BenchOptions, params: ScenarioParams) -> dict[str, Any]:
     opts.echo(f"million: {jobs:,} jobs every {every} s ({jobs / every:,.0f} fires/s), "
               f"measured from cold start for {duration:.0f} s")
 
-    def window(_w: Workload, started_ms: int) -> tuple[int, int]:
-        ws = ceil_second(started_ms)
-        return ws, ws + int(duration * 1000)
+    window = fixed_window(lambda _w, started: ceil_second(started), int(duration * 1000))
 
     phases = []
     figures: dict[str, Any] = {}
