@@ -14,6 +14,7 @@ that is missing, older, or newer than this code knows.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,8 @@ from cronman.timeutil import utcnow
 # pg_advisory_xact_lock key serialising concurrent upgrades ("cmmigr").
 MIGRATION_LOCK_KEY = 0x636D_6D69_6772
 _PARTITION_CHILD_PREFIX = "scheduled_jobs_"
+# Alembic keeps its running context in module globals: one command per process at a time.
+_ALEMBIC_LOCK = threading.Lock()
 
 
 class SchemaNotCurrent(CronmanError):
@@ -103,7 +106,8 @@ def upgrade(database_url: str, *, days_ahead: int = DEFAULT_PARTITIONS_AHEAD_DAY
     before = current_revision(database_url)
     cfg = alembic_config(database_url)
     try:
-        command.upgrade(cfg, "head")
+        with _ALEMBIC_LOCK:
+            command.upgrade(cfg, "head")
     except CommandError as exc:  # e.g. a revision this code does not know
         raise SchemaNotCurrent(f"cannot upgrade: {exc}") from exc
     report = UpgradeReport(before=before, after=current_revision(database_url))

@@ -292,5 +292,5 @@ def _taken_names(conn: Connection, keys: list[tuple[str, str]]) -> set[tuple[str
             jobs.c.namespace.in_(namespaces),
             jobs.c.name.in_(names[start:start + _NAME_CHECK_CHUNK]),
         )
-        taken.update(k for k in conn.execute(stmt).tuples() if k in wanted)
+        taken.update((ns, name) for ns, name in conn.execute(stmt) if (ns, name) in wanted)
     return taken
