@@ -49,6 +49,7 @@ class Tally:
     def __init__(self, workload: Workload, keys: Sequence[str], start_ms: int,
                  end_ms: int) -> None:
         self.w = workload
+        self.keys = list(keys)
         self.index = {k: i for i, k in enumerate(keys)}
         self.start_ms = start_ms
         self.end_ms = end_ms
@@ -133,11 +134,19 @@ class Tally:
                                     1) if seconds > 0 else None,
             "lateness": late,
             "last_arrival_after_window_start_ms": None if last is None else last - self.start_ms,
+            "missed_sample": self.missed_sample() if delivered < exp else [],
             "arrivals_total": self.arrivals,
             "arrivals_outside_window": self.outside_window,
             "arrivals_stray": self.stray,
             "retries": self.retries,
         }
+
+    def missed_sample(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The first owed pairs (by fire time) that never arrived."""
+        missing = sorted((t, i) for i, t in self.w.expected(self.start_ms, self.end_ms)
+                         if (i, t) not in self.pairs)
+        return [{"job": self.keys[i], "scheduled_ms": t,
+                 "offset_s": round((t - self.start_ms) / 1000, 3)} for t, i in missing[:limit]]
 
     def buckets(self, bucket_ms: int = 1000) -> list[dict[str, Any]]:
         """Per fire-time bucket: owed, delivered, p99 lateness (for steady-state)."""

@@ -370,9 +370,16 @@ def kill(opts: BenchOptions, params: ScenarioParams) -> dict[str, Any]:
         raise BenchError("the kill scenario needs at least 2 nodes")
     opts.echo(f"kill: {jobs:,} jobs every {every} s, {duration:.0f} s measured, one of "
               f"{opts.nodes} nodes SIGKILLed after {duration / 2:.0f} s")
-    o = run_phase(CronmanSystem(opts, "kill-cronman"), past_anchors(jobs, every),
-                  steady_window(opts.warmup, duration), opts, label="kill-cronman",
-                  kill_after_s=duration / 2)
+    # Runs the victim had claimed come back through lease expiry: wait that long.
+    from dataclasses import replace
+
+    from cronman.config import DEFAULT_LEASE_SECONDS
+
+    patient = replace(opts, drain_idle=max(opts.drain_idle,
+                                           DEFAULT_LEASE_SECONDS + opts.heartbeat_ttl + 10))
+    o = run_phase(CronmanSystem(patient, "kill-cronman"), past_anchors(jobs, every),
+                  steady_window(opts.warmup, duration), patient, label="kill-cronman",
+                  kill_after_s=duration / 2, drain_max=max(opts.drain_max, 120))
     res = o.result
     t = o.tally
     figures: dict[str, Any] = {}
