@@ -273,6 +273,7 @@ def run_phase(
     label: str,
     kill_after_s: float | None = None,
     drain_max: float | None = None,
+    drain_idle: float | None = None,
     finish_when_complete: bool = False,
 ) -> PhaseOutcome:
     """Run one system through one workload and measure it from the receiver."""
@@ -293,6 +294,7 @@ def run_phase(
         tally = Tally(w, keys, _NEVER, _NEVER)
         outcome = _watch(system, receiver, tally, window_of, opts, label, started_ms,
                          kill_after_s, drain_max if drain_max is not None else opts.drain_max,
+                         drain_idle if drain_idle is not None else opts.drain_idle,
                          finish_when_complete)
         outcome.result["timings"] = {**timings, **outcome.result.get("timings", {})}
         outcome.result["workload"] = w.to_dict()
@@ -312,7 +314,7 @@ _NEVER = 2**62
 
 def _watch(system: System, receiver: Receiver, tally: Tally, window_of: WindowOf,
            opts: BenchOptions, label: str, started_ms: int, kill_after_s: float | None,
-           drain_max: float, finish_when_complete: bool) -> PhaseOutcome:
+           drain_max: float, drain_idle: float, finish_when_complete: bool) -> PhaseOutcome:
     """Tick every second: sample, read the log, report; measure; drain.
 
     With ``finish_when_complete`` the measurement ends as soon as every owed
@@ -399,8 +401,8 @@ def _watch(system: System, receiver: Receiver, tally: Tally, window_of: WindowOf
              f"owed fires delivered {len(tally.pairs):,}/{expected:,}")
         tick_late = []
         if drain_started is not None:
-            idle_since = tally.last_new_pair_ms or ws
-            idle = now - idle_since > opts.drain_idle * 1000
+            idle_since = max(tally.last_new_pair_ms or 0, we)
+            idle = now - idle_since > drain_idle * 1000
             if complete or idle or time.monotonic() - drain_started > drain_max:
                 break
     if counters_end is None:  # finish_when_complete, and it never completed

@@ -27,6 +27,7 @@ from cronman.bench.harness import (
 from cronman.bench.procs import BenchError
 from cronman.bench.report import dig, format_table, lateness_summary, steady_after
 from cronman.bench.workload import Workload
+from cronman.config import DEFAULT_LEASE_SECONDS
 
 SCENARIOS = ("steady", "max-rate", "herd", "million", "kill")
 HERD_EVERY_S = 86_400
@@ -277,7 +278,7 @@ def herd(opts: BenchOptions, params: ScenarioParams) -> dict[str, Any]:
     for name, build in _systems(opts, peers, "herd"):
         o = _phase_or_error(name, build, opts, lambda s, n=name: run_phase(
             s, maker(n), window, opts, label=f"herd-{n}", drain_max=max(opts.drain_max, 300),
-            finish_when_complete=True))
+            drain_idle=max(opts.drain_idle, 30), finish_when_complete=True))
         if isinstance(o, PhaseOutcome):
             res = o.result
             last = dig(res, "delivery.last_arrival_after_window_start_ms")
@@ -371,15 +372,11 @@ def kill(opts: BenchOptions, params: ScenarioParams) -> dict[str, Any]:
     opts.echo(f"kill: {jobs:,} jobs every {every} s, {duration:.0f} s measured, one of "
               f"{opts.nodes} nodes SIGKILLed after {duration / 2:.0f} s")
     # Runs the victim had claimed come back through lease expiry: wait that long.
-    from dataclasses import replace
-
-    from cronman.config import DEFAULT_LEASE_SECONDS
-
-    patient = replace(opts, drain_idle=max(opts.drain_idle,
-                                           DEFAULT_LEASE_SECONDS + opts.heartbeat_ttl + 10))
-    o = run_phase(CronmanSystem(patient, "kill-cronman"), past_anchors(jobs, every),
-                  steady_window(opts.warmup, duration), patient, label="kill-cronman",
-                  kill_after_s=duration / 2, drain_max=max(opts.drain_max, 120))
+    patience = DEFAULT_LEASE_SECONDS + opts.heartbeat_ttl + 10
+    o = run_phase(CronmanSystem(opts, "kill-cronman"), past_anchors(jobs, every),
+                  steady_window(opts.warmup, duration), opts, label="kill-cronman",
+                  kill_after_s=duration / 2, drain_max=max(opts.drain_max, patience + 30),
+                  drain_idle=max(opts.drain_idle, patience))
     res = o.result
     t = o.tally
     figures: dict[str, Any] = {}
