@@ -13,12 +13,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from cronman.callbacks.base import Delivery, Outcome, Target
 from cronman.callbacks.dead_letter import dead_letter_delivery, run_record, validate_dead_letter
 from cronman.callbacks.validation import TARGET_KINDS, validate_target
 from cronman.config import Settings
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 __all__ = [
     "Delivery",

@@ -36,7 +36,7 @@ from aiohttp.resolver import DefaultResolver
 from yarl import URL
 
 from cronman.callbacks.base import Delivery, Outcome
-from cronman.callbacks.signing import sign
+from cronman.callbacks.signing import Signer
 from cronman.callbacks.ssrf import GuardedResolver, PrivateAddressError, literal_refusal
 from cronman.config import Settings
 from cronman.timeutil import format_rfc3339
@@ -92,7 +92,7 @@ class HttpTarget:
         pool_limit: int = DEFAULT_POOL_LIMIT,
         keepalive_timeout: float = DEFAULT_KEEPALIVE,
     ) -> None:
-        self._secret = settings.signing_secret or None
+        self._signer = Signer(settings.signing_secret) if settings.signing_secret else None
         self._allow_private = settings.allow_private_targets
         self._pool_limit = pool_limit
         self._keepalive_timeout = keepalive_timeout
@@ -157,10 +157,8 @@ class HttpTarget:
         headers["Cronman-Run-Id"] = delivery.run_id
         headers["Cronman-Scheduled-For"] = self._format_scheduled_for(delivery.scheduled_for)
         headers["Cronman-Attempt"] = str(delivery.attempt)
-        if self._secret is not None:
-            headers["Cronman-Signature"] = sign(
-                self._secret, prepared.body or b"", int(time.time())
-            )
+        if self._signer is not None:
+            headers["Cronman-Signature"] = self._signer(prepared.body or b"", int(time.time()))
 
         session = self._session
         if session is None or self._loop is not asyncio.get_running_loop():
@@ -175,7 +173,7 @@ class HttpTarget:
                 allow_redirects=False,
             ) as resp:
                 status = resp.status
-                snippet = await _read_snippet(resp)
+                snippet = "" if resp.content.at_eof() else await _read_snippet(resp)
                 location = resp.headers.get("Location") if 300 <= status < 400 else None
         except asyncio.CancelledError:
             raise
@@ -209,8 +207,6 @@ class HttpTarget:
 async def _read_snippet(resp: aiohttp.ClientResponse) -> str:
     """Up to SNIPPET_BYTES of the body; never reads more than that."""
     content = resp.content
-    if content.at_eof():
-        return ""
     chunks: list[bytes] = []
     size = 0
     try:

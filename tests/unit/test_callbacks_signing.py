@@ -7,7 +7,7 @@ import hmac
 
 import pytest
 
-from cronman.callbacks.signing import sign, verify_signature
+from cronman.callbacks.signing import Signer, sign, verify_signature
 
 BODY = b'{"kind":"digest"}'
 T = 1_795_000_000
@@ -88,3 +88,8 @@ def test_uppercase_hex_and_spaces_are_accepted():
 )
 def test_malformed_headers_are_false_not_errors(header):
     assert verify_signature("k", header, BODY, now=T) is False
+
+
+def test_signer_matches_sign():
+    assert Signer("k")(BODY, T) == sign("k", BODY, T)
+    assert Signer(["a", "b"])(b"", T) == sign(["a", "b"], b"", T)
