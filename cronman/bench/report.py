@@ -165,17 +165,44 @@ class Tally:
         return out
 
 
-def steady_after(buckets: Sequence[dict[str, Any]], p99_limit_ms: int) -> float | None:
-    """Offset (s) of the first bucket from which every later bucket got all its
-    fires with p99 lateness within the limit; None if the end is not steady."""
-    steady_from: float | None = None
-    for b in buckets:
-        ok = b["delivered"] == b["expected"] and (b["p99_ms"] or 0) <= p99_limit_ms
-        if ok and steady_from is None:
-            steady_from = b["offset_s"]
-        elif not ok:
-            steady_from = None
-    return steady_from
+def steady_after(tally: Tally, p99_limit_ms: int, bucket_ms: int = 1000,
+                 min_tail_s: float = 10.0) -> float | None:
+    """Offset (s, from the window's start) where the steady state begins.
+
+    That is the first second *b* such that from *b* to the window's end every
+    owed fire arrived, the fires of second *b* itself and all the fires from
+    *b* on (together) have p99 lateness within the limit, and at least
+    ``min_tail_s`` of window remain -- robust to one slow second on a busy
+    machine, strict about anything missing. None when no such second exists.
+    """
+    owed: dict[int, int] = {}
+    for _i, t in tally.w.expected(tally.start_ms, tally.end_ms):
+        b = (t - tally.start_ms) // bucket_ms
+        owed[b] = owed.get(b, 0) + 1
+    got: dict[int, list[int]] = {}
+    for (_i, t), rec in tally.pairs.items():
+        got.setdefault((t - tally.start_ms) // bucket_ms, []).append(rec[0] - t)
+    last = (tally.end_ms - tally.start_ms - 1) // bucket_ms
+    candidates = sorted(owed)
+    complete_from: int | None = None  # every bucket from here on got all its fires
+    for b in reversed(candidates):
+        if len(got.get(b, ())) != owed[b]:
+            break
+        complete_from = b
+    if complete_from is None:
+        return None
+    for b in candidates:
+        if b < complete_from:
+            continue
+        if (last - b + 1) * bucket_ms / 1000 < min_tail_s:
+            return None
+        own = sorted(got[b])
+        if (percentile(own, 99) or 0) > p99_limit_ms:
+            continue
+        tail = sorted(v for bb in candidates if bb >= b for v in got[bb])
+        if (percentile(tail, 99) or 0) <= p99_limit_ms:
+            return b * bucket_ms / 1000
+    return None
 
 
 # ---------------------------------------------------------------- presentation

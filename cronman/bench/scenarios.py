@@ -334,7 +334,7 @@ def million(opts: BenchOptions, params: ScenarioParams) -> dict[str, Any]:
         if isinstance(o, PhaseOutcome):
             res = o.result
             buckets = o.tally.buckets(1000)
-            steady = steady_after(buckets, opts.p99_limit_ms)
+            steady = steady_after(o.tally, opts.p99_limit_ms)
             offset = (o.tally.start_ms - o.started_ms) / 1000
             res["million"] = {
                 "steady_after_start_s": None if steady is None else round(steady + offset, 1),

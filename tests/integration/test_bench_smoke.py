@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from cronman.bench.receiver import Arrival, parse_line
-from cronman.bench.report import Tally, format_table, percentile
+from cronman.bench.report import Tally, format_table, percentile, steady_after
 from cronman.bench.scenarios import search_highest
 from cronman.bench.workload import Workload
 from tests.support.databases import PG_ADMIN_DB, pg_url
@@ -54,6 +54,23 @@ def test_tally_counts_missed_duplicated_and_stray_arrivals() -> None:
     assert s["retries"] == 1
     assert s["lateness"]["p50_ms"] == 40 and s["lateness"]["max_ms"] == 100
     assert "missed" in format_table([{"system": "cronman", "delivery": s}])
+
+
+def test_steady_state_begins_when_every_later_fire_is_on_time() -> None:
+    w = Workload(count=10, every_ms=1000, base_ms=0)
+    keys = [f"j{i}" for i in range(10)]
+
+    def tally(skip: tuple[int, int] | None = None) -> Tally:
+        t = Tally(w, keys, 0, 20_000)
+        for i, sched in w.expected(0, 20_000):
+            if (i, sched) != skip:
+                late = 500 if sched < 5000 else 5
+                t.add(Arrival(sched + late, keys[i], sched, "r", 1))
+        return t
+
+    assert steady_after(tally(), 100) == 5.0
+    assert steady_after(tally(skip=(3, 19_300)), 100) is None  # a late loss: never steady
+    assert steady_after(tally(), 100, min_tail_s=16) is None  # too little steady time left
 
 
 def test_log_line_and_percentiles() -> None:
