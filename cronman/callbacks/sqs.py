@@ -17,9 +17,9 @@ boto3 is blocking: each send runs on this target's thread pool, never on the
 event loop. Clients are cached per (region, endpoint_url) and created under a
 lock (boto3 clients are thread-safe, sessions are not). Credentials come from
 boto3's standard chain (environment, config files, instance role). Connect
-and read timeouts are bounded and botocore retries a throttled or failed call
-in its ``standard`` mode a couple of times; the run's own retry policy does
-the rest. ``result`` is ``{"message_id": ...}`` (plus ``sequence_number`` on
+(3 s) and read (5 s) timeouts are bounded, botocore retries a throttled or
+failed call once in its ``standard`` mode, and one attempt is cut off after
+10 s; the run's own retry policy does the rest. ``result`` is ``{"message_id": ...}`` (plus ``sequence_number`` on
 FIFO queues).
 """
 
@@ -53,9 +53,12 @@ ATTR_RUN_ID = "cronman-run-id"
 ATTR_SCHEDULED_FOR = "cronman-scheduled-for"
 
 DEFAULT_MAX_WORKERS = 16
-DEFAULT_CONNECT_TIMEOUT = 5.0
-DEFAULT_READ_TIMEOUT = 10.0
-DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_CONNECT_TIMEOUT = 3.0
+DEFAULT_READ_TIMEOUT = 5.0
+DEFAULT_MAX_ATTEMPTS = 2
+# One attempt of an sqs target never takes longer than this (the dispatcher
+# gives a target 10 s plus a margin when the target sets no timeout).
+DEFAULT_DEADLINE = 10.0
 
 # Errors that the same request will meet again: retrying them is pointless.
 _PERMANENT_ERRORS = frozenset(
@@ -118,7 +121,9 @@ class SqsTarget:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         read_timeout: float = DEFAULT_READ_TIMEOUT,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        deadline: float = DEFAULT_DEADLINE,
     ) -> None:
+        self._deadline = deadline
         self._own_executor = executor is None
         self._executor = executor or ThreadPoolExecutor(
             max_workers=max_workers, thread_name_prefix="cronman-sqs"
@@ -158,9 +163,16 @@ class SqsTarget:
         """Send one message; never raises for a delivery failure."""
         loop = asyncio.get_running_loop()
         try:
-            response = await loop.run_in_executor(self._executor, self._send, delivery)
+            response = await asyncio.wait_for(
+                loop.run_in_executor(self._executor, self._send, delivery), self._deadline
+            )
         except asyncio.CancelledError:
             raise
+        except TimeoutError:
+            return Outcome(
+                False,
+                error=f"SQS send timed out after {self._deadline:g}s (the message may still arrive)",
+            )
         except Exception as exc:
             return _failure(exc, delivery)
         result: dict[str, Any] = {"message_id": response.get("MessageId")}

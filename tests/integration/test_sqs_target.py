@@ -17,6 +17,7 @@ from cronman.callbacks.dead_letter import validate_dead_letter
 from cronman.callbacks.sqs import SqsTarget
 from cronman.ids import run_id_for
 from tests.support.moto import MotoServer, aws_test_env, moto_server
+from tests.support.receiver import Receiver
 
 REGION = "us-east-1"
 WHEN = datetime(2026, 11, 22, 7, 0, 0, 250000, tzinfo=UTC)
@@ -153,6 +154,28 @@ def test_unreachable_endpoint_is_a_failed_outcome(monkeypatch):
     [outcome] = fire(delivery(target), max_attempts=1)
     assert not outcome.ok and outcome.retryable
     assert "cannot reach the SQS endpoint" in outcome.error
+
+
+def test_an_endpoint_that_hangs_is_cut_off_at_the_deadline(monkeypatch):
+    aws_test_env(monkeypatch=monkeypatch)
+    with Receiver() as slow:
+        slow.reply("/", status=200, delay=3.0)
+        target = validate_target(
+            {
+                "kind": "sqs",
+                "queue_url": slow.url("/1/q"),
+                "region": REGION,
+                "endpoint_url": slow.url(""),
+                "body": "x",
+            }
+        )
+        started = time.monotonic()
+        [outcome] = fire(delivery(target), deadline=0.5, max_attempts=1)
+        elapsed = time.monotonic() - started
+        assert len(slow.wait_for(1)) >= 1  # the request did reach the endpoint
+    assert not outcome.ok and outcome.retryable
+    assert outcome.error.startswith("SQS send timed out after 0.5s")
+    assert elapsed < 2.5
 
 
 def test_sends_do_not_block_the_event_loop(moto, sqs):
