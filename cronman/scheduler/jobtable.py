@@ -33,7 +33,8 @@ from cronman.timeutil import from_ms, to_ms
 log = logging.getLogger(__name__)
 
 # A fire found less than this far in the past (sync lag, a busy loop) is
-# fired normally, not treated as a misfire.
+# fired normally: not a misfire for ``skip``, and a single late fire time is
+# no catch-up for ``fire_once``.
 MISFIRE_TOLERANCE_MS = 1000
 # Fire times within grace examined per job and catch-up (fire_all bound).
 MAX_CATCH_UP = 1000
@@ -161,7 +162,9 @@ class JobTable:
             since = None  # a once job that never fired: its time counts even if past
         else:
             since = to_ms(job.created_at)
-        horizon = now_ms - MISFIRE_TOLERANCE_MS
+        # ``skip`` passes over only times clearly in the past; the other
+        # policies consider every past time (fire_once picks the latest).
+        horizon = now_ms - MISFIRE_TOLERANCE_MS if st.policy == "skip" else now_ms
         st.cursor_ms = since
         if since is None or since < horizon:
             self._catch_up(st, since, horizon, now_ms)

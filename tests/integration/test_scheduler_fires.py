@@ -113,28 +113,30 @@ def env(tmp_path_factory):
             node.kill()
 
 
-def test_interval_job_fires_every_second_without_gap_or_duplicate(env):
-    job = env.jobs["interval"]
-    got = env.wait(lambda: len(env.arrivals("interval")) >= OBSERVE + 1 and env.arrivals("interval"),
-                   OBSERVE + 10, "31 interval arrivals")
-    times = [_scheduled(r) for r in got]
-    run_ids = [r.header("Cronman-Run-Id") for r in got]
-    assert len(set(run_ids)) == len(run_ids), "a fire was delivered twice"
-    assert times == sorted(times)
-    gaps = {(b - a).total_seconds() for a, b in zip(times, times[1:], strict=False)}
-    assert gaps == {1.0}, f"not consecutive: {sorted(gaps)}"
-    assert all(t.microsecond == 0 for t in times)
-    assert {r.header("Cronman-Job-Id") for r in got} == {job["id"]}
-    lateness = sorted(r.arrived_at - _scheduled(r).timestamp() for r in got)
-    assert lateness[0] >= 0, "fired before its time"
-    assert lateness[len(lateness) // 2] < 0.1, lateness
-    assert lateness[-1] < 1.0, lateness
-    runs = {r["id"]: r for r in env.runs("interval")}
-    for rid in run_ids[:-2]:
-        assert runs[rid]["status"] == "succeeded"
-        assert runs[rid]["attempt"] == 1
-        assert runs[rid]["lateness_ms"] is not None and runs[rid]["lateness_ms"] < 1000
-        assert runs[rid]["result"]["http_status"] == 204
+def test_delete_stops_fires_within_two_seconds(env):
+    job = env.jobs["delete"]
+    env.wait(lambda: len(env.arrivals("delete")) >= 2, 10, "delete-job fires")
+    assert env.client.delete(f"/v1/jobs/{job['id']}").status_code == 204
+    answered = time.time()
+    time.sleep(4.0)
+    late = [r for r in env.arrivals("delete") if r.arrived_at > answered + 2.0]
+    assert not late, [r.header("Cronman-Scheduled-For") for r in late]
+
+
+def test_pause_stops_fires_and_resume_restarts_them(env):
+    job = env.jobs["pause"]
+    env.wait(lambda: len(env.arrivals("pause")) >= 2, 10, "pause-job fires")
+    assert env.client.post(f"/v1/jobs/{job['id']}/pause").status_code == 200
+    answered = time.time()
+    time.sleep(3.5)
+    assert not [r for r in env.arrivals("pause") if r.arrived_at > answered + 2.0]
+    before = len(env.arrivals("pause"))
+    assert env.client.post(f"/v1/jobs/{job['id']}/resume").status_code == 200
+    resumed = time.time()
+    env.wait(lambda: len(env.arrivals("pause")) > before, 4, "fires after resume")
+    after = [r for r in env.arrivals("pause") if r.arrived_at > resumed]
+    # Fire times from the pause are not made up for.
+    assert all(_scheduled(r).timestamp() > resumed - 1.0 for r in after)
 
 
 def test_callbacks_are_signed(env):
@@ -255,30 +257,28 @@ def test_trigger_replay_and_backfill_are_carried_out(env):
                          for r in env.runs("manual")) == requested, 5, "backfilled runs")
 
 
-def test_delete_stops_fires_within_two_seconds(env):
-    job = env.jobs["delete"]
-    env.wait(lambda: len(env.arrivals("delete")) >= 2, 10, "delete-job fires")
-    assert env.client.delete(f"/v1/jobs/{job['id']}").status_code == 204
-    answered = time.time()
-    time.sleep(4.0)
-    late = [r for r in env.arrivals("delete") if r.arrived_at > answered + 2.0]
-    assert not late, [r.header("Cronman-Scheduled-For") for r in late]
-
-
-def test_pause_stops_fires_and_resume_restarts_them(env):
-    job = env.jobs["pause"]
-    env.wait(lambda: len(env.arrivals("pause")) >= 2, 10, "pause-job fires")
-    assert env.client.post(f"/v1/jobs/{job['id']}/pause").status_code == 200
-    answered = time.time()
-    time.sleep(3.5)
-    assert not [r for r in env.arrivals("pause") if r.arrived_at > answered + 2.0]
-    before = len(env.arrivals("pause"))
-    assert env.client.post(f"/v1/jobs/{job['id']}/resume").status_code == 200
-    resumed = time.time()
-    env.wait(lambda: len(env.arrivals("pause")) > before, 4, "fires after resume")
-    after = [r for r in env.arrivals("pause") if r.arrived_at > resumed]
-    # Fire times from the pause are not made up for.
-    assert all(_scheduled(r).timestamp() > resumed - 1.0 for r in after)
+def test_interval_job_fires_every_second_without_gap_or_duplicate(env):
+    job = env.jobs["interval"]
+    got = env.wait(lambda: len(env.arrivals("interval")) >= OBSERVE + 1 and env.arrivals("interval"),
+                   OBSERVE + 10, "31 interval arrivals")
+    times = [_scheduled(r) for r in got]
+    run_ids = [r.header("Cronman-Run-Id") for r in got]
+    assert len(set(run_ids)) == len(run_ids), "a fire was delivered twice"
+    assert times == sorted(times)
+    gaps = {(b - a).total_seconds() for a, b in zip(times, times[1:], strict=False)}
+    assert gaps == {1.0}, f"not consecutive: {sorted(gaps)}"
+    assert all(t.microsecond == 0 for t in times)
+    assert {r.header("Cronman-Job-Id") for r in got} == {job["id"]}
+    lateness = sorted(r.arrived_at - _scheduled(r).timestamp() for r in got)
+    assert lateness[0] >= 0, "fired before its time"
+    assert lateness[len(lateness) // 2] < 0.1, lateness
+    assert lateness[-1] < 1.0, lateness
+    runs = {r["id"]: r for r in env.runs("interval")}
+    for rid in run_ids[:-2]:
+        assert runs[rid]["status"] == "succeeded"
+        assert runs[rid]["attempt"] == 1
+        assert runs[rid]["lateness_ms"] is not None and runs[rid]["lateness_ms"] < 1000
+        assert runs[rid]["result"]["http_status"] == 204
 
 
 def test_sigterm_exits_within_ten_seconds_leaving_every_run_accounted_for(env):
