@@ -261,8 +261,12 @@ class JobTable:
         cursors of jobs whose past fire times were skipped without a run."""
         fires, self._fires = self._fires, []
         cursors, self._cursors = self._cursors, []
-        for e in self.heap.pop_due(until_ms, self._live, limit):
-            due_ms, _, _, job_id, fire_ms, _ = e
+        heap = self.heap
+        while limit is None or len(fires) < limit:
+            popped = heap.pop_due(until_ms, self._live, 1)
+            if not popped:
+                break
+            due_ms, _, _, job_id, fire_ms, _ = popped[0]
             st = self.jobs[job_id]
             late = now_ms - due_ms
             if late > MISFIRE_TOLERANCE_MS and (late > st.grace_ms or (

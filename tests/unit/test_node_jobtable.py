@@ -1,0 +1,223 @@
+"""The job table: next fires, misfire catch-up, changes and ownership (pure, fake clock)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from cronman.models import Job
+from cronman.scheduler.jobtable import JobTable
+from cronman.scheduler.ownership import Ownership
+from cronman.timeutil import from_ms, parse_rfc3339, to_ms
+
+T0 = 1_800_000_000_000  # a whole second
+
+
+def make_job(job_id: str = "job-1", *, every: float = 1, policy: str = "fire_once",
+             grace: float = 3, created: int = T0 + 500, **kw: Any) -> Job:
+    fields: dict[str, Any] = dict(
+        id=job_id, namespace="d", name=job_id, version=1,
+        schedule={"kind": "interval", "every": every},
+        target={"kind": "http"}, retry={}, misfire={"policy": policy, "grace": grace},
+        delivery="at_least_once", concurrency="allow", priority=0, start_at=None, end_at=None,
+        jitter=None, paused=False, labels={}, dead_letter=None, created_at=from_ms(created),
+        updated_at=from_ms(created))
+    fields.update(kw)
+    return Job(**fields)
+
+
+def fires_of(table: JobTable, now: int, until: int | None = None):
+    fires, cursors = table.pop_due(now, now if until is None else until)
+    return ([(f.fire_ms - T0, f.skipped_before) for f in fires],
+            [(to_ms(t) - T0, n) for _, t, n in cursors])
+
+
+def test_new_job_fires_from_its_creation_on():
+    t = JobTable("n1", 2)
+    assert t.load(make_job(), T0 + 600)
+    assert t.heap.peek_due() == T0 + 1000
+    assert fires_of(t, T0 + 1000) == ([(1000, 0)], [])
+    assert fires_of(t, T0 + 2500, T0 + 3000) == ([(2000, 0), (3000, 0)], [])
+    assert t.jobs["job-1"].cursor_ms == T0 + 3000
+
+
+@pytest.mark.parametrize(("policy", "fires", "cursors"), [
+    # Missed: 4000..9000 (last fire 3000, now 9400, grace 2.5 s).
+    ("fire_once", [(9000, 5)], []),
+    ("fire_all", [(7000, 3), (8000, 0), (9000, 0)], []),
+    # skip passes over 4000..8000; 9000 is only 400 ms late and fires, carrying the count.
+    ("skip", [(9000, 5)], [(8000, 5)]),
+])
+def test_misfire_on_load_after_downtime(policy, fires, cursors):
+    job = make_job(policy=policy, grace=2.5, last_fire_at=from_ms(T0 + 3000))
+    t = JobTable("n1", 2)
+    t.load(job, T0 + 9400)
+    assert fires_of(t, T0 + 9400) == (fires, cursors)
+    assert fires_of(t, T0 + 10_000) == ([(10_000, 0)], [])
+    assert t.misfires_skipped == {"fire_once": 5, "fire_all": 3, "skip": 5}[policy]
+
+
+def test_skip_carries_its_count_into_the_next_run():
+    job = make_job(policy="skip", grace=2.5, last_fire_at=from_ms(T0 + 3000))
+    t = JobTable("n1", 2)
+    t.load(job, T0 + 9000)  # 9000 itself is due now and fires normally
+    assert fires_of(t, T0 + 8999) == ([], [(8000, 5)])
+    assert fires_of(t, T0 + 9000) == ([(9000, 5)], [])
+    assert fires_of(t, T0 + 10_000) == ([(10_000, 0)], [])
+
+
+def test_skip_fires_a_time_that_is_only_just_past():
+    job = make_job(policy="skip", last_fire_at=from_ms(T0 + 5000))
+    t = JobTable("n1", 2)
+    t.load(job, T0 + 6300)  # 6000 is 300 ms late: sync lag, not a misfire
+    assert fires_of(t, T0 + 6300) == ([(6000, 0)], [])
+
+
+def test_long_downtime_is_counted_arithmetically_for_intervals():
+    job = make_job(policy="fire_once", grace=10, last_fire_at=from_ms(T0 + 1000))
+    t = JobTable("n1", 2)
+    now = T0 + 1000 + 86_400_000  # a day later, 86,400 missed fire times
+    t.load(job, now)
+    fires, _ = fires_of(t, now)
+    assert fires == [(86_401_000, 86_399)]
+
+
+def test_fire_all_is_bounded_within_grace():
+    job = make_job(policy="fire_all", every=0.001, grace=60, last_fire_at=from_ms(T0))
+    t = JobTable("n1", 2)
+    t.load(job, T0 + 5000)
+    fires, _ = fires_of(t, T0 + 5000)
+    assert len(fires) == 1000
+    assert fires[0] == (4001, 4000)
+    assert fires[-1] == (5000, 0)
+
+
+def test_once_job_fires_once_even_when_found_late():
+    at = "2027-01-15T08:00:00Z"
+    at_ms = to_ms(parse_rfc3339(at))
+    job = make_job(schedule={"kind": "once", "at": at}, created=at_ms - 60_000)
+    t = JobTable("n1", 2)
+    t.load(job, at_ms + 2000)  # the node heard of it 2 s late, within grace
+    fires, _ = t.pop_due(at_ms + 2000, at_ms + 2000)
+    assert [f.fire_ms for f in fires] == [at_ms]
+    assert t.heap.peek_due() is None
+    # Restarted after the fire was claimed: nothing more.
+    t2 = JobTable("n1", 2)
+    t2.load(replace(job, last_fire_at=from_ms(at_ms)), at_ms + 5000)
+    assert t2.pop_due(at_ms + 5000, at_ms + 10_000) == ([], [])
+
+
+def test_once_job_beyond_grace_is_skipped_and_counted():
+    job = make_job(schedule={"kind": "once", "at": "2027-01-15T08:00:00Z"}, grace=1,
+                   created=to_ms(datetime(2027, 1, 15, 7, 0, tzinfo=from_ms(0).tzinfo)))
+    at_ms = to_ms(parse_rfc3339("2027-01-15T08:00:00Z"))
+    t = JobTable("n1", 2)
+    t.load(job, at_ms + 10_000)
+    fires, cursors = t.pop_due(at_ms + 10_000, at_ms + 10_000)
+    assert fires == []
+    assert [(to_ms(c[1]), c[2]) for c in cursors] == [(at_ms, 1)]
+
+
+def test_change_reschedules_without_catch_up_and_drops_the_old_entry():
+    t = JobTable("n1", 2)
+    job = make_job()
+    t.load(job, T0 + 600)
+    assert fires_of(t, T0 + 1000) == ([(1000, 0)], [])
+    changed = replace(job, version=2, schedule={"kind": "interval", "every": 5})
+    t.load(changed, T0 + 1200)
+    # Old entry (2000) is stale; the new schedule fires at 5000 (anchor = created second).
+    assert fires_of(t, T0 + 4999) == ([], [])
+    assert fires_of(t, T0 + 5000) == ([(5000, 0)], [])
+
+
+def test_pause_and_resume_do_not_make_up_for_the_pause():
+    t = JobTable("n1", 2)
+    job = make_job()
+    t.load(job, T0 + 600)
+    fires_of(t, T0 + 1000)
+    t.load(replace(job, version=2, paused=True), T0 + 1100)
+    assert fires_of(t, T0 + 9000) == ([], [])
+    assert t.lookup("job-1")[0].paused
+    t.load(replace(job, version=3, paused=False), T0 + 9500)
+    assert fires_of(t, T0 + 10_000) == ([(10_000, 0)], [])
+
+
+def test_delete_forgets_the_job_and_remembers_the_deletion():
+    t = JobTable("n1", 2)
+    job = make_job()
+    t.load(job, T0 + 600)
+    t.load(replace(job, version=2, deleted_at=from_ms(T0 + 700)), T0 + 700)
+    assert t.lookup("job-1") == (None, True)
+    assert fires_of(t, T0 + 5000) == ([], [])
+
+
+def test_falling_behind_more_than_grace_applies_the_policy():
+    t = JobTable("n1", 2)
+    t.load(make_job(policy="fire_once", grace=2), T0 + 600)
+    # The loop stalls for 10 s: 1000..10000 are past.
+    fires, _ = fires_of(t, T0 + 10_300)
+    assert fires == [(10_000, 9)]
+    assert t.heap.peek_due() == T0 + 11_000
+
+
+def test_one_late_fire_within_grace_still_fires():
+    t = JobTable("n1", 2)
+    t.load(make_job(policy="skip", grace=5), T0 + 600)
+    assert fires_of(t, T0 + 2500) == ([(1000, 0), (2000, 0)], [])
+
+
+def test_jitter_delays_the_due_time_deterministically():
+    t = JobTable("n1", 2)
+    t.load(make_job(every=10, jitter=5), T0 + 600)
+    due = t.heap.peek_due()
+    assert T0 + 10_000 <= due < T0 + 15_000
+    fires, _ = t.pop_due(due, due)
+    assert fires[0].fire_ms == T0 + 10_000 and fires[0].due_ms == due
+    t2 = JobTable("n2", 2)
+    t2.load(make_job(every=10, jitter=5), T0 + 600)
+    assert t2.heap.peek_due() == due
+
+
+def test_priority_breaks_ties_at_the_same_due_time():
+    t = JobTable("n1", 2)
+    t.load(make_job("low", priority=0), T0 + 600)
+    t.load(make_job("high", priority=9), T0 + 600)
+    fires, _ = t.pop_due(T0 + 1000, T0 + 1000)
+    assert [f.job.id for f in fires] == ["high", "low"]
+
+
+def test_ownership_keeps_only_owned_jobs_and_reconciles_on_membership_change():
+    members = ["n1", "n2", "n3"]
+    t = JobTable("n1", 1, members)
+    own = Ownership(members, "n1", 1)
+    ids = [f"job-{i}" for i in range(300)]
+    for job_id in ids:
+        t.load(make_job(job_id), T0 + 600)
+    mine = {j for j in ids if own.owns(j)}
+    assert set(t.jobs) == mine
+    assert set(t.others) == set(ids) - mine
+    # n2 and n3 leave: every job is n1's now; the gained ones are to be loaded.
+    gained = t.set_members(["n1"])
+    assert set(gained) == set(ids) - mine
+    for job_id in gained:
+        t.load(make_job(job_id), T0 + 700)
+    assert set(t.jobs) == set(ids)
+    # n2 comes back: jobs it owns move away at once.
+    t.set_members(["n1", "n2"])
+    own2 = Ownership(["n1", "n2"], "n1", 1)
+    assert set(t.jobs) == {j for j in ids if own2.owns(j)}
+    assert set(t.jobs) | set(t.others) == set(ids)
+    # Entries of dropped jobs are stale: only owned jobs fire.
+    fires, _ = t.pop_due(T0 + 1000, T0 + 1000)
+    assert {f.job.id for f in fires} == set(t.jobs)
+
+
+def test_a_job_with_a_broken_schedule_is_not_scheduled():
+    t = JobTable("n1", 2)
+    t.load(make_job(schedule={"kind": "cron", "cron": "not a cron", "timezone": "UTC"}),
+           T0 + 600)
+    assert t.bad_jobs == 1
+    assert t.pop_due(T0 + 10_000, T0 + 10_000) == ([], [])
