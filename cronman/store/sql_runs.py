@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Integer, String, bindparam, case, func, or_, select, text, tuple_, update
@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 sj = scheduled_jobs
 BATCH = 1000
 _ONE_MS = timedelta(milliseconds=1)
+RECENT_WINDOW = timedelta(days=1)
 
 _PG_UPDATE_COLUMNS = ("id", "scheduled_for", "status", "attempt", "started_at", "finished_at",
                       "lateness_ms", "duration_ms", "result", "error", "lease_expires_at",
@@ -85,12 +86,17 @@ UPDATE jobs AS j SET
 FROM (VALUES {values}) AS v(id, t, skipped)
 WHERE j.id = v.id
 """
-_PG_LAST_RUNS = text("""
+_LAST_RUNS_SQL = """
 SELECT r.* FROM unnest(CAST(:ids AS text[])) AS j(id)
 CROSS JOIN LATERAL (
-  SELECT * FROM scheduled_jobs s WHERE s.job_id = j.id ORDER BY s.scheduled_for DESC LIMIT 1
+  SELECT * FROM scheduled_jobs s WHERE s.job_id = j.id {extra}
+  ORDER BY s.scheduled_for DESC LIMIT 1
 ) AS r
-""").columns(*sj.c)
+"""
+_PG_LAST_RUNS = text(_LAST_RUNS_SQL.format(extra="")).columns(*sj.c)
+_PG_LAST_RUNS_SINCE = (text(_LAST_RUNS_SQL.format(extra="AND s.scheduled_for >= :since"))
+                       .bindparams(bindparam("since", type_=UTCDateTime()))
+                       .columns(*sj.c))
 
 # SQLite: one executemany statement for the whole batch of updates.
 _SQLITE_UPDATE = (
@@ -291,6 +297,32 @@ class SqlRunStore:
             row = conn.execute(stmt).first()
         return None if row is None else run_from_row(row)
 
+    def _recent_split(self) -> datetime | None:
+        """Where "recent" history starts (PostgreSQL only): yesterday 00:00 UTC.
+
+        A query ordered by scheduled_for over every partition is planned
+        over all ~50 of them and its Merge Append probes each; most answers
+        (a job's newest runs) lie in the last day, so the store asks the
+        recent partitions first and the older ones only for what is missing.
+        """
+        if not self._db.is_postgres:
+            return None
+        now = utcnow()
+        return datetime(now.year, now.month, now.day, tzinfo=UTC) - RECENT_WINDOW
+
+    def _windows(self, lo: datetime | None, hi: datetime | None
+                 ) -> list[list[ColumnElement[bool]]]:
+        """Newest-first, disjoint scheduled_for windows covering [lo, hi)."""
+        split = self._recent_split()
+        if split is None:
+            return [[]]
+        windows: list[list[ColumnElement[bool]]] = []
+        if hi is None or hi > split:
+            windows.append([sj.c.scheduled_for >= split])
+        if lo is None or lo < split:
+            windows.append([sj.c.scheduled_for < split])
+        return windows
+
     def list_runs(self, job_id: str, flt: RunFilter, limit: int, cursor: str | None) -> Page:
         """Newest first; ``since`` is inclusive, ``until`` exclusive.
 
@@ -298,6 +330,7 @@ class SqlRunStore:
         marks the position; the unique index serves the order.
         """
         conds: list[ColumnElement[bool]] = [sj.c.job_id == job_id]
+        hi = flt.until
         if flt.since is not None:
             conds.append(sj.c.scheduled_for >= flt.since)
         if flt.until is not None:
@@ -307,9 +340,16 @@ class SqlRunStore:
         if cursor:
             after, _ = decode_run_cursor(cursor)
             conds.append(sj.c.scheduled_for < after)
-        stmt = select(sj).where(*conds).order_by(sj.c.scheduled_for.desc()).limit(limit + 1)
+            hi = after if hi is None else min(hi, after)
+        rows: list[Any] = []
         with self._db.read() as conn:
-            rows = conn.execute(stmt).all()
+            for window in self._windows(flt.since, hi):
+                need = limit + 1 - len(rows)
+                if need <= 0:
+                    break
+                stmt = (select(sj).where(*conds, *window)
+                        .order_by(sj.c.scheduled_for.desc()).limit(need))
+                rows.extend(conn.execute(stmt).all())
         items = [run_from_row(r) for r in rows[:limit]]
         next_cursor = None
         if len(rows) > limit and items:
@@ -323,10 +363,16 @@ class SqlRunStore:
         found: dict[str, Run] = {}
         with self._db.read() as conn:
             if self._db.is_postgres:
-                for chunk in _chunks(ids):
-                    for row in conn.execute(_PG_LAST_RUNS, {"ids": list(chunk)}):
-                        run = run_from_row(row)
-                        found[run.job_id] = run
+                # Recent partitions first (see _recent_split), then the rest
+                # for the jobs without a recent run.
+                split = self._recent_split()
+                for stmt, params in ((_PG_LAST_RUNS_SINCE, {"since": split}),
+                                     (_PG_LAST_RUNS, {})):
+                    missing = [i for i in ids if i not in found]
+                    for chunk in _chunks(missing):
+                        for row in conn.execute(stmt, {"ids": list(chunk), **params}):
+                            run = run_from_row(row)
+                            found[run.job_id] = run
             else:
                 stmt = (select(sj).where(sj.c.job_id == bindparam("jid"))
                         .order_by(sj.c.scheduled_for.desc()).limit(1))

@@ -279,3 +279,28 @@ def test_backfill_stores_only_missing_fire_times(store, job):
     origins = {r.scheduled_for: r.origin for r in page.items}
     assert origins[times[0]] == "schedule" and origins[times[1]] == "backfill"
     assert len(store.runs.take_requested_runs("n1", utcnow(), 100)) == 8
+
+
+def test_history_across_days_pages_and_last_runs(store):
+    """Recent runs and runs of earlier days (PostgreSQL asks the recent partitions first)."""
+    a, b = store.jobs.create_jobs([job_spec("long"), job_spec("rare")])
+    t0 = base_time()
+    runs = [make_run(a.id, t0 - timedelta(hours=7 * k)) for k in range(21)]  # ~6 days back
+    old = make_run(b.id, t0 - timedelta(days=3, hours=5))
+    store.runs.request_backfill(a, [t0 - timedelta(days=4)])  # an older day's partition
+    store.runs.claim_runs(runs + [old])
+    expected = sorted([r.scheduled_for for r in runs] + [t0 - timedelta(days=4)], reverse=True)
+    for limit in (1, 4, 50):
+        seen, cursor = [], None
+        while True:
+            page = store.runs.list_runs(a.id, RunFilter(), limit, cursor)
+            seen.extend(r.scheduled_for for r in page.items)
+            if not page.next_cursor:
+                break
+            cursor = page.next_cursor
+        assert seen == expected, limit
+    since, until = t0 - timedelta(days=2), t0 - timedelta(hours=10)
+    window = store.runs.list_runs(a.id, RunFilter(since=since, until=until), 100, None)
+    assert [r.scheduled_for for r in window.items] == [t for t in expected if since <= t < until]
+    last = store.runs.last_runs([a.id, b.id])
+    assert last[a.id].scheduled_for == t0 and last[b.id].id == old.id
