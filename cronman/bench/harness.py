@@ -172,7 +172,7 @@ class PeerSystem:
         self.name = kind
         self.opts = opts
         self.tag = tag
-        self.db = ScratchDatabase(opts.admin_url, prefix="cronman_bench_aps") \
+        self.db = ScratchDatabase(opts.admin_url, prefix="cronman_benchcli_aps") \
             if kind == "apscheduler-sqlalchemy" else None
         self.processes: list[ManagedProcess] = []
         self._argv: list[str] = []

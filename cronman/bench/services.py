@@ -67,7 +67,7 @@ def ensure_postgres(admin_url: str, repo_root: Path | None = None) -> None:
 class ScratchDatabase:
     """A database made for one run on the server of ``admin_url``; dropped unless kept."""
 
-    def __init__(self, admin_url: str, prefix: str = "cronman_bench") -> None:
+    def __init__(self, admin_url: str, prefix: str = "cronman_benchcli") -> None:
         self.admin_url = admin_url
         self.name = f"{prefix}_{uuid.uuid4().hex[:10]}"
         self.url = make_url(admin_url).set(database=self.name).render_as_string(
