@@ -36,6 +36,7 @@ def create_app(settings: Settings | None = None, *, store: Any = None,
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.json.compact = True  # type: ignore[attr-defined]
     app.url_map.strict_slashes = True
+    app.url_map.converters["id"] = jobs.IdConverter
 
     ctx = ApiContext(settings, store=store, coordinator=coordinator)
     app.extensions[EXTENSION_KEY] = ctx

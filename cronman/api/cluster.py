@@ -6,9 +6,8 @@ from datetime import datetime
 from typing import Any
 
 from flask import Blueprint, Response
-from flask.views import MethodView
 
-from cronman.api.common import json_response
+from cronman.api.common import ApiView, json_response
 from cronman.api.context import api_context
 from cronman.scheduler.coordinator import NodeInfo
 from cronman.timeutil import format_rfc3339, utcnow
@@ -53,7 +52,7 @@ def cluster_json() -> dict[str, Any]:
     }
 
 
-class Cluster(MethodView):
+class Cluster(ApiView):
     def get(self) -> Response:
         return json_response(cluster_json())
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from flask import Response, current_app, g, request
+from flask.views import MethodView
 
 from cronman.api.auth import OPEN, Principal
 from cronman.errors import CronmanError, ValidationError
@@ -53,3 +55,20 @@ def error_response(exc: CronmanError, status: int | None = None) -> Response:
 
 def principal() -> Principal:
     return g.get("principal", OPEN)
+
+
+class ApiView(MethodView):
+    """A MethodView that refuses query parameters it does not know (400 naming it).
+
+    ``query_params`` maps a lower-case method name to the parameters it takes.
+    """
+
+    query_params: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+
+    def dispatch_request(self, **kwargs: Any) -> Any:
+        method = "get" if request.method == "HEAD" else request.method.lower()
+        allowed = self.query_params.get(method, ())
+        for key in request.args:
+            if key not in allowed:
+                raise ValidationError(f"unknown query parameter {key!r}", field=key)
+        return super().dispatch_request(**kwargs)

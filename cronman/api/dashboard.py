@@ -11,7 +11,8 @@ from functools import cache
 from importlib.resources import files
 
 from flask import Blueprint, Response
-from flask.views import MethodView
+
+from cronman.api.common import ApiView
 
 bp = Blueprint("dashboard", __name__)
 
@@ -21,7 +22,7 @@ def dashboard_html() -> bytes:
     return files("cronman.api").joinpath("static/dashboard.html").read_bytes()
 
 
-class Dashboard(MethodView):
+class Dashboard(ApiView):
     def get(self) -> Response:
         resp = Response(dashboard_html(), mimetype="text/html")
         resp.headers["Cache-Control"] = "no-cache"

@@ -5,9 +5,8 @@ from __future__ import annotations
 import logging
 
 from flask import Blueprint, Response
-from flask.views import MethodView
 
-from cronman.api.common import json_response
+from cronman.api.common import ApiView, json_response
 from cronman.api.context import api_context
 from cronman.errors import CronmanError
 
@@ -16,12 +15,12 @@ log = logging.getLogger(__name__)
 bp = Blueprint("health", __name__)
 
 
-class Healthz(MethodView):
+class Healthz(ApiView):
     def get(self) -> Response:
         return json_response({"status": "ok"})
 
 
-class Readyz(MethodView):
+class Readyz(ApiView):
     def get(self) -> Response:
         ctx = api_context()
         checks: dict[str, str] = {}

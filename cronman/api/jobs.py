@@ -12,12 +12,13 @@ from datetime import datetime
 from typing import Any
 
 from flask import Blueprint, Response, request
-from flask.views import MethodView
+from werkzeug.routing import BaseConverter
 
 from cronman.api import validation as v
 from cronman.api.common import (
     MAX_BODY_BYTES,
     MAX_BULK_BODY_BYTES,
+    ApiView,
     json_response,
     principal,
     read_json,
@@ -39,7 +40,14 @@ NEXT_COUNT_DEFAULT = 10
 NEXT_COUNT_MAX = 100
 BACKFILL_MAX = 10_000
 # Job and run ids are UUIDs; anything else cannot exist (and must not reach SQL).
-ID_RE = re.compile(r"^[0-9a-fA-F-]{1,36}$")
+ID_PATTERN = r"[0-9a-fA-F-]{1,36}"
+ID_RE = re.compile(f"^{ID_PATTERN}$")
+
+
+class IdConverter(BaseConverter):
+    """``<id:job_id>``: a UUID-shaped path segment (so ``/v1/jobs/bulk`` is no job id)."""
+
+    regex = ID_PATTERN
 
 
 def _store() -> Any:
@@ -80,10 +88,12 @@ def reject_bad_strings(value: Any, field: str) -> None:
             reject_bad_strings(item, f"{field}[{i}]")
 
 
-class JobCollection(MethodView):
+class JobCollection(ApiView):
+    query_params = {"get": ("namespace", "label", "paused", "limit", "cursor")}
+
     def get(self) -> Response:
         args = request.args
-        namespace = args.get("namespace") or None
+        namespace = args.get("namespace")
         if namespace is not None:
             v.check_namespace(namespace)
             principal().require(namespace, field="namespace")
@@ -92,7 +102,7 @@ class JobCollection(MethodView):
             reject_bad_strings(key, "label")
             reject_bad_strings(value, "label")
         paused_raw = args.get("paused")
-        paused = None if not paused_raw else v.parse_bool_param(paused_raw, "paused")
+        paused = None if paused_raw is None else v.parse_bool_param(paused_raw, "paused")
         limit = v.parse_int_param(args.get("limit"), "limit", default=LIST_LIMIT_DEFAULT,
                                   lo=1, hi=LIST_LIMIT_MAX)
         cursor = args.get("cursor") or None
@@ -117,7 +127,7 @@ class JobCollection(MethodView):
                              {"Location": f"/v1/jobs/{job.id}"})
 
 
-class JobBulk(MethodView):
+class JobBulk(ApiView):
     def post(self) -> Response:
         body = read_json(max_bytes=MAX_BULK_BODY_BYTES)
         reject_bad_strings(body, "")
@@ -164,7 +174,7 @@ def _replacement(job: Job, body: Any, *, merge: bool) -> dict[str, Any]:
     return spec
 
 
-class JobItem(MethodView):
+class JobItem(ApiView):
     def get(self, job_id: str) -> Response:
         job = load_job(job_id)
         last = _store().runs.last_runs([job.id]).get(job.id)
@@ -190,7 +200,7 @@ class JobItem(MethodView):
         return json_response(job_json(updated, now=utcnow()))
 
 
-class JobPause(MethodView):
+class JobPause(ApiView):
     paused = True
 
     def post(self, job_id: str) -> Response:
@@ -204,14 +214,16 @@ class JobResume(JobPause):
     paused = False
 
 
-class JobTrigger(MethodView):
+class JobTrigger(ApiView):
     def post(self, job_id: str) -> Response:
         job = load_job(job_id)
         run = _store().runs.request_trigger(job, utcnow())
         return json_response(run_json(run), 202)
 
 
-class JobNext(MethodView):
+class JobNext(ApiView):
+    query_params = {"get": ("count",)}
+
     def get(self, job_id: str) -> Response:
         count = v.parse_int_param(request.args.get("count"), "count",
                                   default=NEXT_COUNT_DEFAULT, lo=1, hi=NEXT_COUNT_MAX)
@@ -220,7 +232,9 @@ class JobNext(MethodView):
         return json_response({"fire_times": [_fmt(t) for t in times]})
 
 
-class JobRuns(MethodView):
+class JobRuns(ApiView):
+    query_params = {"get": ("since", "until", "status", "limit", "cursor")}
+
     def get(self, job_id: str) -> Response:
         args = request.args
         since = v.parse_time_param(args.get("since"), "since")
@@ -249,7 +263,7 @@ class JobRuns(MethodView):
                               "next_cursor": page.next_cursor})
 
 
-class JobBackfill(MethodView):
+class JobBackfill(ApiView):
     def post(self, job_id: str) -> Response:
         body = read_json(max_bytes=MAX_BODY_BYTES)
         job = load_job(job_id)
@@ -270,13 +284,13 @@ def _fmt(t: datetime) -> str:
 def _register() -> None:
     bp.add_url_rule("", view_func=JobCollection.as_view("collection"))
     bp.add_url_rule("/bulk", view_func=JobBulk.as_view("bulk"))
-    bp.add_url_rule("/<job_id>", view_func=JobItem.as_view("item"))
-    bp.add_url_rule("/<job_id>/pause", view_func=JobPause.as_view("pause"))
-    bp.add_url_rule("/<job_id>/resume", view_func=JobResume.as_view("resume"))
-    bp.add_url_rule("/<job_id>/trigger", view_func=JobTrigger.as_view("trigger"))
-    bp.add_url_rule("/<job_id>/next", view_func=JobNext.as_view("next"))
-    bp.add_url_rule("/<job_id>/runs", view_func=JobRuns.as_view("runs"))
-    bp.add_url_rule("/<job_id>/backfill", view_func=JobBackfill.as_view("backfill"))
+    bp.add_url_rule("/<id:job_id>", view_func=JobItem.as_view("item"))
+    bp.add_url_rule("/<id:job_id>/pause", view_func=JobPause.as_view("pause"))
+    bp.add_url_rule("/<id:job_id>/resume", view_func=JobResume.as_view("resume"))
+    bp.add_url_rule("/<id:job_id>/trigger", view_func=JobTrigger.as_view("trigger"))
+    bp.add_url_rule("/<id:job_id>/next", view_func=JobNext.as_view("next"))
+    bp.add_url_rule("/<id:job_id>/runs", view_func=JobRuns.as_view("runs"))
+    bp.add_url_rule("/<id:job_id>/backfill", view_func=JobBackfill.as_view("backfill"))
 
 
 _register()

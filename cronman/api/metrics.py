@@ -7,15 +7,16 @@ sees the sum over all workers (prometheus_client's multiprocess mode).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, g, request
-from flask.views import MethodView
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -27,6 +28,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 from sqlalchemy import func, select
 
+from cronman.api.common import ApiView
 from cronman.store.tables import jobs
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,10 @@ class JobCountCollector:
         self._count = count
         self._lock = threading.Lock()
         self._cached: tuple[float, int | None] = (0.0, None)
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        # Registering must not query the store (the registry would call collect()).
+        return []
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         with self._lock:
@@ -89,6 +95,12 @@ class ApiMetrics:
         self.latency.labels(method, route).observe(seconds)
 
 
+@functools.cache
+def route_label(rule: str) -> str:
+    """``/v1/jobs/<id:job_id>`` -> ``/v1/jobs/{job_id}`` (the OpenAPI spelling)."""
+    return re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", rule)
+
+
 def install(app: Flask, count_jobs: Callable[[], int | None]) -> ApiMetrics:
     metrics = ApiMetrics(count_jobs)
     app.extensions[METRICS_KEY] = metrics
@@ -102,7 +114,7 @@ def install(app: Flask, count_jobs: Callable[[], int | None]) -> ApiMetrics:
         started = g.pop("cronman_started", None)
         if started is not None:
             rule = request.url_rule
-            route = rule.rule if rule is not None else "unmatched"
+            route = route_label(rule.rule) if rule is not None else "unmatched"
             metrics.observe(request.method, route, response.status_code,
                             time.perf_counter() - started)
         return response
@@ -110,7 +122,7 @@ def install(app: Flask, count_jobs: Callable[[], int | None]) -> ApiMetrics:
     return metrics
 
 
-class Metrics(MethodView):
+class Metrics(ApiView):
     def get(self) -> Response:
         metrics: ApiMetrics = current_app.extensions[METRICS_KEY]
         return Response(generate_latest(metrics.registry()), content_type=CONTENT_TYPE_LATEST)

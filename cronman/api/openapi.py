@@ -11,11 +11,11 @@ from functools import cache
 from typing import Any
 
 from flask import Blueprint, Response
-from flask.views import MethodView
 
 from cronman import __version__
 from cronman.api import validation as v
-from cronman.api.common import json_response
+from cronman.api.common import ApiView, json_response
+from cronman.api.jobs import ID_PATTERN
 from cronman.store.tables import RUN_STATUSES
 
 bp = Blueprint("openapi", __name__)
@@ -170,20 +170,43 @@ def _job_schemas() -> dict[str, Any]:
     })
     answer_required = ("id", *v.DEFINITION_KEYS, "version", "created_at", "updated_at",
                        "next_fire_at")
+    writable = {**deepcopy(definition), **deepcopy(read_only)}
+    create = _obj(deepcopy(definition), v.REQUIRED_KEYS, description=(
+        "A new job. Unknown and read-only keys are refused (400)."))
+    create["examples"] = [JOB_EXAMPLE]
+    replace = _obj(writable, v.REQUIRED_KEYS, description=(
+        "The whole new definition. Read-only keys may be sent back as read: id and "
+        "created_at must match, version must be the current one (else 409). A "
+        "redacted header or env value equal to the redacted stored one keeps it."))
+    replace["examples"] = [{**JOB_EXAMPLE, "name": "daily-digest-v2"}]
+    patch = _obj(deepcopy(writable), description=(
+        "Top-level keys to change; nested objects (schedule, target, retry, ...) "
+        "are replaced whole. The merged definition is validated as a PUT."))
+    patch["examples"] = [{"priority": 5, "labels": {"team": "billing", "tier": "1"}},
+                         {"paused": True}]
     return {
-        "JobCreate": _obj(deepcopy(definition), v.REQUIRED_KEYS, description=(
-            "A new job. Unknown and read-only keys are refused (400).")),
-        "JobReplace": _obj({**deepcopy(definition), **deepcopy(read_only)}, v.REQUIRED_KEYS,
-                           description=(
-            "The whole new definition. Read-only keys may be sent back as read: id and "
-            "created_at must match, version must be the current one (else 409). A "
-            "redacted header or env value equal to the redacted stored one keeps it.")),
-        "JobPatch": _obj({**deepcopy(definition), **deepcopy(read_only)}, description=(
-            "Top-level keys to change; nested objects (schedule, target, retry, ...) "
-            "are replaced whole. The merged definition is validated as a PUT.")),
+        "JobCreate": create,
+        "JobReplace": replace,
+        "JobPatch": patch,
         "Job": _obj(job_props, answer_required, closed=True),
     }
 
+
+JOB_EXAMPLE: dict[str, Any] = {
+    "name": "daily-digest",
+    "namespace": "billing",
+    "schedule": {"kind": "cron", "cron": "0 7 * * *", "timezone": "Europe/Berlin"},
+    "target": {"kind": "http", "url": "https://billing.example.com/digest", "method": "POST",
+               "headers": {"Content-Type": "application/json"},
+               "body": "{\"kind\":\"digest\"}", "timeout": 10},
+    "retry": {"max_attempts": 3, "min_backoff": 1, "max_backoff": 60},
+    "misfire": {"policy": "fire_once", "grace": 300},
+    "delivery": "at_least_once",
+    "concurrency": "allow",
+    "priority": 0,
+    "paused": False,
+    "labels": {"team": "billing"},
+}
 
 RUN = _obj({
     "id": STRING,
@@ -329,12 +352,16 @@ def _query(name: str, schema: dict[str, Any], description: str,
 
 
 def _path_param(name: str) -> dict[str, Any]:
-    return {"name": name, "in": "path", "required": True, "schema": STRING}
+    return {"name": name, "in": "path", "required": True,
+            "schema": {"type": "string", "pattern": f"^{ID_PATTERN}$"}}
 
 
+_STATUS = "(?:" + "|".join(RUN_STATUSES) + ")"
+STATUS_LIST_PATTERN = f"^(?:{_STATUS}(?:,{_STATUS})*)?$"
 LIMIT = _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
                "page size (a maximum)")
-CURSOR = _query("cursor", STRING, "the next_cursor of the previous page")
+CURSOR = _query("cursor", STRING, "the next_cursor of the previous page (opaque; "
+                "anything else is a 400)")
 
 
 def paths() -> dict[str, Any]:
@@ -344,8 +371,11 @@ def paths() -> dict[str, Any]:
         "/v1/jobs": {
             "get": _op("listJobs", "List jobs (id order, keyset pagination)",
                        _ok("200", "JobList", "a page of jobs"), "400 403", [
-                           _query("namespace", STRING, "only this namespace"),
-                           _query("label", {"type": "array", "items": STRING},
+                           _query("namespace", {"type": "string", "pattern": v.NAMESPACE_RE.pattern,
+                                                "maxLength": v.NAMESPACE_MAX},
+                                  "only this namespace"),
+                           _query("label", {"type": "array",
+                                            "items": {"type": "string", "pattern": "^[^:]+:"}},
                                   "key:value; repeat for more (all must match)",
                                   style="form", explode=True),
                            _query("paused", {"type": "boolean"}, "only paused / active jobs"),
@@ -398,7 +428,7 @@ def paths() -> dict[str, Any]:
                            _query("since", TIME, "scheduled at or after"),
                            _query("until", TIME, "scheduled before"),
                            _query("status", {"type": "array", "items": {
-                               "type": "string",
+                               "type": "string", "pattern": STATUS_LIST_PATTERN,
                                "description": "a status, or a comma-separated list: "
                                               + ", ".join(RUN_STATUSES)}},
                                   "only these statuses", style="form", explode=True),
@@ -474,7 +504,7 @@ def openapi_document() -> dict[str, Any]:
     }
 
 
-class OpenApi(MethodView):
+class OpenApi(ApiView):
     def get(self) -> Response:
         return json_response(openapi_document())
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from flask import Blueprint, Response
-from flask.views import MethodView
 
-from cronman.api.common import json_response, principal
+from cronman.api.common import ApiView, json_response, principal
 from cronman.api.context import api_context
 from cronman.api.jobs import ID_RE
 from cronman.api.serialize import run_json
@@ -32,13 +31,13 @@ def load_run(run_id: str) -> tuple[Run, Job | None]:
     return run, job
 
 
-class RunItem(MethodView):
+class RunItem(ApiView):
     def get(self, run_id: str) -> Response:
         run, _ = load_run(run_id)
         return json_response(run_json(run))
 
 
-class RunReplay(MethodView):
+class RunReplay(ApiView):
     def post(self, run_id: str) -> Response:
         _, job = load_run(run_id)
         if job is None or job.deleted_at is not None:
@@ -47,5 +46,5 @@ class RunReplay(MethodView):
         return json_response(run_json(run), 202)
 
 
-bp.add_url_rule("/<run_id>", view_func=RunItem.as_view("item"))
-bp.add_url_rule("/<run_id>/replay", view_func=RunReplay.as_view("replay"))
+bp.add_url_rule("/<id:run_id>", view_func=RunItem.as_view("item"))
+bp.add_url_rule("/<id:run_id>/replay", view_func=RunReplay.as_view("replay"))

@@ -402,7 +402,8 @@ def parse_bool_param(raw: str, field: str) -> bool:
 
 
 def parse_int_param(raw: str | None, field: str, *, default: int, lo: int, hi: int) -> int:
-    if raw is None or raw == "":
+    """An integer query parameter; absent: ``default`` (given but empty is an error)."""
+    if raw is None:
         return default
     try:
         value = int(raw.strip())
@@ -414,6 +415,6 @@ def parse_int_param(raw: str | None, field: str, *, default: int, lo: int, hi: i
 
 
 def parse_time_param(raw: str | None, field: str) -> datetime | None:
-    if raw is None or raw == "":
+    if raw is None:
         return None
     return check_time(raw, field)

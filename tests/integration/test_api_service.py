@@ -1,0 +1,163 @@
+"""Error format of unknown routes, health and readiness, metrics, cluster, dashboard."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+
+from cronman.api.app import create_app
+from cronman.config import Settings
+from cronman.scheduler.coordination.memory import InProcessCoordinator
+from cronman.scheduler.coordination.redis import RedisCoordinator
+from cronman.scheduler.coordinator import NodeInfo
+from cronman.timeutil import utcnow
+from tests.support.api import free_port, job_spec
+
+
+@pytest.fixture
+def app(store, database_url):
+    return create_app(Settings(database_url=database_url), store=store)
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+
+
+def error_of(resp, status):
+    assert resp.status_code == status, (resp.status_code, resp.get_data(as_text=True))
+    assert resp.mimetype == "application/json"
+    err = resp.get_json()["error"]
+    assert set(err) == {"code", "message", "field"}
+    return err
+
+
+def test_unknown_routes_and_methods_answer_in_the_error_format(client):
+    assert error_of(client.get("/v1/nothing"), 404)["code"] == "not_found"
+    assert error_of(client.get("/v1/jobs/"), 404)["code"] == "not_found"
+    assert error_of(client.get("/favicon.ico"), 404)["code"] == "not_found"
+    resp = client.delete("/v1/jobs")
+    assert error_of(resp, 405)["code"] == "method_not_allowed"
+    assert set(resp.headers["Allow"].replace(" ", "").split(",")) >= {"GET", "POST"}
+    error_of(client.put("/healthz"), 405)
+    error_of(client.get("/v1/jobs/bulk/x"), 404)
+
+
+def test_healthz_and_readyz(client):
+    assert client.get("/healthz").get_json() == {"status": "ok"}
+    resp = client.get("/readyz")
+    assert resp.status_code == 200
+    assert resp.get_json() == {"status": "ready",
+                               "checks": {"database": "ok", "redis": "not configured"}}
+
+
+@pytest.mark.redis
+def test_readyz_with_redis(store, database_url, redis_url):
+    settings = Settings(database_url=database_url, redis_url=redis_url)
+    app = create_app(settings, store=store)  # Redis coordinator from the settings
+    body = app.test_client().get("/readyz").get_json()
+    assert body["checks"] == {"database": "ok", "redis": "ok"}
+    down = Settings(database_url=database_url, redis_url=f"redis://127.0.0.1:{free_port()}/0")
+    coordinator = RedisCoordinator(down)
+    try:
+        resp = create_app(down, store=store, coordinator=coordinator).test_client().get("/readyz")
+        assert resp.status_code == 503
+        assert resp.get_json()["checks"]["redis"] != "ok"
+        assert resp.get_json()["error"]["code"] == "unavailable"
+    finally:
+        coordinator.close()
+
+
+def test_readyz_when_the_database_is_down():
+    url = f"postgresql+psycopg2://postgres@127.0.0.1:{free_port()}/none"
+    app = create_app(Settings(database_url=url))
+    client = app.test_client()
+    resp = client.get("/readyz")
+    assert resp.status_code == 503
+    assert resp.get_json()["checks"]["database"] != "ok"
+    assert client.get("/healthz").status_code == 200
+    # Any data call answers 503 in the error format, not a 500.
+    assert error_of(client.get("/v1/jobs"), 503)["code"] == "store_unavailable"
+
+
+def test_metrics(client):
+    client.post("/v1/jobs", json=job_spec())
+    client.post("/v1/jobs", json=job_spec())  # 409
+    client.get("/v1/jobs/0190a1b2-c3d4-7e5f-8a9b-0123456789ab")
+    client.get("/no/such/route")
+    resp = client.get("/metrics")
+    assert resp.status_code == 200
+    assert resp.content_type.startswith("text/plain")
+    text = resp.get_data(as_text=True)
+
+    def value(pattern):
+        m = re.search(pattern + r" ([0-9.e+]+)", text)
+        assert m, pattern
+        return float(m.group(1))
+
+    assert value(r'cronman_api_requests_total\{method="POST",route="/v1/jobs",status="201"\}') == 1
+    assert value(r'cronman_api_requests_total\{method="POST",route="/v1/jobs",status="409"\}') == 1
+    assert value(r'cronman_api_requests_total\{method="GET",route="/v1/jobs/\{job_id\}",'
+                 r'status="404"\}') == 1
+    assert value(r'cronman_api_requests_total\{method="GET",route="unmatched",'
+                 r'status="404"\}') == 1
+    assert value(r'cronman_api_request_duration_seconds_count\{method="POST",'
+                 r'route="/v1/jobs"\}') == 2
+    assert value(r"cronman_jobs") == 1
+
+
+def test_cluster_without_a_coordinator(client):
+    assert client.get("/v1/cluster").get_json() == {"replicas": 2, "nodes": [], "agents": []}
+
+
+def test_cluster_from_the_coordinator(store, database_url):
+    coordinator = InProcessCoordinator(ttl=30)
+    started = utcnow() - timedelta(minutes=5)
+    for i, stats in enumerate([{"owned_jobs": 10, "fires_last_minute": 4, "lock_wins": 3,
+                                "lock_losses": 1}, {}]):
+        coordinator.join(NodeInfo(id=f"sched-{i}", address=f"10.0.0.{i}:9000",
+                                  started_at=started, stats=stats))
+    app = create_app(Settings(database_url=database_url, replicas=3), store=store,
+                     coordinator=coordinator)
+    body = app.test_client().get("/v1/cluster").get_json()
+    assert body["replicas"] == 3 and body["agents"] == []
+    first, second = body["nodes"]
+    assert first["id"] == "sched-0" and first["address"] == "10.0.0.0:9000"
+    assert first["started_at"].endswith("Z") and first["last_heartbeat"].endswith("Z")
+    assert 0 <= first["heartbeat_age_s"] < 5
+    assert (first["owned_jobs"], first["fires_last_minute"], first["lock_wins"],
+            first["lock_losses"]) == (10, 4, 3, 1)
+    assert (second["owned_jobs"], second["lock_wins"]) == (0, 0)
+    coordinator.leave("sched-1")
+    assert [n["id"] for n in app.test_client().get("/v1/cluster").get_json()["nodes"]] == [
+        "sched-0"]
+
+
+@pytest.mark.redis
+def test_cluster_from_redis(store, database_url, redis_url):
+    settings = Settings(database_url=database_url, redis_url=redis_url, node_id="n1")
+    node = RedisCoordinator(settings)
+    try:
+        node.join(NodeInfo(id="n1", address="127.0.0.1:1", started_at=utcnow(),
+                           stats={"owned_jobs": 2}))
+        app = create_app(settings, store=store)
+        nodes = app.test_client().get("/v1/cluster").get_json()["nodes"]
+        assert [(n["id"], n["owned_jobs"]) for n in nodes] == [("n1", 2)]
+    finally:
+        node.leave("n1")
+        node.close()
+
+
+def test_dashboard_is_self_contained(client):
+    resp = client.get("/")
+    assert resp.status_code == 200 and resp.mimetype == "text/html"
+    html = resp.get_data(as_text=True)
+    assert "v1/cluster" in html and "localStorage" in html and "Authorization" in html
+    for column in ("Heartbeat age", "Owned jobs", "Fires last minute", "Lock wins",
+                   "Lock losses", "Address", "Started", "Worker agents"):
+        assert column in html
+    # No external assets.
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
+    assert "@import" not in html
