@@ -169,7 +169,7 @@ class CronSchedule:
                 if off_later < off_t:
                     return self._from_first_pass(t, start, off_t, off_later)
             return self._scan(t, start)
-        except OverflowError:
+        except (OverflowError, ValueError):  # past the datetime range (year 1 / 9999)
             return None
 
     def _from_first_pass(self, t: datetime, start: datetime, off0: timedelta,
