@@ -191,7 +191,11 @@ def max_rate(opts: BenchOptions, params: ScenarioParams) -> dict[str, Any]:
             return ok
 
         best = search_highest(trial, params.start_rate, params.max_rate, params.search_steps)
-        systems[name] = {"highest_sustained_per_s": best, "trials": trials}
+        # Passing at the top of the search range means "at least".
+        capped = best is not None and best * 2 > params.max_rate and all(
+            t["ok"] for t in trials if t["rate_per_s"] >= best)
+        systems[name] = {"highest_sustained_per_s": best, "at_least": capped,
+                         "trials": trials}
     figures: dict[str, Any] = {f"{n}.highest_sustained_per_s": s["highest_sustained_per_s"]
                                for n, s in systems.items()}
     base = systems.get("cronman", {}).get("highest_sustained_per_s")
@@ -199,13 +203,16 @@ def max_rate(opts: BenchOptions, params: ScenarioParams) -> dict[str, Any]:
         other = s["highest_sustained_per_s"]
         if n != "cronman" and base and other:
             figures[f"cronman/{n}.highest_sustained"] = round(base / other, 2)
-    lines = [f"{'system':<26}highest sustained fires/s (p99 <= {limit} ms)"]
+    width = max(len(k) for k in [*systems, *figures]) + 2
+    lines = [f"{'system':<{width}}highest sustained fires/s (0 missed, 0 duplicated, "
+             f"p99 <= {limit} ms)"]
     for n, s in systems.items():
         v = s["highest_sustained_per_s"]
-        lines.append(f"{n:<26}{'-' if v is None else f'{v:,.0f}'}")
+        shown = "none" if v is None else f"{'>= ' if s['at_least'] else ''}{v:,.0f}"
+        lines.append(f"{n:<{width}}{shown}")
     for k, v in figures.items():
         if "/" in k:
-            lines.append(f"{k:<26}{v:,.2f}x")
+            lines.append(f"{k:<{width}}{v:,.2f}x")
     return {"scenario": "max-rate",
             "params": {"every_s": every, "trial_s": duration, "p99_limit_ms": limit,
                        "start_rate": params.start_rate, "max_rate": params.max_rate,
