@@ -18,6 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM if the benchmark itself dies, so
+    a killed benchmark leaves no scheduler, redis-server or nginx behind."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
 
 
 class BenchError(RuntimeError):
@@ -93,6 +105,7 @@ class ManagedProcess:
         self.popen = subprocess.Popen(
             self.argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         self.pid = self.popen.pid
         self.started_at = time.time()
