@@ -105,7 +105,9 @@ class SchedulerNode:
         self._claim_pool = ThreadPoolExecutor(1, thread_name_prefix="cronman-claim")
         self._write_pool = ThreadPoolExecutor(1, thread_name_prefix="cronman-write")
         self._misc_pool = ThreadPoolExecutor(3, thread_name_prefix="cronman-misc")
-        self.writer = ResultWriter(store, self._write_pool, self.metrics)
+        self.writer = ResultWriter(store, self._write_pool, self.metrics,
+                                   lease_seconds=settings.lease_seconds,
+                                   on_claims_written=self._claims_written)
         self.dispatcher = Dispatcher(node_id=self.node_id, targets=targets, writer=self.writer,
                                      metrics=self.metrics, max_in_flight=settings.max_in_flight,
                                      lease_seconds=settings.lease_seconds,
@@ -468,6 +470,7 @@ class SchedulerNode:
                                 "through the database fence alone (%s)", res.coordinator_error)
         else:
             self._ratelog.clear("claim-coordinator")
+        self.writer.note_store(res.store_error is None)
         if res.store_error:
             m.store_errors.labels("claim").inc()
             if res.unreachable:
@@ -491,6 +494,16 @@ class SchedulerNode:
                 attempt=1, origin="schedule", skipped_before=f.skipped_before,
                 pending_claim=f.run_id in pending,
                 remote_in_flight=res.in_flight.get(f.job.id, [])))
+
+    def _claims_written(self, inserted: set[str], foreign: set[str]) -> None:
+        """Claims made while the database was down are in it now: their runs
+        take part in lease renewal again; double fires stop here."""
+        for run_id in inserted:
+            ar = self.dispatcher.active.get(run_id)
+            if ar is not None:
+                ar.pending_claim = False
+        for run_id in foreign:
+            self.dispatcher.drop(run_id, "fired twice: another node's run row stands")
 
     # -- maintenance ------------------------------------------------------
 

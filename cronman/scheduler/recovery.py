@@ -49,10 +49,13 @@ class Recovery:
     async def renew_loop(self) -> None:
         node = self.node
         interval = max(0.2, node.settings.lease_seconds / 3)
-        while not await node.sleep(interval):
-            await self.renew_once()
+        ok = True
+        # After a failure, retry soon: leases run out while the database is away.
+        while not await node.sleep(interval if ok else min(interval, 0.5)):
+            ok = await self.renew_once()
 
-    async def renew_once(self) -> None:
+    async def renew_once(self) -> bool:
+        """Renew the leases of held runs; False when the database was unreachable."""
         node = self.node
         d = node.dispatcher
         until = utcnow() + timedelta(seconds=node.settings.lease_seconds)
@@ -60,23 +63,23 @@ class Recovery:
             node.writer.update(u)
         keys = d.lease_keys()
         if not keys:
-            return
+            return True
         try:
             renewed = await node.misc(node.store.runs.renew_leases, node.node_id, keys, until)
         except StoreUnavailable as exc:
             node.metrics.store_errors.labels("renew_leases").inc()
             self._ratelog.error("renew", "cannot renew the leases of %d runs (database "
                                 "unreachable): %s", len(keys), exc)
-            return
+            return False
         if renewed >= len(keys):
-            return
+            return True
         # Some runs are no longer ours: find which (still held and not in flight here).
         held = [k for k in keys if d.holds(k[0])]
         job_ids = sorted({d.active[k[0]].job.id for k in held if k[0] in d.active})
         try:
             found = await node.misc(node.store.runs.in_flight_runs, job_ids)
         except StoreUnavailable:
-            return
+            return False
         mine = {r.id for runs in found.values() for r in runs if r.node_id == node.node_id}
         for run_id, _ in held:
             ar = d.active.get(run_id)
@@ -85,6 +88,7 @@ class Recovery:
             if run_id not in mine:
                 node.writer.discard(run_id)
                 d.drop(run_id, "the run was replaced or taken over by another node")
+        return True
 
     # -- the sweeper ------------------------------------------------------
 

@@ -30,17 +30,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import fields
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from cronman.errors import StoreUnavailable
 from cronman.models import Run, RunUpdate
 from cronman.scheduler.metrics import NodeMetrics
 from cronman.scheduler.ratelog import RateLimitedLog
-from cronman.store.tables import FINAL_STATUSES
+from cronman.store.tables import FINAL_STATUSES, IN_FLIGHT_STATUSES
+from cronman.timeutil import utcnow
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +78,14 @@ class ResultWriter:
     """Batches run rows and updates from the event loop into the store."""
 
     def __init__(self, store: Any, executor: Executor, metrics: NodeMetrics, *,
+                 lease_seconds: float = 30.0,
                  flush_interval: float = DEFAULT_FLUSH_INTERVAL,
                  max_batch: int = DEFAULT_MAX_BATCH,
-                 max_pending: int = DEFAULT_MAX_PENDING) -> None:
+                 max_pending: int = DEFAULT_MAX_PENDING,
+                 on_claims_written: Callable[[set[str], set[str]], None] | None = None) -> None:
         self._store = store
+        self.lease_seconds = lease_seconds
+        self.on_claims_written = on_claims_written
         self._executor = executor
         self._metrics = metrics
         self.flush_interval = flush_interval
@@ -122,6 +127,15 @@ class ResultWriter:
         """Fires nobody could claim: written as ``skipped`` rows when possible."""
         self._unreachable.extend(runs)
         self._after_add()
+
+    def note_store(self, ok: bool) -> None:
+        """What another database call of the node found: reachable or not."""
+        if not ok:
+            self._db_ok_since = None
+        elif self._db_ok_since is None:
+            self._db_ok_since = time.monotonic()
+            if self._wake is not None and (self._claims or self._unreachable):
+                self._wake.set()
 
     def discard(self, run_id: str) -> None:
         """Drop queued and future updates of a run this node no longer owns."""
@@ -237,6 +251,8 @@ class ResultWriter:
             self._ratelog.clear("store")
             log.info("database reachable again: run changes written")
         self.writes += written
+        if claims and self.on_claims_written is not None:
+            self.on_claims_written({r.id for r in claims} - foreign, foreign)
         if foreign:
             now = time.monotonic()
             for run_id in foreign:
@@ -279,6 +295,12 @@ class ResultWriter:
         foreign: set[str] = set()
         written = 0
         if claims or cursors:
+            # The lease counts from now: the rows must not look abandoned to a
+            # sweeper between this commit and the one of their updates.
+            lease_until = utcnow() + timedelta(seconds=self.lease_seconds)
+            for r in claims:
+                if r.status in IN_FLIGHT_STATUSES:
+                    r.lease_expires_at = lease_until
             inserted = self._store.runs.claim_runs(claims, cursors)
             written += 1
             foreign = {r.id for r in claims if r.id not in inserted}
