@@ -35,3 +35,8 @@ def execute_rendered(conn: Connection, sql: str) -> int:
     reads ``%`` as a placeholder: literal percent signs are doubled.
     """
     return conn.exec_driver_sql(sql.replace("%", "%%")).rowcount
+
+
+def fetch_rendered(conn: Connection, sql: str) -> list[Any]:
+    """Run a fully rendered statement that returns rows (see ``execute_rendered``)."""
+    return list(conn.exec_driver_sql(sql.replace("%", "%%")).all())
