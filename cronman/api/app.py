@@ -79,8 +79,13 @@ def _install_error_handlers(app: Flask) -> None:
     def _http_error(exc: HTTPException) -> Response:
         status = exc.code or 500
         code = (exc.name or "error").lower().replace(" ", "_").replace("-", "_")
-        resp = json_response({"error": {
-            "code": code, "message": exc.description or exc.name, "field": None}}, status)
+        message = exc.description or exc.name
+        if status == 404:
+            message = f"nothing at {request.method} {request.path}"
+        elif status == 405:
+            message = f"{request.method} is not allowed on {request.path}"
+        resp = json_response({"error": {"code": code, "message": message, "field": None}},
+                             status)
         for name, value in exc.get_headers():
             if name.lower() != "content-type":
                 resp.headers[name] = value

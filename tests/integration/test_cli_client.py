@@ -1,0 +1,191 @@
+"""`cronman jobs ...`, `cronman cluster` and `cronman tokens` against a live `cronman api`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from cronman.cli import cli
+from cronman.cli.client import format_table
+from cronman.cli.group import RET_ERROR, RET_UNAVAILABLE
+from cronman.store.migrate import upgrade
+from tests.support.api import free_port, job_spec, running_api
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    url = f"sqlite:///{tmp_path_factory.mktemp('cli') / 'cronman.db'}"
+    upgrade(url)
+    with running_api(url, workers=1) as base:
+        yield base
+
+
+@pytest.fixture
+def run(server, tmp_path):
+    runner = CliRunner()
+
+    def invoke(*args, env=None, input=None):
+        return runner.invoke(cli, list(args), env={"CRONMAN_URL": server, **(env or {})},
+                             input=input, catch_exceptions=False)
+
+    return invoke
+
+
+def write(tmp_path, name, payload):
+    path = tmp_path / name
+    path.write_text(json.dumps(payload))
+    return str(path)
+
+
+def test_format_table_aligns_columns():
+    text = format_table(("ID", "NAME", "COUNT"), [("a", "first", 5), ("bbbb", None, 12)])
+    lines = text.splitlines()
+    assert lines[0] == "ID    NAME   COUNT"
+    assert lines[1] == "a     first      5"
+    assert lines[2] == "bbbb  -         12"
+
+
+def test_create_get_list_pause_resume_trigger_runs_delete(run, tmp_path):
+    res = run("jobs", "create", "-f", write(tmp_path, "job.json",
+                                            job_spec("cli-one", labels={"team": "a"})))
+    assert res.exit_code == 0, res.output
+    header, row = res.stdout.splitlines()
+    assert header.split() == ["ID", "NAMESPACE", "NAME", "SCHEDULE", "TARGET", "PAUSED",
+                              "NEXT", "FIRE"]
+    job_id = row.split()[0]
+    assert "cli-one" in row and "cron 0 7 * * * (Europe/Berlin)" in row
+    # Columns line up: every column starts where its header does.
+    assert row.index("cli-one") == header.index(" NAME ") + 1
+
+    res = run("jobs", "get", job_id)
+    assert res.exit_code == 0 and "cli-one" in res.stdout and "Bear…" in res.stdout
+    assert "abcdefghijklmnop" not in res.stdout
+    got = json.loads(run("jobs", "get", job_id, "--json").stdout)
+    assert got["id"] == job_id and got["last_run"] is None
+
+    res = run("jobs", "list", "--label", "team:a")
+    assert res.exit_code == 0 and job_id in res.stdout
+    assert job_id not in run("jobs", "list", "--label", "team:b").stdout
+
+    assert json.loads(run("jobs", "pause", job_id, "--json").stdout)["paused"] is True
+    assert job_id in run("jobs", "list", "--paused", "true").stdout
+    assert json.loads(run("jobs", "resume", job_id, "--json").stdout)["paused"] is False
+
+    res = run("jobs", "trigger", job_id)
+    assert res.exit_code == 0 and "claimed" in res.stdout and "trigger" in res.stdout
+    res = run("jobs", "runs", job_id)
+    assert res.exit_code == 0 and res.stdout.startswith("RUN ID")
+    assert len(res.stdout.splitlines()) == 2
+    runs = json.loads(run("jobs", "runs", job_id, "--json", "--status", "claimed").stdout)
+    assert len(runs["items"]) == 1
+
+    res = run("jobs", "delete", job_id)
+    assert res.exit_code == 0 and f"deleted {job_id}" in res.stdout
+    res = run("jobs", "get", job_id)
+    assert res.exit_code == RET_ERROR and "HTTP 404" in res.stderr
+
+
+def test_bulk_create_from_a_list_and_list_all_pages(run, tmp_path):
+    specs = [job_spec(f"bulk-{i}", namespace="cli-bulk") for i in range(7)]
+    res = run("jobs", "create", "-f", write(tmp_path, "jobs.json", specs), "--json")
+    assert res.exit_code == 0, res.output
+    assert len(json.loads(res.stdout)["items"]) == 7
+    res = run("jobs", "list", "--namespace", "cli-bulk", "--limit", "3")
+    assert len(res.stdout.splitlines()) == 4 and "use --all" in res.stderr
+    res = run("jobs", "list", "--namespace", "cli-bulk", "--limit", "3", "--all", "--json")
+    assert len(json.loads(res.stdout)["items"]) == 7
+    # stdin works too.
+    res = run("jobs", "create", "-f", "-", input=json.dumps(
+        {"jobs": [job_spec("from-stdin", namespace="cli-bulk")]}))
+    assert res.exit_code == 0 and "from-stdin" in res.stdout
+
+
+def test_errors_print_the_api_message_and_exit_non_zero(run, tmp_path):
+    bad = job_spec("bad", schedule={"kind": "cron", "cron": "* * * * *", "timezone": "No/Pe"})
+    res = run("jobs", "create", "-f", write(tmp_path, "bad.json", bad))
+    assert res.exit_code == RET_ERROR
+    assert "HTTP 400" in res.stderr and "(schedule.timezone)" in res.stderr
+    res = run("jobs", "create", "-f", write(tmp_path, "bulk.json", [job_spec("ok"), bad]))
+    assert res.exit_code == RET_ERROR and "(jobs[1].schedule.timezone)" in res.stderr
+    res = run("jobs", "get", "0190a1b2-c3d4-7e5f-8a9b-0123456789ab")
+    assert res.exit_code == RET_ERROR and "no job" in res.stderr
+    (tmp_path / "broken.json").write_text("{")
+    assert run("jobs", "create", "-f", str(tmp_path / "broken.json")).exit_code == 2
+    res = run("jobs", "list", "--url", f"http://127.0.0.1:{free_port()}")
+    assert res.exit_code == RET_UNAVAILABLE and "cannot reach" in res.stderr
+
+
+def test_cluster(run):
+    res = run("cluster")
+    assert res.exit_code == 0
+    assert "replicas: 2" in res.stdout and "no live scheduler nodes" in res.stdout
+    assert "no worker agents" in res.stdout
+    assert json.loads(run("cluster", "--json").stdout)["nodes"] == []
+
+
+def test_tokens_and_an_api_that_needs_them(tmp_path):
+    url = f"sqlite:///{tmp_path / 'tokens.db'}"
+    upgrade(url)
+    runner = CliRunner()
+
+    def cronman(*args, env=None):
+        return runner.invoke(cli, list(args), env={"CRONMAN_DATABASE_URL": url, **(env or {})},
+                             catch_exceptions=False)
+
+    assert cronman("tokens", "create").exit_code == 2  # --namespace or --admin needed
+    assert cronman("tokens", "create", "--admin", "--namespace", "a").exit_code == 2
+    assert cronman("tokens", "create", "--namespace", "bad ns").exit_code == 2
+    res = cronman("tokens", "create", "--namespace", "team-a", "--name", "ci")
+    assert res.exit_code == 0, res.output
+    secret = res.stdout.splitlines()[1]
+    assert secret.startswith("cm_") and "stored hashed" in res.stderr
+    admin = json.loads(cronman("tokens", "create", "--admin", "--json").stdout)
+    assert admin["namespaces"] is None and admin["token"]
+    listed = cronman("tokens", "list")
+    assert listed.exit_code == 0 and "ci" in listed.stdout and "(all)" in listed.stdout
+    assert secret not in listed.stdout and admin["token"] not in listed.stdout
+
+    with running_api(url) as base:
+        def client(*args, token=None):
+            env = {"CRONMAN_URL": base}
+            if token:
+                env["CRONMAN_TOKEN"] = token
+            return runner.invoke(cli, list(args), env=env, catch_exceptions=False)
+
+        res = client("jobs", "list")
+        assert res.exit_code == RET_ERROR and "HTTP 401" in res.stderr
+        job = write(tmp_path, "job.json", job_spec("t", namespace="team-a"))
+        assert client("jobs", "create", "-f", job, token=secret).exit_code == 0
+        other = write(tmp_path, "other.json", job_spec("t", namespace="team-b"))
+        res = client("jobs", "create", "-f", other, token=secret)
+        assert res.exit_code == RET_ERROR and "HTTP 403" in res.stderr
+        assert client("jobs", "create", "-f", other, token=admin["token"]).exit_code == 0
+
+        token_id = json.loads(cronman("tokens", "list", "--json").stdout)[0]["id"]
+        assert cronman("tokens", "revoke", token_id).exit_code == 0
+        assert cronman("tokens", "revoke", "no-such-token").exit_code == RET_ERROR
+        revoked = [t for t in json.loads(cronman("tokens", "list", "--json").stdout)
+                   if t["id"] == token_id]
+        assert revoked[0]["revoked_at"]
+
+
+def test_cluster_table_with_nodes_and_agents():
+    from cronman.cli.client import cluster_text
+
+    text = cluster_text({"replicas": 2, "nodes": [
+        {"id": "sched-1", "address": "10.0.0.1:9000", "started_at": "2026-01-01T00:00:00Z",
+         "last_heartbeat": "2026-01-01T00:10:00Z", "heartbeat_age_s": 1.5, "owned_jobs": 120,
+         "fires_last_minute": 7, "lock_wins": 30, "lock_losses": 4},
+        {"id": "sched-22", "address": "", "started_at": None, "last_heartbeat": None,
+         "heartbeat_age_s": None, "owned_jobs": 0, "fires_last_minute": 0, "lock_wins": 0,
+         "lock_losses": 0}], "agents": [{"id": "agent-1", "free_cpu": 2}]})
+    lines = text.splitlines()
+    assert lines[0] == "replicas: 2"
+    assert lines[2].split()[:2] == ["NODE", "ADDRESS"]
+    assert lines[3].startswith("sched-1 ") and lines[3].endswith("  4")
+    assert lines[4].startswith("sched-22") and lines[4].endswith("  0")
+    assert "agent-1" in lines[-1]
