@@ -22,7 +22,18 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Integer, String, bindparam, case, func, or_, select, text, tuple_, update
+from sqlalchemy import (
+    Integer,
+    String,
+    bindparam,
+    case,
+    func,
+    or_,
+    select,
+    text,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -271,7 +282,7 @@ class SqlRunStore:
                 stmt = (update(sj)
                         .where(sj.c.node_id == node_id,
                                sj.c.status.in_(IN_FLIGHT_STATUSES),
-                               sj.c.id.in_([k[0] for k in chunk]),
+                               tuple_(sj.c.id, sj.c.scheduled_for).in_(list(chunk)),
                                sj.c.scheduled_for.in_(sorted({k[1] for k in chunk})))
                         .values(lease_expires_at=until))
                 count += tx.conn.execute(stmt).rowcount
@@ -281,17 +292,32 @@ class SqlRunStore:
 
     def _take(self, where: list[ColumnElement[bool]], order: Any, node_id: str,
               lease_until: datetime, limit: int) -> list[Run]:
+        """Lock up to ``limit`` matching rows (``FOR UPDATE SKIP LOCKED``: a
+        concurrent taker skips them) and assign them, in one transaction.
+
+        Two statements on purpose: with the pick as a subquery of the UPDATE,
+        PostgreSQL joins it by hashing and scans every partition; with the
+        picked keys as literals the UPDATE prunes to their partitions and
+        uses the primary key.
+        """
         if limit <= 0:
             return []
         pick = select(sj.c.id, sj.c.scheduled_for).where(*where).order_by(order).limit(limit)
         if self._db.is_postgres:
             pick = pick.with_for_update(skip_locked=True)
-        stmt = (update(sj)
-                .where(tuple_(sj.c.id, sj.c.scheduled_for).in_(pick))
-                .values(node_id=node_id, lease_expires_at=lease_until)
-                .returning(*sj.c))
-        rows = self._db.write(lambda tx: tx.conn.execute(stmt).all())
-        runs = [run_from_row(r) for r in rows]
+
+        def fn(tx: Tx) -> list[Any]:
+            keys = tx.conn.execute(pick).all()
+            if not keys:
+                return []
+            stmt = (update(sj)
+                    .where(tuple_(sj.c.id, sj.c.scheduled_for).in_([tuple(k) for k in keys]),
+                           sj.c.scheduled_for.in_(sorted({k[1] for k in keys})))
+                    .values(node_id=node_id, lease_expires_at=lease_until)
+                    .returning(*sj.c))
+            return tx.conn.execute(stmt).all()
+
+        runs = [run_from_row(r) for r in self._db.write(fn)]
         runs.sort(key=lambda r: (r.scheduled_for, r.id))
         return runs
 

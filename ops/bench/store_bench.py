@@ -204,6 +204,22 @@ def measure_hot_path(store, job_ids: list[str], out: dict, batches: int = 10) ->
         update_s += time.perf_counter() - t0
         n += len(runs)
     out["claim_batch_size"] = size
+    # The sweeper and the pickup of requested runs, with nothing to take:
+    # the partial in-flight index keeps them independent of the history size.
+    now = utcnow()
+    samples = {"take_expired_runs": [], "take_requested_runs": [], "in_flight_runs_100": []}
+    for _ in range(10):
+        t0 = time.perf_counter()
+        store.runs.take_expired_runs("bench-2", now, now + timedelta(seconds=30), 500)
+        samples["take_expired_runs"].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        store.runs.take_requested_runs("bench-2", now + timedelta(seconds=30), 500)
+        samples["take_requested_runs"].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        store.runs.in_flight_runs(job_ids[:100])
+        samples["in_flight_runs_100"].append(time.perf_counter() - t0)
+    for key, values in samples.items():
+        out[f"{key}_median_ms"] = round(_median_ms(values), 2)
     out["claims_per_s"] = round(n / claim_s)
     out["updates_per_s"] = round(2 * n / update_s)
 
