@@ -250,7 +250,8 @@ def _fmt(value: Any, fmt: str) -> str:
 def _ratio(a: Any, b: Any) -> str:
     if not isinstance(a, int | float) or not isinstance(b, int | float) or b == 0:
         return "-"
-    return f"{a / b:,.2f}x"
+    r = a / b
+    return f"{r:,.2f}x" if r >= 0.1 else f"1/{1 / r:,.0f}x"
 
 
 def format_table(phases: Sequence[dict[str, Any]], extra_rows: Sequence[tuple[str, str, str]] = ()
