@@ -210,6 +210,7 @@ def steady_after(tally: Tally, p99_limit_ms: int, bucket_ms: int = 1000,
 _ROWS: tuple[tuple[str, str, str], ...] = (
     # (label, dotted key in a phase result, format)
     ("fires/s delivered", "delivery.fires_per_s", "{:,.1f}"),
+    ("callbacks/s during window", "delivery.received_per_s", "{:,.1f}"),
     ("expected fires", "delivery.expected", "{:,}"),
     ("delivered (unique)", "delivery.delivered_unique", "{:,}"),
     ("missed", "delivery.missed", "{:,}"),
@@ -226,8 +227,8 @@ _ROWS: tuple[tuple[str, str, str], ...] = (
 )
 
 # Rows where a ratio cronman/peer reads naturally (higher or lower is better).
-_RATIO_ROWS = {"fires/s delivered", "lateness p50 ms", "lateness p99 ms", "lateness max ms",
-               "CPU ms per fire", "peak RSS MB (max proc)"}
+_RATIO_ROWS = {"fires/s delivered", "callbacks/s during window", "lateness p50 ms",
+               "lateness p99 ms", "lateness max ms", "CPU ms per fire", "peak RSS MB (max proc)"}
 
 
 def dig(d: Any, dotted: str) -> Any:
