@@ -29,6 +29,8 @@ class Workload:
     every_ms: int
     base_ms: int
     spread: bool = True
+    # cronman's misfire policy for the jobs (None: the default, fire_once).
+    misfire: str | None = None
 
     def __post_init__(self) -> None:
         if self.count < 1:
@@ -66,7 +68,8 @@ class Workload:
 
     def to_dict(self) -> dict[str, Any]:
         return {"jobs": self.count, "every_s": self.every_ms / 1000, "base_ms": self.base_ms,
-                "spread": self.spread, "rate_per_s": round(self.rate, 3)}
+                "spread": self.spread, "rate_per_s": round(self.rate, 3),
+                "misfire": self.misfire}
 
 
 def cronman_definition(w: Workload, i: int, url: str, run_label: str) -> dict[str, Any]:
@@ -78,6 +81,7 @@ def cronman_definition(w: Workload, i: int, url: str, run_label: str) -> dict[st
                      "anchor": format_rfc3339(from_ms(w.anchor_ms(i)))},
         "target": {"kind": "http", "url": url, "method": "POST", "timeout": 10},
         "labels": {"bench": run_label},
+        **({"misfire": {"policy": w.misfire}} if w.misfire else {}),
     }
 
 
