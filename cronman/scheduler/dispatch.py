@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -31,12 +32,15 @@ from cronman.scheduler.metrics import MinuteCounter, NodeMetrics
 from cronman.scheduler.ratelog import RateLimitedLog
 from cronman.scheduler.timers import PriorityQueue
 from cronman.scheduler.writer import ResultWriter
-from cronman.timeutil import now_ms, to_ms, utcnow
+from cronman.timeutil import to_ms, utcnow
 
 log = logging.getLogger(__name__)
 
 # Added to a target's own timeout before the dispatcher gives up on an attempt.
 TIMEOUT_MARGIN = 5.0
+WATCHDOG_INTERVAL = 0.5
+# Timers aim this far past a due time (the loop's timers may run a hair early).
+SCHEDULE_MARGIN_MS = 0.3
 DEFAULT_TARGET_TIMEOUT = 10.0
 NO_AGENT_ERROR = ("container targets need a worker agent (cronman agent); "
                   "none is available to this scheduler")
@@ -68,6 +72,8 @@ class ActiveRun:
     check_job: bool = True  # re-check the job (deleted/paused/changed) before dispatch
     remote_in_flight: list[Run] = field(default_factory=list)
     done: bool = False
+    deadline: float = 0.0  # loop time by which the attempt under way must end
+    timed_out: bool = False
 
     @property
     def key(self) -> tuple[str, datetime]:
@@ -92,9 +98,16 @@ class Dispatcher:
         self.running = 0
         self.waiting = PriorityQueue()
         self.fires_last_minute = MinuteCounter()
+        # Bound metric children: the per-fire path skips the label lookups.
+        self._lateness = metrics.lateness
+        self._attempts_ok = metrics.attempts.labels("ok")
+        self._attempts_failed = metrics.attempts.labels("failed")
+        self._finished: dict[str, Any] = {}
+        metrics.in_flight.set_function(lambda: self.running)
         self._ratelog = RateLimitedLog(log)
         self._side_tasks: set[asyncio.Task[Any]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._watchdog: asyncio.TimerHandle | None = None
         self.accepting = True
 
     # -- entry points -----------------------------------------------------
@@ -113,7 +126,10 @@ class Dispatcher:
     def _schedule(self, ar: ActiveRun, at_ms: int) -> None:
         loop = self._loop or asyncio.get_running_loop()
         self._loop = loop
-        delay = (at_ms - now_ms()) / 1000.0
+        # The loop's clock is monotonic, due times are wall-clock ms: convert
+        # with a precise reading, aiming just past the millisecond so that a
+        # callback is never sent before its Cronman-Scheduled-For.
+        delay = (at_ms + SCHEDULE_MARGIN_MS) / 1000.0 - time.time()
         if delay <= 0:
             ar.handle = None
             loop.call_soon(self._due, ar)
@@ -124,12 +140,14 @@ class Dispatcher:
         ar.handle = None
         if ar.done:
             return
-        # call_at may run a hair early (clock resolution): never fire before due.
-        early = ar.due_ms - now_ms() if ar.attempt_started is None else 0
-        if early > 0:
-            loop = self._loop or asyncio.get_running_loop()
-            ar.handle = loop.call_at(loop.time() + early / 1000.0, self._due, ar)
-            return
+        if ar.attempt_started is None:
+            # Only a wall-clock step backwards makes this true.
+            early = ar.due_ms / 1000.0 - time.time()
+            if early > 0:
+                loop = self._loop or asyncio.get_running_loop()
+                ar.handle = loop.call_at(loop.time() + early + SCHEDULE_MARGIN_MS / 1000.0,
+                                         self._due, ar)
+                return
         if ar.check_job:
             if ar.started_at is None:
                 if not self._still_wanted(ar):
@@ -195,7 +213,6 @@ class Dispatcher:
 
     def _start(self, ar: ActiveRun) -> None:
         self.running += 1
-        self.metrics.in_flight.set(self.running)
         ar.in_attempt = True
         ar.status = "running"
         now = utcnow()
@@ -203,19 +220,41 @@ class Dispatcher:
         if ar.started_at is None:
             ar.started_at = now
             ar.lateness_ms = to_ms(now) - ar.due_ms
-            self.metrics.lateness.observe(max(0, ar.lateness_ms) / 1000.0)
+            self._lateness.observe(max(0, ar.lateness_ms) / 1000.0)
             self.metrics.fires.labels(ar.origin).inc()
             self.fires_last_minute.add()
         loop = self._loop or asyncio.get_running_loop()
+        ar.deadline = loop.time() + _timeout_of(ar.job.target) + TIMEOUT_MARGIN
+        ar.timed_out = False
         ar.task = loop.create_task(self._attempt(ar))
+        if self._watchdog is None:
+            self._watchdog = loop.call_later(WATCHDOG_INTERVAL, self._watch)
 
     async def _attempt(self, ar: ActiveRun) -> None:
         try:
             outcome = await self._deliver(ar)
-        finally:
-            self._release(ar)
+        except asyncio.CancelledError:
+            if not ar.timed_out:
+                self._release(ar)
+                raise
+            outcome = Outcome(ok=False, error=f"target gave no answer within "
+                                              f"{_timeout_of(ar.job.target) + TIMEOUT_MARGIN:g} s")
+        self._release(ar)
         if not ar.done:
             self._after_attempt(ar, outcome)
+
+    def _watch(self) -> None:
+        """Cancel attempts past their deadline (a target that ignores its own
+        timeout). One timer for all attempts: cheaper than a timeout each."""
+        self._watchdog = None
+        loop = self._loop or asyncio.get_running_loop()
+        now = loop.time()
+        for ar in list(self.active.values()):
+            if ar.in_attempt and ar.task is not None and now > ar.deadline:
+                ar.timed_out = True
+                ar.task.cancel()
+        if self.running:
+            self._watchdog = loop.call_later(WATCHDOG_INTERVAL, self._watch)
 
     async def _deliver(self, ar: ActiveRun) -> Outcome:
         target_spec = ar.job.target
@@ -227,11 +266,8 @@ class Dispatcher:
         delivery = Delivery(job_id=ar.job.id, run_id=ar.run_id, scheduled_for=ar.scheduled_for,
                             attempt=ar.attempt, target=target_spec, namespace=ar.job.namespace,
                             job_name=ar.job.name)
-        timeout = _timeout_of(target_spec) + TIMEOUT_MARGIN
         try:
-            return await asyncio.wait_for(target.deliver(delivery), timeout)
-        except TimeoutError:
-            return Outcome(ok=False, error=f"target gave no answer within {timeout:g} s")
+            return await target.deliver(delivery)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a target must not raise; if it does, the run still ends
@@ -243,23 +279,23 @@ class Dispatcher:
             return
         ar.in_attempt = False
         ar.task = None
+        ar.timed_out = False
         self.running -= 1
         while self.waiting and self.running < self.max_in_flight:
             nxt = self.waiting.pop()
             if not nxt.done:
                 self._start(nxt)
-        self.metrics.in_flight.set(self.running)
 
     def _after_attempt(self, ar: ActiveRun, outcome: Outcome) -> None:
         now = utcnow()
         duration = _ms_between(ar.attempt_started, now)
         if outcome.ok:
-            self.metrics.attempts.labels("ok").inc()
+            self._attempts_ok.inc()
             self._finish(ar, "succeeded", result=outcome.result or None, duration_ms=duration,
                          now=now)
             return
         kind = str(ar.job.target.get("kind", ""))
-        self.metrics.attempts.labels("failed").inc()
+        self._attempts_failed.inc()
         self.metrics.dispatch_errors.labels(kind).inc()
         self._ratelog.warning(f"target:{ar.job.id}", "run %s of job %s attempt %d failed: %s",
                               ar.run_id, ar.job.id, ar.attempt, outcome.error)
@@ -301,7 +337,10 @@ class Dispatcher:
             id=ar.run_id, scheduled_for=ar.scheduled_for, status=status, attempt=ar.attempt,
             started_at=ar.started_at, finished_at=now, lateness_ms=ar.lateness_ms,
             duration_ms=duration_ms, result=result, error=error))
-        self.metrics.runs_finished.labels(status).inc()
+        finished = self._finished.get(status)
+        if finished is None:
+            finished = self._finished[status] = self.metrics.runs_finished.labels(status)
+        finished.inc()
         if status in ("failed", "lost") and ar.job.dead_letter:
             self.dead_letter(ar.job, Run(
                 id=ar.run_id, job_id=ar.job.id, scheduled_for=ar.scheduled_for, status=status,
