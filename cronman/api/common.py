@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -16,6 +17,9 @@ from cronman.errors import CronmanError, ValidationError
 # first; a bulk request of up to 1000 jobs in the second.
 MAX_BODY_BYTES = 1024 * 1024
 MAX_BULK_BODY_BYTES = 16 * 1024 * 1024
+
+
+_SUSPECT_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])")
 
 
 def _refuse_constant(name: str) -> Any:
@@ -35,9 +39,34 @@ def read_json(*, max_bytes: int | None = None, required: bool = True) -> Any:
             raise ValidationError("the request body must be a JSON object")
         return None
     try:
-        return json.loads(data, parse_constant=_refuse_constant)
+        value = json.loads(data, parse_constant=_refuse_constant)
     except (ValueError, RecursionError) as exc:
         raise ValidationError(f"malformed JSON: {exc}") from None
+    # Strict JSON has no raw control characters in strings, so NULs and lone
+    # surrogates can only come from escapes: walk the value only when one is there.
+    if _SUSPECT_ESCAPE.search(data):
+        reject_bad_strings(value, "")
+    return value
+
+
+def reject_bad_strings(value: Any, field: str) -> None:
+    """NUL characters and lone surrogates cannot be stored (PostgreSQL, UTF-8)."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValidationError("must not contain NUL characters", field=field or None)
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValidationError("must be valid Unicode (no lone surrogates)",
+                                  field=field or None) from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            sub = f"{field}.{key}" if field else str(key)
+            reject_bad_strings(key, sub)
+            reject_bad_strings(item, sub)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            reject_bad_strings(item, f"{field}[{i}]")
 
 
 def json_response(payload: Any, status: int = 200, headers: dict[str, str] | None = None

@@ -22,13 +22,14 @@ from cronman.api.common import (
     json_response,
     principal,
     read_json,
+    reject_bad_strings,
 )
 from cronman.api.context import api_context
 from cronman.api.serialize import job_definition, job_json, restore_redacted, run_json
 from cronman.errors import Conflict, NotFound, ValidationError
 from cronman.ids import new_job_id
 from cronman.models import Job, JobFilter, RunFilter
-from cronman.schedules import job_times
+from cronman.schedules import Schedule, job_times
 from cronman.store.tables import RUN_STATUSES
 from cronman.timeutil import format_rfc3339, utcnow
 
@@ -68,26 +69,6 @@ def store_spec(spec: dict[str, Any], job_id: str) -> dict[str, Any]:
     return {"id": job_id, **spec}
 
 
-def reject_bad_strings(value: Any, field: str) -> None:
-    """NUL characters and lone surrogates cannot be stored (PostgreSQL, UTF-8)."""
-    if isinstance(value, str):
-        if "\x00" in value:
-            raise ValidationError("must not contain NUL characters", field=field or None)
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValidationError("must be valid Unicode (no lone surrogates)",
-                                  field=field or None) from None
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            sub = f"{field}.{key}" if field else str(key)
-            reject_bad_strings(key, sub)
-            reject_bad_strings(item, sub)
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            reject_bad_strings(item, f"{field}[{i}]")
-
-
 class JobCollection(ApiView):
     query_params = {"get": ("namespace", "label", "paused", "limit", "cursor")}
 
@@ -117,28 +98,29 @@ class JobCollection(ApiView):
 
     def post(self) -> Response:
         body = read_json(max_bytes=MAX_BODY_BYTES)
-        reject_bad_strings(body, "")
         now = utcnow()
         job_id = new_job_id()
-        spec = v.validate_job(body, job_id=job_id, now=now)
+        spec, schedule = v.validate_job_parsed(body, job_id=job_id, now=now)
         principal().require(spec["namespace"], field="namespace")
         (job,) = _store().jobs.create_jobs([store_spec(spec, job_id)])
-        return json_response(job_json(job, now=now), 201,
+        return json_response(job_json(job, now=now, schedule=schedule), 201,
                              {"Location": f"/v1/jobs/{job.id}"})
 
 
 class JobBulk(ApiView):
     def post(self) -> Response:
         body = read_json(max_bytes=MAX_BULK_BODY_BYTES)
-        reject_bad_strings(body, "")
         items = v.validate_bulk(body)
         now = utcnow()
         specs = []
+        schedules = []
         seen: dict[tuple[str, str], int] = {}
         who = principal()
         for i, item in enumerate(items):
             job_id = new_job_id()
-            spec = v.validate_job(item, job_id=job_id, now=now, prefix=f"jobs[{i}]")
+            spec, schedule = v.validate_job_parsed(item, job_id=job_id, now=now,
+                                                   prefix=f"jobs[{i}]")
+            schedules.append(schedule)
             who.require(spec["namespace"], field=f"jobs[{i}].namespace")
             key = (spec["namespace"], spec["name"])
             if key in seen:
@@ -153,13 +135,13 @@ class JobBulk(ApiView):
             if len(specs) == 1 and exc.field == "name":
                 raise Conflict(exc.message, field="jobs[0].name") from None
             raise
-        return json_response({"items": [job_json(j, now=now) for j in jobs]}, 201)
+        return json_response({"items": [job_json(j, now=now, schedule=s)
+                                        for j, s in zip(jobs, schedules, strict=True)]}, 201)
 
 
-def _replacement(job: Job, body: Any, *, merge: bool) -> dict[str, Any]:
+def _replacement(job: Job, body: Any, *, merge: bool) -> tuple[dict[str, Any], Schedule]:
     """The validated new definition of ``job`` from a PUT (or, merged, PATCH) body."""
     obj = v.require_object(body, None)
-    reject_bad_strings(obj, "")
     v.check_read_only(obj, job_id=job.id, version=job.version, created_at=job.created_at)
     given = v.strip_read_only(obj)
     if merge:
@@ -168,10 +150,11 @@ def _replacement(job: Job, body: Any, *, merge: bool) -> dict[str, Any]:
         given["target"] = restore_redacted(given["target"], job.target)
     if "dead_letter" in given:
         given["dead_letter"] = restore_redacted(given["dead_letter"], job.dead_letter)
-    spec = v.validate_job(given, job_id=job.id, now=utcnow(), created_at=job.created_at,
-                          previous_schedule=job.schedule)
+    spec, schedule = v.validate_job_parsed(given, job_id=job.id, now=utcnow(),
+                                           created_at=job.created_at,
+                                           previous_schedule=job.schedule)
     principal().require(spec["namespace"], field="namespace")
-    return spec
+    return spec, schedule
 
 
 class JobItem(ApiView):
@@ -195,9 +178,9 @@ class JobItem(ApiView):
     def _replace(self, job_id: str, *, merge: bool) -> Response:
         body = read_json(max_bytes=MAX_BODY_BYTES)
         job = load_job(job_id)
-        spec = _replacement(job, body, merge=merge)
+        spec, schedule = _replacement(job, body, merge=merge)
         updated = _store().jobs.update_job(job.id, spec)
-        return json_response(job_json(updated, now=utcnow()))
+        return json_response(job_json(updated, now=utcnow(), schedule=schedule))
 
 
 class JobPause(ApiView):

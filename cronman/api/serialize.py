@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from cronman.models import Job, Run
-from cronman.schedules import job_times
+from cronman.schedules import JobTimes, Schedule, job_times
 from cronman.timeutil import format_rfc3339
 
 log = logging.getLogger(__name__)
@@ -93,26 +93,35 @@ def job_definition(job: Job) -> dict[str, Any]:
     }
 
 
-def next_fire_at(job: Job, now: datetime) -> datetime | None:
-    """The job's next fire time after ``now``; None when paused or when it has none."""
+def next_fire_at(job: Job, now: datetime, schedule: Schedule | None = None) -> datetime | None:
+    """The job's next fire time after ``now``; None when paused or when it has none.
+
+    ``schedule``, the job's schedule already parsed (a write just validated it),
+    spares parsing it again.
+    """
     if job.paused:
         return None
     try:
-        return job_times(job).next_fire_after(now)
+        if schedule is not None:
+            times = JobTimes(schedule, job_id=job.id, start_at=job.start_at, end_at=job.end_at,
+                             jitter=job.jitter)
+        else:
+            times = job_times(job)
+        return times.next_fire_after(now)
     except Exception:  # a stored schedule the current code cannot read
         log.exception("cannot compute the next fire time of job %s", job.id)
         return None
 
 
 def job_json(job: Job, *, now: datetime, last_run: Run | None = None,
-             with_last_run: bool = False) -> dict[str, Any]:
+             with_last_run: bool = False, schedule: Schedule | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"id": job.id, **job_definition(job)}
     out["target"] = redact_target(job.target)
     out["dead_letter"] = redact_target(job.dead_letter)
     out["version"] = job.version
     out["created_at"] = format_rfc3339(job.created_at)
     out["updated_at"] = format_rfc3339(job.updated_at)
-    out["next_fire_at"] = format_rfc3339(next_fire_at(job, now))
+    out["next_fire_at"] = format_rfc3339(next_fire_at(job, now, schedule))
     if with_last_run:
         out["last_run"] = None if last_run is None else run_json(last_run)
     return out

@@ -38,7 +38,7 @@ from typing import Any
 
 from cronman.callbacks import validate_dead_letter, validate_target
 from cronman.errors import Conflict, ValidationError
-from cronman.schedules import parse_schedule
+from cronman.schedules import Schedule, parse_schedule
 from cronman.timeutil import ensure_utc, parse_rfc3339
 
 DEFAULT_NAMESPACE = "default"
@@ -239,7 +239,12 @@ def check_target(value: Any, field: str, *, dead_letter: bool = False) -> dict[s
         raise exc.prefixed(field) from None
 
 
-def validate_job(
+def validate_job(spec: Any, **kwargs: Any) -> dict[str, Any]:
+    """Validate one job definition; see ``validate_job_parsed`` for the arguments."""
+    return validate_job_parsed(spec, **kwargs)[0]
+
+
+def validate_job_parsed(
     spec: Any,
     *,
     job_id: str,
@@ -248,8 +253,8 @@ def validate_job(
     previous_schedule: dict[str, Any] | None = None,
     allow_read_only: bool = False,
     prefix: str = "",
-) -> dict[str, Any]:
-    """Validate one job definition and return its normalised fields.
+) -> tuple[dict[str, Any], Schedule]:
+    """Validate one job definition: its normalised fields, and its parsed schedule.
 
     The result holds every key of ``DEFINITION_KEYS`` (the columns of a job
     other than id, version and times), defaults filled in. ``job_id`` and
@@ -324,7 +329,7 @@ def validate_job(
     dead_letter = obj.get("dead_letter")
     out["dead_letter"] = None if dead_letter is None else check_target(
         dead_letter, _path(prefix, "dead_letter"), dead_letter=True)
-    return out
+    return out, schedule
 
 
 def check_read_only(body: Mapping[str, Any], *, job_id: str, version: int,

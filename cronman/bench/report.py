@@ -252,12 +252,25 @@ def _ratio(a: Any, b: Any) -> str:
     if not isinstance(a, int | float) or not isinstance(b, int | float) or b == 0:
         return "-"
     r = a / b
-    return f"{r:,.2f}x" if r >= 0.1 else f"1/{1 / r:,.0f}x"
+    if r <= 0 or r >= 0.1:
+        return f"{r:,.2f}x"
+    return f"1/{1 / r:,.0f}x"
 
 
 def format_table(phases: Sequence[dict[str, Any]], extra_rows: Sequence[tuple[str, str, str]] = ()
                  ) -> str:
-    """One column per phase (system), one row per figure, plus cronman/peer ratios."""
+    """One column per phase (system), one row per figure, plus cronman/peer ratios.
+
+    Never raises: the figures matter more than their presentation.
+    """
+    try:
+        return _format_table(phases, extra_rows)
+    except Exception as exc:  # noqa: BLE001 - a run's results must survive a table bug
+        return f"(table could not be formatted: {exc!r}; see the JSON)"
+
+
+def _format_table(phases: Sequence[dict[str, Any]], extra_rows: Sequence[tuple[str, str, str]]
+                  ) -> str:
     if not phases:
         return "(no results)"
     names = [p["system"] for p in phases]

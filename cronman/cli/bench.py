@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import click
@@ -110,6 +111,10 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
         except BenchError as exc:
             click.echo(f"{name}: failed: {exc}", err=True)
             result = {"scenario": name, "error": str(exc)}
+            failed = True
+        except Exception as exc:  # noqa: BLE001 - keep the other scenarios' results
+            click.echo(f"{name}: failed:\n{traceback.format_exc()}", err=True)
+            result = {"scenario": name, "error": repr(exc)}
             failed = True
         payload["scenarios"].append(result)  # type: ignore[attr-defined]
         if "table" in result:

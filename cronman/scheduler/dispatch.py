@@ -297,8 +297,8 @@ class Dispatcher:
         kind = str(ar.job.target.get("kind", ""))
         self._attempts_failed.inc()
         self.metrics.dispatch_errors.labels(kind).inc()
-        self._ratelog.warning(f"target:{ar.job.id}", "run %s of job %s attempt %d failed: %s",
-                              ar.run_id, ar.job.id, ar.attempt, outcome.error)
+        self._ratelog.warning(f"target:{kind}", "%s target: run %s of job %s attempt %d "
+                              "failed: %s", kind, ar.run_id, ar.job.id, ar.attempt, outcome.error)
         delay = policies.next_retry_delay(ar.attempt, ar.job.retry, outcome.retryable)
         if delay is None or not self.accepting:
             if delay is not None:

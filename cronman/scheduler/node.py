@@ -105,6 +105,10 @@ class SchedulerNode:
         self._claim_pool = ThreadPoolExecutor(1, thread_name_prefix="cronman-claim")
         self._write_pool = ThreadPoolExecutor(1, thread_name_prefix="cronman-write")
         self._misc_pool = ThreadPoolExecutor(3, thread_name_prefix="cronman-misc")
+        # Membership calls get a thread of their own: a slow database (sync,
+        # sweeper, partition upkeep on the misc pool) must never hold back the
+        # heartbeat, or live nodes drop out of the membership.
+        self._beat_pool = ThreadPoolExecutor(1, thread_name_prefix="cronman-beat")
         self.writer = ResultWriter(store, self._write_pool, self.metrics,
                                    lease_seconds=settings.lease_seconds,
                                    on_claims_written=self._claims_written)
@@ -141,6 +145,9 @@ class SchedulerNode:
         feed_thread: threading.Thread | None = None
         try:
             await self._start_membership()
+            # Heartbeat from the moment the node has joined: a first load that
+            # takes longer than the TTL must not make it drop out (and back in).
+            tasks.append(loop.create_task(self._forever("heartbeat", self._heartbeat_loop)))
             if self.run_maintenance:
                 tasks.append(loop.create_task(self._forever("maintenance", self._maintenance)))
             await self._initial_load()
@@ -151,7 +158,6 @@ class SchedulerNode:
             feed_thread.start()
             tasks += [
                 loop.create_task(self._forever("sync", self._sync_loop)),
-                loop.create_task(self._forever("heartbeat", self._heartbeat_loop)),
                 loop.create_task(self._forever("leases", self.recovery.renew_loop)),
                 loop.create_task(self._forever("sweeper", self.recovery.sweep_loop)),
                 loop.create_task(self._forever("requested", self.recovery.requested_loop)),
@@ -177,7 +183,7 @@ class SchedulerNode:
                     await target.close()
             if feed_thread is not None:
                 feed_thread.join(timeout=1.0)
-            for pool in (self._claim_pool, self._write_pool, self._misc_pool):
+            for pool in (self._claim_pool, self._write_pool, self._misc_pool, self._beat_pool):
                 pool.shutdown(wait=False, cancel_futures=True)
             self.stopped.set()
             log.info("scheduler node %s stopped", self.node_id)
@@ -213,6 +219,11 @@ class SchedulerNode:
         assert self._loop is not None
         return await self._loop.run_in_executor(self._misc_pool, partial(fn, *args))
 
+    async def beat(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a membership call (join, heartbeat, members, leave) on its own thread."""
+        assert self._loop is not None
+        return await self._loop.run_in_executor(self._beat_pool, partial(fn, *args))
+
     # -- membership -------------------------------------------------------
 
     def node_info(self) -> NodeInfo:
@@ -227,8 +238,8 @@ class SchedulerNode:
 
     async def _start_membership(self) -> None:
         try:
-            await self.misc(self.coordinator.join, self.node_info())
-            members = await self.misc(self.coordinator.live_members)
+            await self.beat(self.coordinator.join, self.node_info())
+            members = await self.beat(self.coordinator.live_members)
             self._set_members([m.id for m in members])
         except CoordinatorUnavailable as exc:
             self.metrics.coordinator_errors.labels("join").inc()
@@ -255,8 +266,8 @@ class SchedulerNode:
         interval = max(0.2, self.settings.heartbeat_ttl / 5)
         while not await self.sleep(interval):
             try:
-                await self.misc(self.coordinator.heartbeat, self.node_info())
-                members = await self.misc(self.coordinator.live_members)
+                await self.beat(self.coordinator.heartbeat, self.node_info())
+                members = await self.beat(self.coordinator.live_members)
             except CoordinatorUnavailable as exc:
                 self.metrics.coordinator_errors.labels("heartbeat").inc()
                 self._ratelog.error("heartbeat", "coordinator unreachable, keeping the last "
@@ -530,7 +541,7 @@ class SchedulerNode:
         assert self._wake is not None
         self._wake.set()
         try:
-            await asyncio.wait_for(self.misc(self.coordinator.leave, self.node_id), 1.0)
+            await asyncio.wait_for(self.beat(self.coordinator.leave, self.node_id), 1.0)
         except Exception as exc:
             log.warning("could not leave the membership (it will expire): %s", exc)
         self._feed_stop.set()
