@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import signal
 import statistics
 import sys
 import time
@@ -246,6 +247,8 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args()
 
+    # A timeout or Ctrl-C still drops the scratch database (the finally below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     admin = make_url(args.admin_url)
     name = f"cronman_bench_{uuid.uuid4().hex[:10]}"
     conn = _admin_conn(args.admin_url)
