@@ -48,8 +48,11 @@ def run_online() -> None:
         with engine.connect() as conn:
             if url.get_backend_name() == "sqlite":
                 conn = conn.execution_options(cronman_begin="IMMEDIATE")
+            # SQLite DDL is transactional too once SQLAlchemy issues BEGIN itself
+            # (cronman.store.engine), so the whole upgrade is one transaction.
             context.configure(connection=conn, target_metadata=metadata,
                               include_name=include_name, compare_type=True,
+                              transactional_ddl=True,
                               render_as_batch=url.get_backend_name() == "sqlite")
             with context.begin_transaction():
                 if url.get_backend_name() == "postgresql":
