@@ -75,3 +75,16 @@ def _truncate_pg(url: str) -> None:
     with engine.begin() as conn:
         conn.execute(text("TRUNCATE jobs, scheduled_jobs, api_tokens, maintenance"))
     engine.dispose()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Soak runs (``@pytest.mark.soak``) are left out unless ``-m`` names them
+    (``pytest -m soak``): the default suite stays short."""
+    if "soak" in (config.getoption("markexpr") or ""):
+        return
+    kept, dropped = [], []
+    for item in items:
+        (dropped if item.get_closest_marker("soak") else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
