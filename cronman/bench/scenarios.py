@@ -293,14 +293,14 @@ def herd(opts: BenchOptions, params: ScenarioParams) -> dict[str, Any]:
             last = dig(res, "delivery.last_arrival_after_window_start_ms")
             delivered = res["delivery"]["delivered_unique"]
             res["herd"] = {"due_at_ms": o.workload.base_ms,
-                           "ready_before_due_s": round((o.workload.base_ms - o.started_ms)
+                           "ready_before_due_s": round((o.workload.base_ms - o.ready_ms)
                                                        / 1000, 2),
                            "last_arrival_after_due_ms": last,
                            "fires_per_s_until_last": round(delivered * 1000 / last, 1)
                            if last else None}
             # A one-second window says nothing about a rate: report the herd's.
             res["delivery"]["fires_per_s"] = res["herd"]["fires_per_s_until_last"]
-            if o.workload.base_ms < o.started_ms + 2000:
+            if o.workload.base_ms < o.ready_ms + 2000:
                 res["notes"].append("the herd was due less than 2 s after start-up: "
                                     "raise --lead")
             figures[f"{name}.last_arrival_after_due_s"] = None if last is None else last / 1000
