@@ -166,8 +166,13 @@ class JobTable:
         # policies consider every past time (fire_once picks the latest).
         horizon = now_ms - MISFIRE_TOLERANCE_MS if st.policy == "skip" else now_ms
         st.cursor_ms = since
-        if since is None or since < horizon:
-            self._catch_up(st, since, horizon, now_ms)
+        first = st.times.next_fire_after(from_ms(0 if since is None else since))
+        if first is None:
+            return  # a once job that fired, or a window that ended
+        if to_ms(first) > horizon:  # the common case: nothing missed
+            self._push(st, first)
+            return
+        self._catch_up(st, since, horizon, now_ms)
         after = horizon if st.cursor_ms is None else max(st.cursor_ms, horizon)
         self._push_next(st, after)
 
@@ -191,8 +196,10 @@ class JobTable:
 
     def _push_next(self, st: JobState, after_ms: int) -> None:
         nxt = st.times.next_fire_after(from_ms(after_ms))
-        if nxt is None:
-            return
+        if nxt is not None:
+            self._push(st, nxt)
+
+    def _push(self, st: JobState, nxt: datetime) -> None:
         fire_ms = to_ms(nxt)
         due_ms = to_ms(st.times.due_at(nxt)) if st.times.jitter else fire_ms
         self.heap.push(due_ms, st.job.priority, st.job.id, fire_ms, st.gen)
