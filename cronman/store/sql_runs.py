@@ -94,8 +94,14 @@ FROM (VALUES {values}) AS v({columns})
 WHERE t.id = v.id AND t.scheduled_for = v.scheduled_for
   AND t.scheduled_for BETWEEN {lo} AND {hi}
 """
+# No conflict target: the run id is derived from (job_id, scheduled_for), so
+# a repeated claim collides on the primary key (id, scheduled_for) as well as
+# on the (job_id, scheduled_for) fence. With a target, only the named index
+# arbitrates; two nodes inserting the same new row at the same moment then
+# get a unique violation on the primary key (an error that loses the whole
+# batch) instead of one of them skipping the row.
 _PG_INSERT_SQL = (f"INSERT INTO scheduled_jobs ({', '.join(RUN_FIELDS)}) VALUES {{values}} "
-                  "ON CONFLICT (job_id, scheduled_for) DO NOTHING RETURNING id")
+                  "ON CONFLICT DO NOTHING RETURNING id")
 _PG_INSERT_TEMPLATE = "(" + ", ".join("%s::jsonb" if c == "result" else "%s"
                                       for c in RUN_FIELDS) + ")"
 _PG_CURSOR_SQL = """
