@@ -178,10 +178,7 @@ class SqlRunStore:
         self._db = db
         # Called before a backfill stores runs: creates missing daily partitions.
         self._prepare_days = prepare_days
-        self._insert_new = (sqlite_insert(sj)
-                            .on_conflict_do_nothing(index_elements=[sj.c.job_id,
-                                                                    sj.c.scheduled_for])
-                            .returning(sj.c.id))
+        self._insert_new = sqlite_insert(sj).on_conflict_do_nothing().returning(sj.c.id)
 
     # -- the fence ---------------------------------------------------------
 
