@@ -113,6 +113,18 @@ def test_malformed_or_non_object_bodies_are_400(client, data):
     error_of(resp, 400)
 
 
+@pytest.mark.parametrize("raw, field", [
+    (r'"labels": {"team": "a\u0000b"}', "labels.team"),
+    (r'"labels": {"team": "\ud800"}', "labels.team"),
+    (r'"labels": {"te\u0000am": "x"}', "labels.te\x00am"),
+])
+def test_unstorable_strings_are_400(client, raw, field):
+    data = (r'{"name": "n", "schedule": {"kind": "interval", "every": 60}, '
+            r'"target": {"kind": "http", "url": "https://a.example.com"}, ' + raw + "}")
+    err = error_of(client.post("/v1/jobs", data=data, content_type="application/json"), 400)
+    assert err["field"] == field
+
+
 def test_request_body_over_the_cap_is_413(client):
     spec = job_spec(labels={"pad": "x"})
     spec["target"]["body"] = "y" * (2 * 1024 * 1024)
