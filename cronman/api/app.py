@@ -32,7 +32,7 @@ def create_app(settings: Settings | None = None, *, store: Any = None,
     """The API app. ``store``/``coordinator``, when given, are shared and not closed."""
     settings = settings or Settings.from_env()
     app = Flask("cronman.api", static_folder=None)
-    app.config.update(MAX_CONTENT_LENGTH=MAX_BODY_BYTES, JSON_SORT_KEYS=False)
+    app.config.update(MAX_CONTENT_LENGTH=MAX_BODY_BYTES)
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.json.compact = True  # type: ignore[attr-defined]
     app.url_map.strict_slashes = True

@@ -200,7 +200,10 @@ class JobResume(JobPause):
 class JobTrigger(ApiView):
     def post(self, job_id: str) -> Response:
         job = load_job(job_id)
-        run = _store().runs.request_trigger(job, utcnow())
+        try:
+            run = _store().runs.request_trigger(job, utcnow())
+        except Conflict as exc:  # a fire at this very millisecond exists already
+            raise Conflict(exc.message) from None
         return json_response(run_json(run), 202)
 
 

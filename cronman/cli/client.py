@@ -291,6 +291,10 @@ def jobs_list(client: ApiClient, as_json: bool, namespace: str | None,
         cursor = page.get("next_cursor")
         if not follow or not cursor:
             break
+        if sys.stderr.isatty():
+            click.echo(f"\rfetched {len(items)} jobs…", err=True, nl=False)
+    if follow and sys.stderr.isatty():
+        click.echo("\r" + " " * 40 + "\r", err=True, nl=False)
     payload = {"items": items, "next_cursor": cursor}
     emit(as_json, payload, lambda: jobs_table(items))
     if cursor and not as_json:
