@@ -90,7 +90,11 @@ class Dispatcher:
         self.targets = targets
         self.writer = writer
         self.metrics = metrics
-        self.max_in_flight = max(1, max_in_flight)
+        # Never more attempts than the targets' connection pools hold: an
+        # attempt waiting for a pooled connection would burn its timeout (and
+        # then retry, adding load) where waiting in our queue costs nothing and
+        # keeps priorities.
+        self.max_in_flight = max(1, min([max_in_flight] + _pool_limits(targets)))
         self.lease_seconds = lease_seconds
         self.lookup = lookup
         self.active: dict[str, ActiveRun] = {}
@@ -448,6 +452,15 @@ class Dispatcher:
                                      started_at=ar.started_at, lateness_ms=ar.lateness_ms,
                                      lease_expires_at=lease_until))
         return out
+
+
+def _pool_limits(targets: Any) -> list[int]:
+    limits = []
+    for target in getattr(targets, "values", lambda: [])():
+        limit = getattr(target, "pool_limit", None) or getattr(target, "_pool_limit", None)
+        if isinstance(limit, int) and limit > 0:
+            limits.append(limit)
+    return limits
 
 
 def _timeout_of(spec: dict[str, Any]) -> float:

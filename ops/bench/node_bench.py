@@ -137,7 +137,7 @@ def main() -> None:
 
     out = args.out or Path(tempfile.mkdtemp(prefix="cronman-node-bench-"))
     out.mkdir(parents=True, exist_ok=True)
-    rx = Receiver().start()
+    rx = Receiver(workdir=out / "nginx").start()
     db: ScratchDatabase | None = None
     redis: PrivateRedis | None = None
     node: ManagedProcess | None = None
@@ -178,7 +178,7 @@ def main() -> None:
         start_ms = now_ms()
         u0 = read_usage(node.pid)
         c0 = db.xact_commit() if db else None
-        m0 = scrape(metrics_url)
+        m0 = scrape(metrics_url) if os.environ.get("NB_SCRAPE", "1") == "1" else {}
         time.sleep(args.duration)
         end_ms = now_ms()
         u1 = read_usage(node.pid)
