@@ -4,8 +4,10 @@ behind it (SPEC §6).
 ``claim_batch`` runs on a worker thread, once per batch (many fires, one
 Redis pipeline, one database commit):
 
-1. ``coordinator.claim_fires`` -- losers are dropped (a replica has them).
-   Coordinator unreachable: every fire goes on to the fence.
+1. ``coordinator.claim_fires`` -- losers go on standby (a replica holds
+   them; should it not start one by shortly after its due time, the node
+   takes it over: ``take_over_batch``). Coordinator unreachable: every fire
+   goes on to the fence.
 2. ``store.runs.claim_runs`` inserts the winners' run rows (ON CONFLICT DO
    NOTHING) and advances the jobs' cursors in the same transaction; only rows
    actually inserted are dispatched.
@@ -70,6 +72,8 @@ class ClaimResult:
     store_error: str | None = None
     # In-flight runs of the batch's forbid/replace jobs (other than this batch).
     in_flight: dict[str, list[Run]] = field(default_factory=dict)
+    # Lost to a replica's lock: watched until they are due (take_over_batch).
+    standby: list[Fire] = field(default_factory=list)
 
 
 def claimed_run(fire: Fire, node_id: str, now: datetime, lease_until: datetime) -> Run:
@@ -92,6 +96,7 @@ def claim_batch(fires: list[Fire], extra_cursors: list[Cursor], *, coordinator: 
         try:
             won = coordinator.claim_fires([(f.job.id, f.fire_ms) for f in fires], lock_ttl_ms)
             winners = [f for f, w in zip(fires, won, strict=True) if w]
+            res.standby = [f for f, w in zip(fires, won, strict=True) if not w]
             res.lock_wins = len(winners)
             res.lock_losses = len(fires) - len(winners)
         except CoordinatorUnavailable as exc:
@@ -131,4 +136,57 @@ def claim_batch(fires: list[Fire], extra_cursors: list[Cursor], *, coordinator: 
             found = {}
         res.in_flight = {job_id: [r for r in rs if r.id not in mine]
                          for job_id, rs in found.items()}
+    return res
+
+
+@dataclass(slots=True)
+class TakeoverResult:
+    dispatch: list[Fire] = field(default_factory=list)
+    # Taken while the database was down: rows to write later.
+    pending_runs: list[Run] = field(default_factory=list)
+    coordinator_error: str | None = None
+    store_error: str | None = None
+
+
+def take_over_batch(fires: list[Fire], *, coordinator: Any, store: Any, node_id: str,
+                    lease_seconds: float, lock_ttl_ms: int = LOCK_TTL_MS) -> TakeoverResult:
+    """Take over standby fires whose lock holder has not started them by now
+    (it died or stalled between its claim and the due time; SPEC §6: the
+    job's other replica fires it). Runs on the claim thread; never raises for
+    an unreachable backend.
+
+    The coordinator decides first (``take_over_fires``: atomic against the
+    holder's own ``start_fires``), then the run row: the holder's claimed,
+    unstarted row becomes ours (``start_claimed_runs``), or, when the holder
+    never wrote one, ours is inserted through the fence. A row someone
+    started is left alone and the fire not dispatched. Database unreachable:
+    the coordinator lock alone decides; the rows are written later."""
+    res = TakeoverResult()
+    if not fires:
+        return res
+    try:
+        taken = coordinator.take_over_fires([(f.job.id, f.fire_ms) for f in fires],
+                                            lock_ttl_ms)
+    except CoordinatorUnavailable as exc:
+        res.coordinator_error = str(exc) or "coordinator unavailable"
+        return res  # nothing taken: the lease sweeper is the way back
+    fires = [f for f, t in zip(fires, taken, strict=True) if t]
+    if not fires:
+        return res
+    now = utcnow()
+    lease_until = now + timedelta(seconds=lease_seconds)
+    try:
+        changed = store.runs.start_claimed_runs(node_id, [(f.run_id, f.scheduled_for)
+                                                          for f in fires], now, lease_until)
+        missing = [f for f in fires if f.run_id not in changed]
+        inserted: set[str] = set()
+        if missing:
+            inserted = store.runs.claim_runs([claimed_run(f, node_id, now, lease_until)
+                                              for f in missing])
+    except StoreUnavailable as exc:
+        res.store_error = str(exc) or "database unavailable"
+        res.dispatch = fires
+        res.pending_runs = [claimed_run(f, node_id, now, lease_until) for f in fires]
+        return res
+    res.dispatch = [f for f in fires if f.run_id in changed or f.run_id in inserted]
     return res

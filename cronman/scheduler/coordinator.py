@@ -49,6 +49,22 @@ class Coordinator(Protocol):
         database fence stays the final word. Raises ``CoordinatorUnavailable``
         when the locks cannot be reached (the caller falls back on the fence)."""
 
+    def start_fires(self, keys: Sequence[tuple[str, int]], ttl_ms: int) -> list[bool]:
+        """Mark fires this instance claimed as started, right before their
+        first attempt goes out (one round trip per shard for the batch).
+        False where a replica took the fire over (``take_over_fires``): the
+        caller must not dispatch it. A lock that is gone (expired, Redis
+        restarted) or held unstarted by another instance answers True (the
+        run row already made the caller the fire's owner) and is marked as
+        the caller's. Raises ``CoordinatorUnavailable``."""
+
+    def take_over_fires(self, keys: Sequence[tuple[str, int]], ttl_ms: int) -> list[bool]:
+        """Take fires whose lock another instance holds but never started
+        (it died, or stalled, between its claim and the due time). True where
+        taken: the caller now holds the fire, started, and dispatches it. A
+        started fire, one this instance holds, or one whose lock is gone is
+        never taken. Raises ``CoordinatorUnavailable``."""
+
     def ping(self) -> bool:
         """Whether the coordinator answers now (for readiness probes). Never raises."""
 

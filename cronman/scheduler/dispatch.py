@@ -13,6 +13,12 @@ non-retryable one, ends the run ``failed`` and fires its dead-letter target.
 Every status change goes to the result writer; a short run costs its claim
 and one final write (``running`` is written by the lease renewal, only for
 runs that last).
+
+A fire claimed under a coordinator lock is marked started in the coordinator
+right before its first attempt (``start_marker``, batched per loop turn):
+a replica watching the fire takes it over when it is not started shortly
+after its due time (its holder died), and the mark is what keeps the two from
+both sending it. A fire found taken over is dropped here without a write.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -48,6 +54,12 @@ NO_AGENT_ERROR = ("container targets need a worker agent (cronman agent); "
 # What the node answers when asked about a job right before a dispatch.
 JobLookup = Callable[[str], "tuple[Job | None, bool]"]
 
+# Answers of a start marker, one per run.
+START_GO = "go"  # marked: send it
+START_TAKEN = "taken"  # a replica took the fire over: drop it
+START_UNREACHABLE = "unreachable"  # neither coordinator nor database could say
+StartMarker = Callable[[list["ActiveRun"]], Awaitable[list[str]]]
+
 
 @dataclass(slots=True, eq=False)
 class ActiveRun:
@@ -69,6 +81,7 @@ class ActiveRun:
     task: asyncio.Task[None] | None = None
     handle: asyncio.TimerHandle | None = None
     pending_claim: bool = False  # its row waits in the writer (database was down)
+    mark_start: bool = False  # claimed under a coordinator lock: mark it started first
     check_job: bool = True  # re-check the job (deleted/paused/changed) before dispatch
     remote_in_flight: list[Run] = field(default_factory=list)
     done: bool = False
@@ -85,8 +98,10 @@ class Dispatcher:
 
     def __init__(self, *, node_id: str, targets: dict[str, Any], writer: ResultWriter,
                  metrics: NodeMetrics, max_in_flight: int, lease_seconds: float,
-                 lookup: JobLookup) -> None:
+                 lookup: JobLookup, start_marker: StartMarker | None = None) -> None:
         self.node_id = node_id
+        self.start_marker = start_marker
+        self._to_mark: list[ActiveRun] = []
         self.targets = targets
         self.writer = writer
         self.metrics = metrics
@@ -155,17 +170,90 @@ class Dispatcher:
         if ar.check_job:
             if ar.started_at is None:
                 if not self._still_wanted(ar):
+                    self._queue_mark(ar)  # handled (skipped): no replica takes it over
                     return
             elif self.lookup(ar.job.id)[1]:
                 self._finish(ar, "failed", error=f"job deleted: attempt {ar.attempt} not made")
                 return
         if ar.attempt_started is None and ar.started_at is None and ar.origin == "schedule":
             if not self._concurrency_allows(ar):
+                self._queue_mark(ar)
                 return
+        if ar.mark_start and self.start_marker is not None:
+            self._queue_mark(ar)
+            return
+        self._go(ar)
+
+    def _queue_mark(self, ar: ActiveRun) -> None:
+        """Mark the fire started in the coordinator (with the others of this
+        loop turn); ``_go`` follows unless a replica took it over."""
+        if not ar.mark_start or self.start_marker is None:
+            return
+        self._to_mark.append(ar)
+        if len(self._to_mark) == 1:
+            (self._loop or asyncio.get_running_loop()).call_soon(self._flush_marks)
+
+    def _go(self, ar: ActiveRun) -> None:
         if self.running >= self.max_in_flight:
             self.waiting.push(ar.job.priority, ar.due_ms, ar)
             return
         self._start(ar)
+
+    def _flush_marks(self) -> None:
+        batch, self._to_mark = self._to_mark, []
+        if batch:
+            task = (self._loop or asyncio.get_running_loop()).create_task(self._mark(batch))
+            self._side_tasks.add(task)
+            task.add_done_callback(self._side_tasks.discard)
+
+    async def _mark(self, batch: list[ActiveRun]) -> None:
+        assert self.start_marker is not None
+        try:
+            answers = await self.start_marker(batch)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a marker must not raise; if it does, the claims still stand
+            log.exception("marking %d fires started failed; sending them", len(batch))
+            answers = [START_GO] * len(batch)
+        for ar, answer in zip(batch, answers, strict=True):
+            if ar.done:
+                continue
+            ar.mark_start = False
+            if answer == START_GO:
+                self._go(ar)
+            elif answer == START_TAKEN:
+                self.metrics.taken_over.inc()
+                self._ratelog.warning("taken-over", "run %s of job %s was taken over by a "
+                                      "replica before this node started it (this node was "
+                                      "late): not sent from here", ar.run_id, ar.job.id)
+                self.writer.withdraw(ar.run_id)
+                ar.done = True
+                self._stop_local(ar)
+                self._forget(ar)
+            else:
+                self._unreachable(ar)
+
+    def _unreachable(self, ar: ActiveRun) -> None:
+        """Neither the coordinator nor the database confirms the claim now:
+        send nothing (a replica that reaches them takes the fire over). A
+        claim still waiting in the writer is recorded ``skipped`` instead;
+        a claim in the database is left to expire (the sweeper takes it)."""
+        self._ratelog.error("start-unreachable", "run %s of job %s not sent: neither the "
+                            "coordinator nor the database answered when it was due",
+                            ar.run_id, ar.job.id)
+        self.metrics.not_dispatched.inc()
+        ar.done = True
+        self._stop_local(ar)
+        self._forget(ar)
+        if ar.pending_claim:
+            self.writer.withdraw(ar.run_id)
+            now = utcnow()
+            self.writer.record_unreachable([Run(
+                id=ar.run_id, job_id=ar.job.id, scheduled_for=ar.scheduled_for,
+                status="skipped", attempt=1, node_id=self.node_id, origin=ar.origin,
+                claimed_at=now, finished_at=now, skipped_before=ar.skipped_before,
+                error=f"not dispatched: node {self.node_id} could reach neither the "
+                      f"coordinator nor the database when the fire was due")])
 
     def _still_wanted(self, ar: ActiveRun) -> bool:
         """Right before a claimed fire starts: is its job still there, active

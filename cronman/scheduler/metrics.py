@@ -43,6 +43,12 @@ class NodeMetrics:
         self.double_fires = Counter("cronman_double_fires",
                                     "Fires dispatched while the database was down whose run "
                                     "row turned out to exist already", registry=r)
+        self.takeovers = Counter("cronman_fire_takeovers",
+                                 "Fires taken over from a replica that claimed them but had "
+                                 "not started them shortly after their due time", registry=r)
+        self.taken_over = Counter("cronman_fires_taken_over",
+                                  "Fires this node claimed but a replica took over before "
+                                  "this node started them", registry=r)
         self.misfires_skipped = Counter("cronman_misfires_skipped",
                                         "Fire times passed over by the misfire policy",
                                         registry=r)

@@ -17,12 +17,23 @@ The claimer pops every fire due within ``claim_lead`` seconds, claims them as
 one batch at most every ``claim_interval`` seconds, and schedules each winner
 at its exact due time: claim latency stays out of lateness, and a node makes
 a handful of commits per second whatever the fire rate.
+
+Claiming ahead means a node that dies holds claims it will never start. So
+the fires a node loses to a replica's lock stay on *standby*: the winner
+marks each fire started in the coordinator right before sending it
+(``start_fires``, on a **start** thread), and a fire still unmarked
+``takeover_after`` seconds past its due time is taken over
+(``take_over_batch`` on the claim thread) and sent from here. A killed node
+thus delays its claimed fires by well under a second instead of leaving them
+to the lease sweeper, and the coordinator (or, without it, the run row)
+keeps the two from both sending one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 import signal
 import sys
@@ -39,16 +50,28 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from cronman.config import Settings
 from cronman.errors import CoordinatorUnavailable, StoreUnavailable
-from cronman.scheduler.claims import LOCK_TTL_MS, Cursor, Fire, claim_batch
+from cronman.scheduler.claims import (
+    LOCK_TTL_MS,
+    Cursor,
+    Fire,
+    claim_batch,
+    take_over_batch,
+)
 from cronman.scheduler.coordinator import NodeInfo
-from cronman.scheduler.dispatch import ActiveRun, Dispatcher
+from cronman.scheduler.dispatch import (
+    START_GO,
+    START_TAKEN,
+    START_UNREACHABLE,
+    ActiveRun,
+    Dispatcher,
+)
 from cronman.scheduler.jobtable import JobTable
 from cronman.scheduler.metrics import NodeMetrics
 from cronman.scheduler.ratelog import RateLimitedLog
 from cronman.scheduler.recovery import Recovery
 from cronman.scheduler.writer import ResultWriter
 from cronman.store.base import RUNS_REQUESTED
-from cronman.timeutil import now_ms, utcnow
+from cronman.timeutil import now_ms, to_ms, utcnow
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -57,6 +80,9 @@ CLAIM_LEAD = 0.5  # seconds ahead of due time a fire is claimed (at most)
 CLAIM_INTERVAL = 0.2  # seconds between claim batches under steady load
 URGENT_LEAD = 0.15  # a fire due sooner than this is claimed without waiting for the interval
 MAX_CLAIM_BATCH = 5000
+# How long past its due time a fire claimed by a replica may stay unstarted
+# before this node, its other owner, takes it over.
+TAKEOVER_AFTER = 0.5
 LOAD_BATCH = 5000
 APPLY_CHUNK = 1000  # jobs applied per loop iteration before yielding
 WATERMARK_OVERLAP = 6.0  # seconds of change_seq history re-read by each poll
@@ -74,7 +100,7 @@ class SchedulerNode:
                  metrics: NodeMetrics | None = None, address: str = "",
                  claim_lead: float = CLAIM_LEAD, claim_interval: float = CLAIM_INTERVAL,
                  sweep_interval: float | None = None, requested_poll: float = 1.5,
-                 run_maintenance: bool = True) -> None:
+                 run_maintenance: bool = True, takeover_after: float = TAKEOVER_AFTER) -> None:
         self.settings = settings
         self.node_id = settings.node_id
         self.store = store
@@ -85,6 +111,7 @@ class SchedulerNode:
         self.claim_lead_ms = int(claim_lead * 1000)
         self.claim_interval_ms = int(claim_interval * 1000)
         self.urgent_lead_ms = min(int(URGENT_LEAD * 1000), self.claim_lead_ms)
+        self.takeover_after_ms = int(takeover_after * 1000)
         self.sweep_interval = sweep_interval or max(0.5, min(5.0, settings.lease_seconds / 3))
         self.requested_poll = requested_poll
         self.run_maintenance = run_maintenance
@@ -111,13 +138,19 @@ class SchedulerNode:
         # sweeper, partition upkeep on the misc pool) must never hold back the
         # heartbeat, or live nodes drop out of the membership.
         self._beat_pool = ThreadPoolExecutor(1, thread_name_prefix="cronman-beat")
+        # Start marks sit right before each first attempt: never behind a claim.
+        self._start_pool = ThreadPoolExecutor(1, thread_name_prefix="cronman-start")
+        self._standby: list[tuple[int, int, Fire]] = []  # heap: (take-over time, seq, fire)
+        self._standby_seq = 0
+        self._standby_wake: asyncio.Event | None = None
         self.writer = ResultWriter(store, self._write_pool, self.metrics,
                                    lease_seconds=settings.lease_seconds,
                                    on_claims_written=self._claims_written)
         self.dispatcher = Dispatcher(node_id=self.node_id, targets=targets, writer=self.writer,
                                      metrics=self.metrics, max_in_flight=settings.max_in_flight,
                                      lease_seconds=settings.lease_seconds,
-                                     lookup=self.table.lookup)
+                                     lookup=self.table.lookup,
+                                     start_marker=self._mark_started)
         self.recovery = Recovery(self)
         self._members: list[str] = [self.node_id]
 
@@ -171,6 +204,8 @@ class SchedulerNode:
                 loop.create_task(self._forever("sweeper", self.recovery.sweep_loop)),
                 loop.create_task(self._forever("requested", self.recovery.requested_loop)),
             ]
+            self._standby_wake = asyncio.Event()
+            tasks.append(loop.create_task(self._forever("standby", self._standby_loop)))
             claimer = loop.create_task(self._forever("claimer", self._claimer))
             writer = loop.create_task(self.writer.run(self._stop))
             self.metrics.owned_jobs.set(len(self.table.jobs))
@@ -192,7 +227,8 @@ class SchedulerNode:
                     await target.close()
             if feed_thread is not None:
                 feed_thread.join(timeout=1.0)
-            for pool in (self._claim_pool, self._write_pool, self._misc_pool, self._beat_pool):
+            for pool in (self._claim_pool, self._write_pool, self._misc_pool, self._beat_pool,
+                         self._start_pool):
                 pool.shutdown(wait=False, cancel_futures=True)
             self.stopped.set()
             log.info("scheduler node %s stopped", self.node_id)
@@ -508,12 +544,95 @@ class SchedulerNode:
         if res.pending_runs or res.pending_cursors:
             self.writer.insert_later(res.pending_runs, res.pending_cursors)
         pending = {r.id for r in res.pending_runs}
+        locked = res.coordinator_error is None
         for f in res.dispatch:
             self.dispatcher.add(ActiveRun(
                 run_id=f.run_id, job=f.job, scheduled_for=f.scheduled_for, due_ms=f.due_ms,
                 attempt=1, origin="schedule", skipped_before=f.skipped_before,
-                pending_claim=f.run_id in pending,
+                pending_claim=f.run_id in pending, mark_start=locked,
                 remote_in_flight=res.in_flight.get(f.job.id, [])))
+        if res.standby and self.takeover_after_ms >= 0:
+            for f in res.standby:
+                self._standby_seq += 1
+                heapq.heappush(self._standby,
+                               (f.due_ms + self.takeover_after_ms, self._standby_seq, f))
+            if self._standby_wake is not None:
+                self._standby_wake.set()
+
+    # -- standby and takeover ---------------------------------------------
+
+    async def _standby_loop(self) -> None:
+        """Take over standby fires their holder has not started in time."""
+        assert self._standby_wake is not None
+        while not self.stopping:
+            now = now_ms()
+            if not self._standby or self._standby[0][0] > now:
+                wait = 1.0 if not self._standby else (self._standby[0][0] - now) / 1000.0
+                self._standby_wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._standby_wake.wait(), wait)
+                continue
+            due: list[Fire] = []
+            while self._standby and self._standby[0][0] <= now and len(due) < MAX_CLAIM_BATCH:
+                due.append(heapq.heappop(self._standby)[2])
+            await self._take_over(due)
+
+    async def _take_over(self, fires: list[Fire]) -> None:
+        assert self._loop is not None
+        call = partial(take_over_batch, fires, coordinator=self.coordinator, store=self.store,
+                       node_id=self.node_id, lease_seconds=self.settings.lease_seconds,
+                       lock_ttl_ms=LOCK_TTL_MS)
+        try:
+            res = await self._loop.run_in_executor(self._claim_pool, call)
+        except Exception:
+            log.exception("taking over %d standby fires failed unexpectedly", len(fires))
+            return
+        if res.coordinator_error:
+            self.metrics.coordinator_errors.labels("takeover").inc()
+        if not res.dispatch:
+            return
+        self.metrics.takeovers.inc(len(res.dispatch))
+        self._ratelog.warning("takeover", "took over %d fires a replica claimed but had not "
+                              "started %d ms after their due time (it died or stalled)",
+                              len(res.dispatch), self.takeover_after_ms)
+        if res.store_error:
+            self.metrics.store_errors.labels("takeover").inc()
+            self.writer.insert_later(res.pending_runs, [], takeover=True)
+        pending = {r.id for r in res.pending_runs}
+        for f in res.dispatch:
+            self.dispatcher.add(ActiveRun(
+                run_id=f.run_id, job=f.job, scheduled_for=f.scheduled_for, due_ms=f.due_ms,
+                attempt=1, origin="schedule", skipped_before=f.skipped_before,
+                pending_claim=f.run_id in pending))
+
+    async def _mark_started(self, runs: list[ActiveRun]) -> list[str]:
+        """The dispatcher's start marker: mark claimed fires started in the
+        coordinator; when it cannot be reached, start them through the run
+        row instead (a replica's takeover goes through the same row)."""
+        assert self._loop is not None
+        keys = [(ar.job.id, to_ms(ar.scheduled_for)) for ar in runs]
+        try:
+            ok = await self._loop.run_in_executor(
+                self._start_pool, self.coordinator.start_fires, keys, LOCK_TTL_MS)
+            return [START_GO if x else START_TAKEN for x in ok]
+        except CoordinatorUnavailable:
+            self.metrics.coordinator_errors.labels("start").inc()
+        answers = [START_UNREACHABLE] * len(runs)  # a pending claim has no row to start
+        in_db = [i for i, ar in enumerate(runs) if not ar.pending_claim]
+        if not in_db:
+            return answers
+        now = utcnow()
+        try:
+            changed = await self._loop.run_in_executor(
+                self._start_pool, self.store.runs.start_claimed_runs, self.node_id,
+                [runs[i].key for i in in_db], now,
+                now + timedelta(seconds=self.settings.lease_seconds), self.node_id)
+        except StoreUnavailable:
+            self.metrics.store_errors.labels("start").inc()
+            return answers
+        for i in in_db:
+            answers[i] = START_GO if runs[i].run_id in changed else START_TAKEN
+        return answers
 
     def _claims_written(self, inserted: set[str], foreign: set[str]) -> None:
         """Claims made while the database was down are in it now: their runs

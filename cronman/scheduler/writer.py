@@ -14,6 +14,8 @@ Two more kinds of rows wait here while the database is down:
   (``claim_runs``) before any update. A row that turns out to exist already
   was fired twice: logged, counted in ``cronman_double_fires_total``, and our
   updates for it are dropped (the existing row keeps its own record).
+  Claims of fires *taken over* from a replica that never started them are
+  the exception: the replica's unstarted row is expected, and becomes ours.
 - *fires nobody could claim* (neither database nor coordinator reachable):
   recorded as ``skipped`` rows with an error, through the fence (so a replica
   that did fire keeps its row), some seconds after the database came back so
@@ -93,6 +95,7 @@ class ResultWriter:
         self.max_pending = max_pending
         self._updates: dict[str, RunUpdate] = {}
         self._claims: list[Run] = []
+        self._takeovers: set[str] = set()  # run ids of pending claims that are takeovers
         self._cursors: list[tuple[str, datetime, int]] = []
         self._unreachable: list[Run] = []
         self._foreign: dict[str, float] = {}  # run ids found to belong to a double fire
@@ -116,9 +119,14 @@ class ResultWriter:
             merge_update(old, u)
         self._after_add()
 
-    def insert_later(self, runs: Sequence[Run], cursors: Sequence[tuple[str, datetime, int]]) -> None:
+    def insert_later(self, runs: Sequence[Run], cursors: Sequence[tuple[str, datetime, int]],
+                     *, takeover: bool = False) -> None:
         """Claims made while the database was down: insert them (through the
-        fence) before any update, when the database is back."""
+        fence) before any update, when the database is back. ``takeover``:
+        fires taken over from a replica that never started them, whose row
+        may exist (it becomes ours, not a double fire)."""
+        if takeover:
+            self._takeovers.update(r.id for r in runs)
         self._claims.extend(runs)
         self._cursors.extend(cursors)
         self._after_add()
@@ -141,6 +149,14 @@ class ResultWriter:
         """Drop queued and future updates of a run this node no longer owns."""
         self._updates.pop(run_id, None)
         self._foreign[run_id] = time.monotonic()
+
+    def withdraw(self, run_id: str) -> None:
+        """Forget a run this node will not fire after all (a replica took it
+        over): its pending claim, if any, and every update of it."""
+        if any(r.id == run_id for r in self._claims):
+            self._claims = [r for r in self._claims if r.id != run_id]
+        self._takeovers.discard(run_id)
+        self.discard(run_id)
 
     def has_pending_claim(self, run_id: str) -> bool:
         return any(r.id == run_id for r in self._claims)
@@ -303,7 +319,12 @@ class ResultWriter:
                     r.lease_expires_at = lease_until
             inserted = self._store.runs.claim_runs(claims, cursors)
             written += 1
-            foreign = {r.id for r in claims if r.id not in inserted}
+            retaken = [r for r in claims if r.id not in inserted and r.id in self._takeovers]
+            if retaken:
+                updates = _take_rows(retaken, updates)
+            self._takeovers.difference_update(r.id for r in claims)
+            retaken_ids = {r.id for r in retaken}
+            foreign = {r.id for r in claims if r.id not in inserted and r.id not in retaken_ids}
             if foreign:
                 self._metrics.double_fires.inc(len(foreign))
                 for r in claims:
@@ -319,3 +340,17 @@ class ResultWriter:
             self._store.runs.claim_runs(unreachable, ())
             written += 1
         return foreign, written
+
+
+def _take_rows(taken: list[Run], updates: list[RunUpdate]) -> list[RunUpdate]:
+    """Updates that move existing rows of taken-over fires to their new node
+    (merged with the updates queued for them)."""
+    by_id = {u.id: u for u in updates}
+    for r in taken:
+        u = by_id.get(r.id)
+        if u is None:
+            u = by_id[r.id] = RunUpdate(id=r.id, scheduled_for=r.scheduled_for, status=r.status,
+                                        attempt=r.attempt,
+                                        lease_expires_at=r.lease_expires_at)
+        u.extra = {**u.extra, "node_id": r.node_id}
+    return list(by_id.values())

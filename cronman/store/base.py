@@ -69,6 +69,19 @@ class RunStore(Protocol):
     ) -> int:
         """Extend the lease of the node's in-flight runs (id, scheduled_for)."""
 
+    def start_claimed_runs(
+        self, node_id: str, keys: Sequence[tuple[str, datetime]], started_at: datetime,
+        lease_until: datetime, holder: str | None = None,
+    ) -> set[str]:
+        """Compare-and-set on claims nobody started: each run (id,
+        scheduled_for) still ``claimed``, with no ``started_at`` -- and held by
+        ``holder`` when given -- becomes ``running`` on ``node_id``, started at
+        ``started_at``, leased until ``lease_until``. Returns the ids changed;
+        a run already started, finished or missing is left alone. Lets a node
+        that cannot reach the coordinator start its own claim, and a replica
+        take over a claim whose holder died before the due time, without both
+        dispatching it."""
+
     def take_requested_runs(self, node_id: str, lease_until: datetime, limit: int) -> list[Run]:
         """Atomically assign to ``node_id`` runs the API requested (trigger,
         replay, backfill: in flight with no node). Never hands a run to two nodes."""

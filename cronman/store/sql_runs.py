@@ -293,6 +293,31 @@ class SqlRunStore:
 
         return self._db.write(fn)
 
+    def start_claimed_runs(
+        self, node_id: str, keys: Sequence[tuple[str, datetime]], started_at: datetime,
+        lease_until: datetime, holder: str | None = None,
+    ) -> set[str]:
+        if not keys:
+            return set()
+        ordered = sorted(set(keys), key=lambda k: (k[1], k[0]))
+
+        def fn(tx: Tx) -> set[str]:
+            changed: set[str] = set()
+            for chunk in _chunks(ordered):
+                where = [sj.c.status == "claimed", sj.c.started_at.is_(None),
+                         tuple_(sj.c.id, sj.c.scheduled_for).in_(list(chunk)),
+                         sj.c.scheduled_for.in_(sorted({k[1] for k in chunk}))]
+                if holder is not None:
+                    where.append(sj.c.node_id == holder)
+                stmt = (update(sj).where(*where)
+                        .values(node_id=node_id, status="running", started_at=started_at,
+                                lease_expires_at=lease_until)
+                        .returning(sj.c.id))
+                changed.update(tx.conn.execute(stmt).scalars())
+            return changed
+
+        return self._db.write(fn)
+
     def _take(self, where: list[ColumnElement[bool]], order: Any, node_id: str,
               lease_until: datetime, limit: int) -> list[Run]:
         """Lock up to ``limit`` matching rows (``FOR UPDATE SKIP LOCKED``: a

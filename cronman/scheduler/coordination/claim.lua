@@ -4,17 +4,24 @@
 -- ARGV[1]  holder: "{node_id}/{instance token}"
 -- ARGV[2]  lock ttl in ms
 --
+-- A lock holds its holder while claimed and "!" .. holder once started
+-- (start.lua, takeover.lua).
+--
 -- Returns one integer per key: 1 when the caller holds the lock (just taken,
--- or already its own: a retried batch keeps its locks), 0 when another holder
--- has it.
+-- or already its own, claimed or started: a retried batch keeps its locks),
+-- 0 when another holder has it.
+local started = '!' .. ARGV[1]
 local won = {}
 for i, key in ipairs(KEYS) do
     if redis.call('SET', key, ARGV[1], 'NX', 'PX', ARGV[2]) then
         won[i] = 1
-    elseif redis.call('GET', key) == ARGV[1] then
-        won[i] = 1
     else
-        won[i] = 0
+        local v = redis.call('GET', key)
+        if v == ARGV[1] or v == started then
+            won[i] = 1
+        else
+            won[i] = 0
+        end
     end
 end
 return won

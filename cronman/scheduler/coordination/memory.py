@@ -30,7 +30,8 @@ class _Table:
         self.clock = clock
         self.lock = threading.Lock()
         self.members: dict[str, tuple[NodeInfo, float]] = {}  # id -> (info, heartbeat time)
-        self.locks: dict[tuple[str, int], tuple[str, float]] = {}  # key -> (holder, expires)
+        # key -> (holder, expires, started)
+        self.locks: dict[tuple[str, int], tuple[str, float, bool]] = {}
         self.expiries: list[tuple[float, tuple[str, int]]] = []  # heap over locks
         # Wall time of the clock's reading at creation, to date heartbeats.
         self.anchor = (clock(), utcnow())
@@ -56,6 +57,7 @@ class InProcessCoordinator:
     ``claim_fires`` is held until ``ttl_ms`` after the claim, by this handle:
     claiming a key this handle already holds answers True again (a retried
     claim must not lose its own lock), any other handle gets False.
+    ``start_fires`` and ``take_over_fires`` follow the Redis coordinator's rules.
     """
 
     def __init__(self, ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
@@ -73,6 +75,8 @@ class InProcessCoordinator:
             "heartbeat_failures": 0,
             "claim_batches": 0,
             "claim_keys": 0,
+            "start_batches": 0,
+            "takeovers": 0,
             "unavailable": 0,
         }
 
@@ -148,7 +152,7 @@ class InProcessCoordinator:
                 key = (job_id, int(fire_ms))
                 held = table.locks.get(key)
                 if held is None or held[1] <= now:
-                    table.locks[key] = (self._holder, expires)
+                    table.locks[key] = (self._holder, expires, False)
                     heapq.heappush(table.expiries, (expires, key))
                     won.append(True)
                 else:
@@ -156,6 +160,47 @@ class InProcessCoordinator:
             self._counters["claim_batches"] += 1
             self._counters["claim_keys"] += len(won)
         return won
+
+    def start_fires(self, keys: Sequence[tuple[str, int]], ttl_ms: int) -> list[bool]:
+        self._check()
+        table = self._table
+        out: list[bool] = []
+        with table.lock:
+            now = table.clock()
+            table.purge_locks(now)
+            for job_id, fire_ms in keys:
+                key = (job_id, int(fire_ms))
+                held = table.locks.get(key)
+                if held is None or held[1] <= now:
+                    expires = now + ttl_ms / 1000.0
+                    table.locks[key] = (self._holder, expires, True)
+                    heapq.heappush(table.expiries, (expires, key))
+                    out.append(True)
+                elif held[2] and held[0] != self._holder:
+                    out.append(False)  # a replica took it over
+                else:
+                    table.locks[key] = (self._holder, held[1], True)
+                    out.append(True)
+            self._counters["start_batches"] += 1
+        return out
+
+    def take_over_fires(self, keys: Sequence[tuple[str, int]], ttl_ms: int) -> list[bool]:
+        self._check()
+        table = self._table
+        out: list[bool] = []
+        with table.lock:
+            now = table.clock()
+            table.purge_locks(now)
+            for job_id, fire_ms in keys:
+                key = (job_id, int(fire_ms))
+                held = table.locks.get(key)
+                if held is None or held[1] <= now or held[2] or held[0] == self._holder:
+                    out.append(False)
+                else:
+                    table.locks[key] = (self._holder, held[1], True)
+                    out.append(True)
+            self._counters["takeovers"] += sum(out)
+        return out
 
     def ping(self) -> bool:
         return not self._closed and self._available

@@ -7,11 +7,13 @@ Key layout (``P`` = ``settings.redis_key_prefix``, ``cronman`` by default)::
     P:member:{node_id}           hash         id, address, started_at (Unix ms or ""),
                                               last_heartbeat (server Unix ms), ttl_ms,
                                               stats (JSON); PEXPIRE ttl
-    P:lock:{job_id}:{fire_ms}    string       holder "{node_id}/{instance token}";
-                                              SET NX PX lock ttl
+    P:lock:{job_id}:{fire_ms}    string       holder "{node_id}/{instance token}" once
+                                              claimed (SET NX PX lock ttl), "!" + holder
+                                              once started (start.lua, takeover.lua)
 
 The scripts beside this module (``heartbeat.lua``, ``members.lua``,
-``claim.lua``) make each operation one atomic round trip per shard. They touch
+``claim.lua``, ``start.lua``, ``takeover.lua``) make each operation one atomic
+round trip per shard. They touch
 keys they build from ARGV, so they suit plain Redis and Sentinel, not Redis
 Cluster. Redis >= 5 is required (scripts that read TIME and then write).
 
@@ -117,7 +119,8 @@ class RedisCoordinator:
         )
         # Rendezvous weights of the shards by position, for lock placement.
         self._shard_hashes = [node_hash(f"shard-{s.index}") for s in self.shards]
-        sources = {name: _script(f"{name}.lua") for name in ("heartbeat", "members", "claim")}
+        sources = {name: _script(f"{name}.lua")
+                   for name in ("heartbeat", "members", "claim", "start", "takeover")}
         self._scripts = [
             {name: s.client.register_script(src) for name, src in sources.items()}
             for s in self.shards
@@ -129,6 +132,8 @@ class RedisCoordinator:
             "claim_batches": 0,
             "claim_keys": 0,
             "claim_failovers": 0,
+            "start_batches": 0,
+            "takeovers": 0,
             "shard_errors": 0,
             "unavailable": 0,
         }
@@ -237,8 +242,33 @@ class RedisCoordinator:
             raise ValueError("ttl_ms must be > 0")
         if not keys:
             return []
+        won, failovers = self._on_locks("claim", keys, [self._holder, int(ttl_ms)],
+                                        "the fire claims")
+        self._count(claim_batches=1, claim_keys=len(keys), claim_failovers=failovers)
+        return won
+
+    def start_fires(self, keys: Sequence[tuple[str, int]], ttl_ms: int) -> list[bool]:
+        if not keys:
+            return []
+        started, _ = self._on_locks("start", keys, [self._holder, max(1, int(ttl_ms))],
+                                    "the fire starts")
+        self._count(start_batches=1)
+        return started
+
+    def take_over_fires(self, keys: Sequence[tuple[str, int]], ttl_ms: int) -> list[bool]:
+        if not keys:
+            return []
+        taken, _ = self._on_locks("takeover", keys, [self._holder], "the fire takeovers")
+        self._count(takeovers=sum(taken))
+        return taken
+
+    def _on_locks(self, script_name: str, keys: Sequence[tuple[str, int]], args: list[Any],
+                  what: str) -> tuple[list[bool], int]:
+        """Run a lock script over the keys, each on the shard its lock lives on
+        (the next reachable one in the key's order when that shard is down).
+        Returns (the per-key answers == 1, keys placed off their first shard)."""
         names = [self.lock_key(job_id, fire_ms) for job_id, fire_ms in keys]
-        won = [False] * len(names)
+        answers = [False] * len(names)
         pending = list(range(len(names)))
         hashes = [job_hash(n) for n in names] if len(self.shards) > 1 else None
         tried: set[int] = set()
@@ -246,7 +276,7 @@ class RedisCoordinator:
         while pending:
             usable = [s.index for s in self.shards if s.index not in tried and s.available()]
             if not usable:
-                raise self._unavailable("the fire claims")
+                raise self._unavailable(what)
             groups: dict[int, list[int]] = {}
             if hashes is None:
                 groups[usable[0]] = pending
@@ -261,7 +291,8 @@ class RedisCoordinator:
             for index, members in groups.items():
                 shard = self.shards[index]
                 try:
-                    replies = self._claim_on(shard, [names[i] for i in members], ttl_ms)
+                    replies = self._script_on(shard, script_name, [names[i] for i in members],
+                                              args)
                 except _SHARD_ERRORS as e:
                     self._shard_failed(shard, e)
                     tried.add(index)
@@ -269,9 +300,8 @@ class RedisCoordinator:
                     continue
                 shard.succeeded()
                 for i, reply in zip(members, replies, strict=True):
-                    won[i] = reply == 1
-        self._count(claim_batches=1, claim_keys=len(names), claim_failovers=failovers)
-        return won
+                    answers[i] = reply == 1
+        return answers, failovers
 
     def _place(self, key_hash: int, candidates: Iterable[int]) -> int:
         """The candidate shard with the highest rendezvous weight for a lock key."""
@@ -282,9 +312,9 @@ class RedisCoordinator:
                 best_index, best_weight = index, weight
         return best_index
 
-    def _claim_on(self, shard: Shard, names: list[str], ttl_ms: int) -> list[int]:
-        script = self._scripts[shard.index]["claim"]
-        args = [self._holder, int(ttl_ms)]
+    def _script_on(self, shard: Shard, script_name: str, names: list[str], args: list[Any]
+                   ) -> list[int]:
+        script = self._scripts[shard.index][script_name]
         if len(names) <= CLAIM_CHUNK:
             return list(script(keys=names, args=args))
         pipe = shard.client.pipeline(transaction=False)

@@ -1,0 +1,238 @@
+"""Taking over fires a replica claimed but never started (SPEC §6: a killed
+node delays no fire; its job's other replica fires it).
+
+- The coordinator contract of ``start_fires`` / ``take_over_fires``, against
+  the in-process coordinator and a real redis-server (one shard and two).
+- The run row's compare-and-set behind it (``start_claimed_runs``), on
+  SQLite and PostgreSQL.
+- Two in-process nodes where one stalls between claiming and starting: the
+  other sends those fires half a second late, and no fire goes out twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from cronman.callbacks import TargetRegistry
+from cronman.callbacks.recording import RecordingTarget
+from cronman.config import Settings
+from cronman.errors import CoordinatorUnavailable
+from cronman.models import RunFilter
+from cronman.scheduler.coordination.memory import InProcessCoordinator
+from cronman.scheduler.node import SchedulerNode
+from cronman.store import open_store
+from cronman.store.migrate import upgrade
+from cronman.timeutil import to_ms, utcnow
+from tests.support.redis_servers import redis_servers
+from tests.support.store_data import base_time, job_spec, make_run
+
+TTL_MS = 60_000
+
+# -- the coordinator contract ----------------------------------------------
+
+
+@contextlib.contextmanager
+def _coordinators(kind: str):
+    """Two coordinator instances (nodes "a" and "b") over one lock table."""
+    if kind == "memory":
+        a = InProcessCoordinator(ttl=5.0)
+        yield a, a.handle()
+        return
+    from cronman.scheduler.coordination.redis import RedisCoordinator
+
+    shards = 2 if kind == "redis-2-shards" else 1
+    with redis_servers(shards) as servers:
+        url = ",".join(s.url for s in servers)
+        a = RedisCoordinator(Settings(redis_url=url, node_id="a"))
+        b = RedisCoordinator(Settings(redis_url=url, node_id="b"))
+        try:
+            yield a, b
+        finally:
+            a.close()
+            b.close()
+
+
+COORDINATORS = ["memory", pytest.param("redis", marks=pytest.mark.redis),
+                pytest.param("redis-2-shards", marks=pytest.mark.redis)]
+
+
+@pytest.mark.parametrize("kind", COORDINATORS)
+def test_a_claimed_fire_is_started_by_its_holder_or_taken_over_never_both(kind):
+    with _coordinators(kind) as (a, b):
+        keys = [(f"job-{i}", 1_700_000_000_000 + i) for i in range(40)]
+        assert a.claim_fires(keys, TTL_MS) == [True] * 40
+        assert b.claim_fires(keys, TTL_MS) == [False] * 40  # b stands by
+        # a starts the first half in time; b takes over what is left.
+        assert a.start_fires(keys[:20], TTL_MS) == [True] * 20
+        assert b.take_over_fires(keys, TTL_MS) == [False] * 20 + [True] * 20
+        # a, late, finds the second half taken: it must not send them.
+        assert a.start_fires(keys[20:], TTL_MS) == [False] * 20
+        # Nothing changes hands twice; starting again is idempotent.
+        assert b.take_over_fires(keys, TTL_MS) == [False] * 40
+        assert a.take_over_fires(keys, TTL_MS) == [False] * 40
+        assert a.start_fires(keys[:20], TTL_MS) == [True] * 20
+        assert b.start_fires(keys[20:], TTL_MS) == [True] * 20
+        # A started fire is still its holder's on a retried claim.
+        assert a.claim_fires(keys[:1], TTL_MS) == [True]
+        assert b.claim_fires(keys[20:21], TTL_MS) == [True]
+
+
+@pytest.mark.parametrize("kind", COORDINATORS)
+def test_gone_locks_are_never_taken_and_the_row_owner_starts(kind):
+    with _coordinators(kind) as (a, b):
+        gone = [("job-x", 1_700_000_001_000)]
+        # No lock (expired, Redis restarted): nothing says it was not started.
+        assert b.take_over_fires(gone, TTL_MS) == [False]
+        # The node whose run row won starts it, and the mark protects it.
+        assert a.start_fires(gone, TTL_MS) == [True]
+        assert b.take_over_fires(gone, TTL_MS) == [False]
+        # A lock held unstarted by a fence loser: the row owner starts anyway.
+        lost = [("job-y", 1_700_000_002_000)]
+        assert b.claim_fires(lost, TTL_MS) == [True]
+        assert a.start_fires(lost, TTL_MS) == [True]
+        assert b.start_fires(lost, TTL_MS) == [False]
+        # Nobody takes over its own claim.
+        mine = [("job-z", 1_700_000_003_000)]
+        assert a.claim_fires(mine, TTL_MS) == [True]
+        assert a.take_over_fires(mine, TTL_MS) == [False]
+
+
+def test_start_and_takeover_raise_when_the_coordinator_is_down():
+    a = InProcessCoordinator(ttl=5.0)
+    a.set_available(False)
+    with pytest.raises(CoordinatorUnavailable):
+        a.start_fires([("j", 1)], TTL_MS)
+    with pytest.raises(CoordinatorUnavailable):
+        a.take_over_fires([("j", 1)], TTL_MS)
+
+
+@pytest.mark.redis
+def test_redis_takeover_and_start_race_from_threads():
+    """Many holders' starts against many takeovers at the same moment: each
+    fire is started by exactly one of them."""
+    with _coordinators("redis") as (a, b):
+        keys = [(f"race-{i}", 1_700_000_100_000 + i) for i in range(2000)]
+        a.claim_fires(keys, TTL_MS)
+        results: dict[str, list[bool]] = {}
+        barrier = threading.Barrier(2)
+
+        def run(name, fn):
+            barrier.wait()
+            got = []
+            for i in range(0, len(keys), 50):
+                got += fn(keys[i:i + 50], TTL_MS)
+            results[name] = got
+
+        threads = [threading.Thread(target=run, args=("start", a.start_fires)),
+                   threading.Thread(target=run, args=("take", b.take_over_fires))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for started, taken in zip(results["start"], results["take"], strict=True):
+            assert started != taken
+
+
+# -- the run row's compare-and-set -----------------------------------------
+
+
+def test_start_claimed_runs_is_a_compare_and_set(store):
+    (job,) = store.jobs.create_jobs([job_spec("cas-job")])
+    t = base_time()
+    runs = [make_run(job.id, t + timedelta(seconds=i), node="h") for i in range(4)]
+    store.runs.claim_runs(runs)
+    now = utcnow()
+    lease = now + timedelta(seconds=30)
+    # The holder starts its own claim (coordinator unreachable) ...
+    first = [(runs[0].id, runs[0].scheduled_for)]
+    assert store.runs.start_claimed_runs("h", first, now, lease, holder="h") == {runs[0].id}
+    # ... a replica takes over the ones nobody started.
+    keys = [(r.id, r.scheduled_for) for r in runs]
+    assert store.runs.start_claimed_runs("w", keys, now, lease) == {r.id for r in runs[1:]}
+    # The holder, late, finds them gone; nothing starts twice.
+    assert store.runs.start_claimed_runs("h", keys, now, lease, holder="h") == set()
+    assert store.runs.start_claimed_runs("w", keys, now, lease) == set()
+    got = {r.id: store.runs.get_run(r.id) for r in runs}
+    assert got[runs[0].id].node_id == "h" and got[runs[0].id].status == "running"
+    assert all(got[r.id].node_id == "w" and got[r.id].started_at is not None
+               for r in runs[1:])
+    # A run not in the database is not touched (the taker inserts its own).
+    ghost = make_run(job.id, t + timedelta(minutes=1))
+    assert store.runs.start_claimed_runs("w", [(ghost.id, ghost.scheduled_for)], now,
+                                         lease) == set()
+
+
+# -- nodes: a stalled holder's fires are taken over -------------------------
+
+
+class StallingStarts:
+    """A coordinator handle whose fire starts hang for ``stall`` seconds: a
+    node that stalls between its claims and their due time (or dies there)."""
+
+    def __init__(self, inner: InProcessCoordinator, stall: float) -> None:
+        self._inner = inner
+        self.stall = stall
+        self.stalled = 0
+
+    def start_fires(self, keys, ttl_ms):
+        self.stalled += len(keys)
+        time.sleep(self.stall)
+        return self._inner.start_fires(keys, ttl_ms)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def _node(db, store, coordinator, node_id, target) -> SchedulerNode:
+    settings = Settings(database_url=db, node_id=node_id, lease_seconds=10.0,
+                        heartbeat_ttl=2.0, replicas=2)
+    return SchedulerNode(settings, store, coordinator, TargetRegistry([target]),
+                         registry=CollectorRegistry(), run_maintenance=False)
+
+
+def test_a_stalled_holders_fires_go_out_from_the_replica_half_a_second_late(tmp_path):
+    db = f"sqlite:///{tmp_path / 'cronman.db'}"
+    upgrade(db)
+    store = open_store(db)
+    jobs = store.jobs.create_jobs([job_spec(f"j{i}", schedule={"kind": "interval", "every": 1})
+                                   for i in range(10)])
+    coord = InProcessCoordinator(ttl=2.0)
+    stalling = StallingStarts(coord, stall=1.5)
+    a_t, b_t = RecordingTarget("http"), RecordingTarget("http")
+    a = _node(db, store, stalling, "a", a_t)
+    b = _node(db, open_store(db), coord.handle(), "b", b_t)
+
+    async def main():
+        tasks = [asyncio.create_task(n.main()) for n in (a, b)]
+        try:
+            await asyncio.sleep(4.5)
+        finally:
+            for n in (a, b):
+                n.request_stop()
+            await asyncio.wait_for(asyncio.gather(*tasks), 20)
+
+    asyncio.run(main())
+    sent = [(r.delivery.job_id, to_ms(r.delivery.scheduled_for), r.delivery.attempt)
+            for t in (a_t, b_t) for r in t.records]
+    keys = [(j, t) for j, t, _ in sent]
+    assert len(keys) >= 20
+    assert len(set(keys)) == len(keys), Counter(keys).most_common(3)
+    taken = b.metrics.takeovers._value.get()
+    assert stalling.stalled > 0 and taken > 0
+    assert a.metrics.taken_over._value.get() > 0
+    # What b took over went out about takeover_after past due, not a lease later.
+    lateness = [r.lateness_ms for r in (store.runs.get_run(rec.delivery.run_id)
+                                        for rec in b_t.records) if r and r.lateness_ms]
+    assert lateness and max(lateness) < 1500, sorted(lateness)[-5:]
+    runs = [r for j in jobs for r in store.runs.list_runs(j.id, RunFilter(), 1000, None).items]
+    by_node = Counter(r.node_id for r in runs if (r.job_id, to_ms(r.scheduled_for)) in set(keys))
+    assert by_node["b"] > 0
+    store.close()
