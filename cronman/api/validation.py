@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from cronman.callbacks import validate_dead_letter, validate_target
@@ -69,6 +69,10 @@ PRIORITY_MIN = -1_000_000
 PRIORITY_MAX = 1_000_000
 TARGET_BODY_MAX = 64 * 1024
 BULK_MAX = 1000
+# Times a job may hold (schedule times, start_at, end_at): far from datetime's
+# limits, so fire-time arithmetic cannot overflow, and 4-digit years.
+TIME_MIN = datetime(1970, 1, 1, tzinfo=UTC)
+TIME_MAX = datetime(9000, 1, 1, tzinfo=UTC)
 
 DEFINITION_KEYS = (
     "name", "namespace", "schedule", "target", "retry", "misfire", "delivery",
@@ -164,14 +168,19 @@ def check_choice(value: Any, field: str, choices: tuple[str, ...]) -> str:
     return value
 
 
-def check_time(value: Any, field: str) -> datetime:
+def check_time(value: Any, field: str, *, bounded: bool = True) -> datetime:
+    """An RFC 3339 time; ``bounded``: within [TIME_MIN, TIME_MAX)."""
     if not isinstance(value, str):
         raise ValidationError(
             f"must be an RFC 3339 string, not {type_name(value)}", field=field)
     try:
-        return parse_rfc3339(value)
+        t = parse_rfc3339(value)
     except (ValueError, OverflowError) as exc:
         raise ValidationError(f"invalid RFC 3339 time {value!r}: {exc}", field=field) from None
+    if bounded and not TIME_MIN <= t < TIME_MAX:
+        raise ValidationError(f"must be between {TIME_MIN.year} and {TIME_MAX.year - 1}",
+                              field=field)
+    return t
 
 
 def check_namespace(value: Any, field: str = "namespace") -> str:
@@ -297,6 +306,9 @@ def validate_job_parsed(
     except ValidationError as exc:
         raise exc.prefixed(_path(prefix, "schedule")) from None
     sched = schedule.to_dict()
+    for key in ("at", "anchor"):
+        if isinstance(sched.get(key), str) and isinstance(sched_spec.get(key), str):
+            check_time(sched_spec[key], _path(prefix, f"schedule.{key}"))
     if sched.get("kind") == "once" and sched != previous_schedule:
         at = check_time(sched.get("at"), _path(prefix, "schedule.at"))
         if at < now:
@@ -342,7 +354,7 @@ def check_read_only(body: Mapping[str, Any], *, job_id: str, version: int,
     if "id" in body and body["id"] != job_id:
         raise ValidationError("does not match the job id of the URL", field="id")
     if "created_at" in body and body["created_at"] is not None:
-        if check_time(body["created_at"], "created_at") != ensure_utc(created_at):
+        if check_time(body["created_at"], "created_at", bounded=False) != ensure_utc(created_at):
             raise ValidationError("is read-only and does not match the stored job",
                                   field="created_at")
     if "version" in body and body["version"] is not None:
@@ -422,4 +434,4 @@ def parse_int_param(raw: str | None, field: str, *, default: int, lo: int, hi: i
 def parse_time_param(raw: str | None, field: str) -> datetime | None:
     if raw is None:
         return None
-    return check_time(raw, field)
+    return check_time(raw, field, bounded=False)

@@ -152,6 +152,8 @@ def test_read_only_keys_are_refused_in_a_new_definition(key):
     ({"start_at": 1700000000}, "start_at"),
     ({"end_at": "2026-07-01T00:00:00"}, "end_at"),  # no offset
     ({"start_at": "2026-07-02T00:00:00Z", "end_at": "2026-07-01T00:00:00Z"}, "end_at"),
+    ({"start_at": "0500-01-01T00:00:00Z"}, "start_at"),
+    ({"end_at": "9999-12-31T23:59:59Z"}, "end_at"),
     ({"dead_letter": "https://x.example.com"}, "dead_letter"),
     ({"dead_letter": {"kind": "container", "image": "busybox"}}, "dead_letter.kind"),
 ])
@@ -174,6 +176,10 @@ def test_priority_accepts_integral_floats():
     ({"kind": "interval", "every": "5m"}, "schedule.every"),
     ({"kind": "once", "at": "soon"}, "schedule.at"),
     ({"kind": "once", "at": "2026-06-01T11:59:59Z"}, "schedule.at"),  # in the past
+    ({"kind": "once", "at": "9500-01-01T00:00:00Z"}, "schedule.at"),
+    ({"kind": "interval", "every": 60, "anchor": "0005-01-01T00:00:00Z"}, "schedule.anchor"),
+    ({"kind": "interval", "every": 60, "anchor": "0001-01-01T00:00:00+01:00"},
+     "schedule.anchor"),
 ])
 def test_schedule_errors(schedule, field):
     assert field_of(job(schedule=schedule)) == field
