@@ -30,6 +30,9 @@ def setup_logging(level: str) -> None:
 def wait_for_schema(url: str, timeout: float = SCHEMA_WAIT_SECONDS) -> None:
     """Return once the database answers with the current schema. A missing or
     foreign schema exits at once; an unreachable database is waited for."""
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    from cronman.errors import StoreUnavailable
     from cronman.store.migrate import SchemaNotCurrent, check_schema_current
 
     deadline = time.monotonic() + timeout
@@ -40,12 +43,16 @@ def wait_for_schema(url: str, timeout: float = SCHEMA_WAIT_SECONDS) -> None:
         except SchemaNotCurrent as exc:
             click.echo(f"cronman scheduler: {exc.message}", err=True)
             sys.exit(RET_ERROR)
-        except Exception as exc:  # unreachable: connection refused, DNS, auth...
+        except (StoreUnavailable, OperationalError, InterfaceError, OSError) as exc:
+            # Unreachable (connection refused, DNS, starting up): wait a while.
             if time.monotonic() >= deadline:
                 click.echo(f"cronman scheduler: the database is unreachable: {exc}", err=True)
                 sys.exit(RET_UNAVAILABLE)
             log.warning("database not reachable yet, retrying: %s", str(exc).splitlines()[0])
             time.sleep(2.0)
+        except Exception as exc:  # a URL that cannot work: unknown driver, bad syntax
+            click.echo(f"cronman scheduler: cannot use the database URL: {exc}", err=True)
+            sys.exit(RET_ERROR)
 
 
 @cli.command("scheduler")
