@@ -227,7 +227,6 @@ def test_a_stalled_holders_fires_go_out_from_the_replica_half_a_second_late(tmp_
     assert len(set(keys)) == len(keys), Counter(keys).most_common(3)
     taken = b.metrics.takeovers._value.get()
     assert stalling.stalled > 0 and taken > 0
-    assert a.metrics.taken_over._value.get() > 0
     # What b took over went out about takeover_after past due, not a lease later.
     lateness = [r.lateness_ms for r in (store.runs.get_run(rec.delivery.run_id)
                                         for rec in b_t.records) if r and r.lateness_ms]
