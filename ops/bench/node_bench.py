@@ -178,7 +178,7 @@ def main() -> None:
         start_ms = now_ms()
         u0 = read_usage(node.pid)
         c0 = db.xact_commit() if db else None
-        m0 = scrape(metrics_url) if os.environ.get("NB_SCRAPE", "1") == "1" else {}
+        m0 = scrape(metrics_url)
         time.sleep(args.duration)
         end_ms = now_ms()
         u1 = read_usage(node.pid)
