@@ -156,6 +156,15 @@ class Dispatcher:
             ar.handle = loop.call_at(loop.time() + delay, self._due, ar)
 
     def _due(self, ar: ActiveRun) -> None:
+        try:
+            self._due_inner(ar)
+        except Exception as exc:  # a bug must not leave a run without a status
+            log.exception("dispatching run %s failed unexpectedly", ar.run_id)
+            self._release(ar)
+            self._stop_local(ar)
+            self._finish(ar, "failed", error=f"internal error in the scheduler: {exc!r}")
+
+    def _due_inner(self, ar: ActiveRun) -> None:
         ar.handle = None
         if ar.done:
             return
@@ -332,8 +341,13 @@ class Dispatcher:
             outcome = Outcome(ok=False, error=f"target gave no answer within "
                                               f"{_timeout_of(ar.job.target) + TIMEOUT_MARGIN:g} s")
         self._release(ar)
-        if not ar.done:
+        if ar.done:
+            return
+        try:
             self._after_attempt(ar, outcome)
+        except Exception as exc:  # a bug must not leave a run without a status
+            log.exception("recording the outcome of run %s failed unexpectedly", ar.run_id)
+            self._finish(ar, "failed", error=f"internal error in the scheduler: {exc!r}")
 
     def _watch(self) -> None:
         """Cancel attempts past their deadline (a target that ignores its own
