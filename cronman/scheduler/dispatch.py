@@ -245,16 +245,17 @@ class Dispatcher:
     def _unreachable(self, ar: ActiveRun) -> None:
         """Neither the coordinator nor the database confirms the claim now:
         send nothing (a replica that reaches them takes the fire over). A
-        claim still waiting in the writer is recorded ``skipped`` instead;
-        a claim in the database is left to expire (the sweeper takes it)."""
+        claim still waiting in the writer is recorded ``skipped`` instead (and
+        counted as not dispatched); a claim in the database is left to expire
+        (the sweeper takes it over later)."""
         self._ratelog.error("start-unreachable", "run %s of job %s not sent: neither the "
                             "coordinator nor the database answered when it was due",
                             ar.run_id, ar.job.id)
-        self.metrics.not_dispatched.inc()
         ar.done = True
         self._stop_local(ar)
         self._forget(ar)
         if ar.pending_claim:
+            self.metrics.not_dispatched.inc()
             self.writer.withdraw(ar.run_id)
             now = utcnow()
             self.writer.record_unreachable([Run(
