@@ -691,11 +691,11 @@ class SchedulerNode:
             try:
                 n = await asyncio.wait_for(
                     self.misc(self.store.runs.renew_leases, self.node_id, keys,
-                              utcnow() - timedelta(milliseconds=1)), 2.0)
+                              utcnow() - timedelta(milliseconds=1)), 3.0)
                 log.info("handed back %d runs still in flight (their lease expired now)", n)
             except Exception as exc:
                 log.error("could not hand back %d runs (they are recovered when their lease "
-                          "expires): %s", len(keys), exc)
+                          "expires): %r", len(keys), exc)
         with contextlib.suppress(Exception):
             await writer
         await self.writer.drain(begun + STOP_BUDGET - 0.5)
