@@ -40,7 +40,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from cronman.errors import ValidationError
-from cronman.schedules.cronexpr import MAX_CRON_LENGTH, CronExpr
+from cronman.schedules.cronexpr import MAX_CRON_LENGTH, CronExpr, cron_expr
 from cronman.timeutil import to_ms
 
 GAP_POLICIES = ("shift", "skip")
@@ -242,7 +242,7 @@ def parse_cron(spec: dict[str, Any], *, job_id: str) -> CronSchedule:
     elif not isinstance(tz, str):
         raise ValidationError("must be a string (an IANA zone name)", field="timezone")
     dst = _parse_dst(spec.get("dst"))
-    expr = CronExpr(text.strip(), job_id=job_id)
+    expr = cron_expr(text.strip(), job_id=job_id)
     return CronSchedule(expr, tz, dst)
 
 

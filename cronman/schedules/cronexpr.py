@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import date
+from functools import lru_cache
 
 from cronman.errors import ValidationError
 
@@ -53,6 +54,12 @@ _MONTH_DAYS = (0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 MAX_CRON_LENGTH = 512
 # Any satisfiable expression matches within one 400-year Gregorian cycle.
 _HORIZON_YEARS = 401
+# Day bits 1..31 of a month mask.
+_DAY_BITS = (1 << 32) - 2
+# _WEEK_BITS[w]: bits p (0..38) with p % 7 == w, for the weekday masks.
+_WEEK_BITS = tuple(sum(1 << p for p in range(w, 39, 7)) for w in range(7))
+# Parsed expressions shared between jobs (see cron_expr).
+SHARED_CACHE_SIZE = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,10 +209,12 @@ class CronExpr:
         self._next_mo = _table(self.months, 13)
         self._dom_mask = sum(1 << d for d in self.days)
         # _dow_masks[w]: days (bits 1..31) whose weekday is allowed, for a month
-        # whose 1st falls on cron weekday w (0 = Sunday).
-        self._dow_masks = tuple(
-            sum(1 << d for d in range(1, 32) if (w + d - 1) % 7 in self.weekdays)
-            for w in range(7))
+        # whose 1st falls on cron weekday w (0 = Sunday): day d has weekday
+        # (w + d - 1) % 7, i.e. bit d of the mask is bit d - 1 + w of the week pattern.
+        week = 0
+        for wd in self.weekdays:
+            week |= _WEEK_BITS[wd]
+        self._dow_masks = tuple(((week >> w) << 1) & _DAY_BITS for w in range(7))
         self._masks: dict[int, int] = {}
 
     def _day_mask(self, year: int, month: int) -> int:
@@ -274,3 +283,29 @@ class CronExpr:
                 continue
             return y, mo, d, h, mi, s2
         return None
+
+
+def _uses_job_id(text: str) -> bool:
+    """Whether ``text`` may hold an ``H`` item (the only use of the job id).
+
+    Macros expand to plain fields; otherwise any ``h`` counts (``thu`` too:
+    a false positive only costs the sharing).
+    """
+    return not text.lstrip().startswith("@") and ("h" in text or "H" in text)
+
+
+@lru_cache(maxsize=SHARED_CACHE_SIZE)
+def _shared_expr(text: str) -> CronExpr:
+    return CronExpr(text, job_id="")
+
+
+def cron_expr(text: str, *, job_id: str) -> CronExpr:
+    """``CronExpr(text, job_id=job_id)``, shared between jobs when ``H`` plays no part.
+
+    A CronExpr is immutable but for its month-mask cache, which holds the same
+    answers whoever fills it, so jobs with the same expression share one
+    parse (thread-safe: the cache is only read and assigned per key).
+    """
+    if _uses_job_id(text):
+        return CronExpr(text, job_id=job_id)
+    return _shared_expr(text)
