@@ -1,14 +1,19 @@
 """JobStore on SQLAlchemy Core, for PostgreSQL and SQLite.
 
-``change_seq`` ordering: every write that bumps ``change_seq`` first takes
-one cluster-wide transaction-level advisory lock on PostgreSQL and only then
-draws from the ``jobs_change_seq`` sequence. The lock is released after the
-commit is visible, so change_seq values become visible in increasing order
-and a poller may use the largest change_seq it has seen as its watermark
-without overlap (a plain sequence could commit 11 before 10, and a poller at
-watermark 11 would never see 10). Job writes are API writes — a bulk create
-is one transaction — so serialising them costs little; the scheduler's
-cursor updates (``claim_runs``) do not bump change_seq and take no such lock.
+``change_seq`` ordering: a poller uses the largest change_seq it has seen as
+its watermark, so it must never see a change_seq while a smaller one can
+still commit (a plain sequence could commit 11 before 10, and a poller at
+watermark 11 would never see 10). On PostgreSQL every write that bumps
+``change_seq`` first takes one cluster-wide transaction-level advisory lock
+in *shared* mode and only then draws from the ``jobs_change_seq`` sequence;
+the lock is released after its commit is visible. The watermark reads
+(``jobs_changed_since``, ``current_change_seq``) take the same lock in
+*exclusive* mode before their SELECT: that waits until every writer that
+may hold a drawn value has committed or rolled back (and holds new writers
+off until the read's snapshot is taken), so every change_seq up to the
+largest the read sees is final. Writers do not wait for one another (their
+commits overlap); the scheduler's cursor updates (``claim_runs``) do not
+bump change_seq and take no such lock.
 On SQLite, change_seq is max + 1 inside a ``BEGIN IMMEDIATE`` transaction.
 ``purge_tombstones`` never removes the row holding the largest change_seq,
 so max + 1 never reuses a value a poller has already seen.
@@ -16,8 +21,9 @@ so max + 1 never reuses a value a poller has already seen.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import and_, delete, exists, func, insert, select, text, type_coerce, update
@@ -36,11 +42,27 @@ from cronman.store.codec import (
     job_from_row,
 )
 from cronman.store.engine import Database, Tx
+from cronman.store.pgsql import fetch_rendered, render_values
 from cronman.store.tables import jobs
 from cronman.timeutil import utcnow
 
-# pg_advisory_xact_lock key serialising change_seq allocation ("cmjobs").
+# Advisory lock key guarding change_seq allocation ("cmjobs"): writers shared,
+# watermark readers exclusive (see module doc).
 CHANGE_SEQ_LOCK_KEY = 0x636D_6A6F_6273
+_WRITER_LOCK = f"SELECT pg_advisory_xact_lock_shared({CHANGE_SEQ_LOCK_KEY})"
+_READER_LOCK = text(f"SELECT pg_advisory_xact_lock({CHANGE_SEQ_LOCK_KEY})")
+# The PostgreSQL job INSERT: the writer lock, then the rows of one JSON array
+# (one round trip, one json.dumps), change_seq drawn in array order. JSON null
+# in a JSON column stays JSON null, as SQLAlchemy's JSON type stores None.
+_PG_JSON_COLUMNS = frozenset({"schedule", "target", "retry", "misfire", "labels",
+                              "dead_letter"})
+_PG_COLUMNS = tuple(c.name for c in jobs.c)
+_PG_INSERT = "{lock}; INSERT INTO jobs ({cols}) SELECT {exprs} FROM jsonb_populate_recordset(" \
+    "NULL::jobs, %s::jsonb) AS r RETURNING id, change_seq".format(
+        lock=_WRITER_LOCK, cols=", ".join(_PG_COLUMNS),
+        exprs=", ".join("nextval('jobs_change_seq')" if name == "change_seq"
+                        else f"COALESCE(r.{name}, 'null'::jsonb)" if name in _PG_JSON_COLUMNS
+                        else f"r.{name}" for name in _PG_COLUMNS))
 
 REQUIRED_SPEC_FIELDS = ("namespace", "name", "schedule", "target", "retry", "misfire",
                         "delivery", "concurrency")
@@ -74,7 +96,7 @@ class SqlJobStore:
     def _next_seqs(self, tx: Tx, n: int) -> list[int]:
         conn = tx.conn
         if tx.dialect == "postgresql":
-            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": CHANGE_SEQ_LOCK_KEY})
+            conn.exec_driver_sql(_WRITER_LOCK)
             rows = conn.execute(
                 text("SELECT nextval('jobs_change_seq') FROM generate_series(1, :n)"), {"n": n}
             ).scalars().all()
@@ -91,9 +113,10 @@ class SqlJobStore:
         seen: dict[tuple[str, str], int] = {}
         # Ids made in one millisecond are not ordered by their random tail:
         # sort them so that a batch lists in the order it was given.
-        fresh = sorted(new_job_id() for _ in range(count))
+        missing = sum(1 for spec in specs if not spec.get("id"))
+        fresh = iter(sorted(new_job_id() for _ in range(missing)))
         for i, spec in enumerate(specs):
-            row = _row_from_spec(spec, now, fresh[i])
+            row = _row_from_spec(spec, now, fresh)
             key = (row["namespace"], row["name"])
             if key in seen:
                 raise _name_conflict(*key, i, count)
@@ -101,6 +124,10 @@ class SqlJobStore:
             rows.append(row)
 
         def fn(tx: Tx) -> None:
+            if tx.dialect == "postgresql":
+                _pg_insert(tx.conn, rows)
+                tx.announce([r["id"] for r in rows])
+                return
             taken = _taken_names(tx.conn, list(seen))
             if taken:
                 i = min(seen[k] for k in taken)
@@ -113,7 +140,8 @@ class SqlJobStore:
         try:
             self._db.write(fn)
         except sa_exc.IntegrityError:
-            # A concurrent create took a name between our check and insert.
+            # A name is taken (PostgreSQL: found by the unique index alone), or a
+            # concurrent create took it between our check and insert (SQLite).
             with self._db.read() as conn:
                 taken = _taken_names(conn, list(seen))
             if taken:
@@ -255,17 +283,25 @@ class SqlJobStore:
         stmt = (select(jobs).where(jobs.c.change_seq > change_seq)
                 .order_by(jobs.c.change_seq).limit(limit))
         with self._db.read() as conn:
+            self._settle_writers(conn)
             return [job_from_row(r) for r in conn.execute(stmt)]
 
     def current_change_seq(self) -> int:
         """The largest change_seq written so far (0 for none): a node's first
         watermark, read before its initial ``iter_live_jobs`` sync."""
         with self._db.read() as conn:
+            self._settle_writers(conn)
             return int(conn.execute(select(func.coalesce(func.max(jobs.c.change_seq), 0)))
                        .scalar_one())
 
+    def _settle_writers(self, conn: Connection) -> None:
+        """Before a watermark read: wait out the writers holding drawn change_seqs."""
+        if self._db.is_postgres:
+            conn.execute(_READER_LOCK)
 
-def _row_from_spec(spec: dict[str, Any], now: datetime, new_id: str) -> dict[str, Any]:
+
+def _row_from_spec(spec: dict[str, Any], now: datetime, new_ids: Iterator[str]
+                   ) -> dict[str, Any]:
     missing = [name for name in REQUIRED_SPEC_FIELDS if name not in spec]
     if missing:
         raise ValueError(f"job spec lacks {missing}")
@@ -273,11 +309,28 @@ def _row_from_spec(spec: dict[str, Any], now: datetime, new_id: str) -> dict[str
     if unknown:
         raise ValueError(f"job spec has unknown fields {sorted(unknown)}")
     row: dict[str, Any] = {**SPEC_DEFAULTS, **spec}
-    row["id"] = spec.get("id") or new_id
+    row["id"] = spec.get("id") or next(new_ids)
     row["labels"] = dict(row["labels"] or {})
     row["paused"] = bool(row["paused"])
     row.update(version=1, created_at=now, updated_at=now, deleted_at=None, change_seq=0)
     return row
+
+
+def _json_time(value: Any) -> str:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the store")
+        return value.astimezone(UTC).isoformat()
+    raise TypeError(f"cannot store {type(value).__name__} in a job row")
+
+
+def _pg_insert(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    """Insert ``rows`` (one statement after the writer lock); sets their change_seq."""
+    payload = json.dumps(rows, default=_json_time, separators=(",", ":"))
+    got = fetch_rendered(conn, render_values(conn, _PG_INSERT, [(payload,)]))
+    seqs = dict(got)
+    for row in rows:
+        row["change_seq"] = seqs[row["id"]]
 
 
 def _taken_names(conn: Connection, keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
