@@ -36,12 +36,20 @@ def test_jobs_split_between_nodes_and_move_when_one_is_killed(tmp_path, redis_ur
                 job_spec(f"j{i}", schedule={"kind": "interval", "every": 1}, target=target,
                          retry={"max_attempts": 1, "min_backoff": 1, "max_backoff": 1})
                 for i in range(20)])
-            time.sleep(3.5)
 
             def runs():
                 return [r for j in jobs
                         for r in store.runs.list_runs(j.id, RunFilter(), 1000, None).items]
 
+            # Wait until both nodes fired (bounded), not a fixed time: a loaded
+            # machine may take a few seconds to start the processes.
+            deadline = time.monotonic() + 20.0
+            while True:
+                before = runs()
+                if {r.node_id for r in before} == {"red-a", "red-b"} or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+            time.sleep(1.0)
             before = runs()
             by_node = Counter(r.node_id for r in before)
             assert set(by_node) == {"red-a", "red-b"}, by_node
