@@ -49,8 +49,9 @@ def test_jobs_split_between_nodes_and_move_when_one_is_killed(tmp_path, redis_ur
                 if {r.node_id for r in before} == {"red-a", "red-b"} or time.monotonic() > deadline:
                     break
                 time.sleep(0.5)
-            time.sleep(1.0)
-            before = runs()
+            settled = utcnow()
+            time.sleep(2.0)
+            before = [r for r in runs() if r.scheduled_for > settled]
             by_node = Counter(r.node_id for r in before)
             assert set(by_node) == {"red-a", "red-b"}, by_node
             a_jobs = {r.job_id for r in before if r.node_id == "red-a"}
