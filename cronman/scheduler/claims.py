@@ -183,6 +183,12 @@ def take_over_batch(fires: list[Fire], *, coordinator: Any, store: Any, node_id:
         if missing:
             inserted = store.runs.claim_runs([claimed_run(f, node_id, now, lease_until)
                                               for f in missing])
+            # A row that was not there for the compare-and-set but stopped our
+            # insert was being inserted by its holder just then (a slow claim
+            # commit): it is there now, claimed and unstarted -- take it.
+            late = [(f.run_id, f.scheduled_for) for f in missing if f.run_id not in inserted]
+            if late:
+                changed |= store.runs.start_claimed_runs(node_id, late, now, lease_until)
     except StoreUnavailable as exc:
         res.store_error = str(exc) or "database unavailable"
         res.dispatch = fires

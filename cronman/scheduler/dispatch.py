@@ -135,6 +135,7 @@ class Dispatcher:
         """Hold ``ar`` and start its next attempt at ``at_ms`` (its due time by default)."""
         if ar.run_id in self.active:
             return
+        self.writer.reclaim(ar.run_id)
         self.active[ar.run_id] = ar
         self.by_job.setdefault(ar.job.id, {})[ar.run_id] = ar
         self._schedule(ar, ar.due_ms if at_ms is None else at_ms)

@@ -6,6 +6,9 @@
   touches fewer rows than expected means some run was taken from this node
   (replaced by another node, or swept after a stall): those runs are stopped
   here without another write.
+- **Lease renewal** also covers runs that finished here but whose outcome
+  still waits in the result writer (a slow or returning database): their rows
+  say ``claimed`` until it is written, and must not look abandoned.
 - **Sweeper** (every few seconds, cheap: a partial index): runs whose lease
   expired -- their node died or handed them back -- are taken over and
   re-dispatched as a new attempt (``at_least_once``; a ``retrying`` run under
@@ -20,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +47,8 @@ class Recovery:
         self.node = node
         self.requested_event = asyncio.Event()
         self._ratelog = RateLimitedLog(log)
+        self._outage = False  # the database was away: sweep again only after a lease
+        self._back_since: float | None = None
 
     # -- leases -----------------------------------------------------------
 
@@ -61,6 +67,15 @@ class Recovery:
         until = utcnow() + timedelta(seconds=node.settings.lease_seconds)
         for u in d.running_updates(until):
             node.writer.update(u)
+        waiting = node.writer.pending_update_keys()
+        if waiting:
+            try:
+                await node.misc(node.store.runs.renew_leases, node.node_id, waiting, until)
+            except StoreUnavailable as exc:
+                node.metrics.store_errors.labels("renew_leases").inc()
+                self._ratelog.error("renew", "cannot renew the leases of %d runs (database "
+                                    "unreachable): %s", len(waiting), exc)
+                return False
         keys = d.lease_keys()
         if not keys:
             return True
@@ -96,13 +111,32 @@ class Recovery:
         node = self.node
         while True:
             try:
-                more = await self.sweep_once()
+                more = False
+                if not await self._quiet():
+                    more = await self.sweep_once()
             except StoreUnavailable as exc:
                 node.metrics.store_errors.labels("sweep").inc()
                 self._ratelog.error("sweep", "lease sweeper cannot reach the database: %s", exc)
+                self._outage, self._back_since = True, None
                 more = False
             if await node.sleep(0 if more else node.sweep_interval):
                 return
+
+    async def _quiet(self) -> bool:
+        """After a database outage, leases ran out while their (live) nodes
+        could not renew them: sweeping at once would take over -- and send
+        again -- runs whose outcome waits in their node's writer. So after an
+        outage the sweeper waits until the database has answered for a whole
+        lease (raises ``StoreUnavailable`` while it still does not)."""
+        if not self._outage:
+            return False
+        if self._back_since is None:
+            await self.node.misc(self.node.store.jobs.current_change_seq)
+            self._back_since = time.monotonic()
+        if time.monotonic() - self._back_since < self.node.settings.lease_seconds:
+            return True
+        self._outage = False
+        return False
 
     async def sweep_once(self) -> bool:
         """Take over expired runs once; True when there may be more."""

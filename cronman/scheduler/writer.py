@@ -30,6 +30,7 @@ final ones), each counted in ``cronman_results_dropped_total`` and logged.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -100,6 +101,7 @@ class ResultWriter:
         self._unreachable: list[Run] = []
         self._foreign: dict[str, float] = {}  # run ids found to belong to a double fire
         self._wake: asyncio.Event | None = None
+        self._db_back = asyncio.Event()  # set when a database call succeeds after failures
         self._lock = asyncio.Lock()
         self._db_ok_since: float | None = time.monotonic()
         self._retry = MIN_RETRY
@@ -142,6 +144,7 @@ class ResultWriter:
             self._db_ok_since = None
         elif self._db_ok_since is None:
             self._db_ok_since = time.monotonic()
+            self._db_back.set()
             if self._wake is not None and (self._claims or self._unreachable):
                 self._wake.set()
 
@@ -157,6 +160,21 @@ class ResultWriter:
             self._claims = [r for r in self._claims if r.id != run_id]
         self._takeovers.discard(run_id)
         self.discard(run_id)
+
+    def reclaim(self, run_id: str) -> None:
+        """This node holds the run again (taken over, swept, requested): its
+        updates count again, whatever was decided about it before."""
+        self._foreign.pop(run_id, None)
+
+    def pending_update_keys(self) -> list[tuple[str, datetime]]:
+        """(id, scheduled_for) of runs in the database whose changes wait here
+        -- finished runs among them: their rows must not look abandoned to a
+        sweeper while the write is late (lease renewal covers them)."""
+        if not self._updates:
+            return []
+        claims = {r.id for r in self._claims}
+        return [(u.id, u.scheduled_for) for u in list(self._updates.values())
+                if u.id not in claims]
 
     def has_pending_claim(self, run_id: str) -> bool:
         return any(r.id == run_id for r in self._claims)
@@ -208,7 +226,10 @@ class ResultWriter:
                 break
             ok = await self.flush()
             if not ok:
-                await asyncio.sleep(self._retry)
+                # Back off, but write at once when the node sees the database back.
+                self._db_back.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._db_back.wait(), timeout=self._retry)
                 self._retry = min(MAX_RETRY, self._retry * 2)
             else:
                 self._retry = MIN_RETRY
