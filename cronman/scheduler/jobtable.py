@@ -18,16 +18,18 @@ fired are counted and carried into the next run's ``skipped_before``.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
-from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from cronman.models import Job
 from cronman.scheduler import policies
 from cronman.scheduler.claims import Cursor, Fire
 from cronman.scheduler.ownership import Ownership, job_hash
 from cronman.scheduler.timers import Entry, TimerHeap
-from cronman.schedules import IntervalSchedule, JobTimes, job_times
+from cronman.schedules import IntervalSchedule, JobTimes, parse_schedule
+from cronman.schedules.cronexpr import _uses_job_id
 from cronman.timeutil import from_ms, to_ms
 
 log = logging.getLogger(__name__)
@@ -45,16 +47,130 @@ COUNT_CAP = 10_000
 DELETED_MEMORY_MS = 600_000
 
 
-@dataclass(slots=True, eq=False)
+_NO_LABELS: dict[str, str] = {}
+# Interned values (schedules, targets, policy groups, parsed times) are shared
+# by every job with the same one; the tables are emptied when they grow past
+# this, which only ends sharing for jobs loaded afterwards.
+INTERN_MAX = 200_000
+_TIMES: dict[tuple[Any, ...], JobTimes] = {}
+_TARGETS: dict[str, dict[str, Any]] = {}
+TARGET_CACHE_MAX = 4096
+
+
+class Common:
+    """The parts of a job definition many jobs share (interned per table)."""
+
+    __slots__ = ("namespace", "retry", "misfire", "delivery", "concurrency",
+                 "start_at", "end_at", "jitter", "dead_letter", "policy", "grace_ms")
+
+    def __init__(self, job: Job) -> None:
+        self.namespace = job.namespace
+        self.retry = job.retry
+        self.misfire = job.misfire
+        self.delivery = job.delivery
+        self.concurrency = job.concurrency
+        self.start_at = job.start_at
+        self.end_at = job.end_at
+        self.jitter = job.jitter
+        self.dead_letter = job.dead_letter
+        self.policy, self.grace_ms = policies.misfire_settings(job.misfire)
+
+
 class JobState:
-    job: Job
-    times: JobTimes
-    hash: int
-    gen: int
-    cursor_ms: int | None = None  # the latest fire time handled (claimed or skipped)
-    skipped_pending: int = 0
-    policy: str = policies.DEFAULT_MISFIRE_POLICY
-    grace_ms: int = int(policies.DEFAULT_MISFIRE_GRACE * 1000)
+    """One owned job: what timing and dispatch need, and nothing more.
+
+    The definition is kept compact -- the fields shared with other jobs sit
+    in an interned :class:`Common`, the target as its JSON text (interned
+    too), the schedule only parsed (jobs with the same times share one
+    JobTimes) -- and ``job`` rebuilds a :class:`Job` when a fire needs one.
+    That view carries the normalised schedule object, no labels and
+    ``updated_at == created_at``: the scheduler uses neither.
+    """
+
+    __slots__ = ("id", "name", "version", "priority", "paused", "created_at", "common",
+                 "target", "times", "hash", "gen", "cursor_ms", "skipped_pending")
+
+    def __init__(self, job: Job, common: Common, target: str, times: JobTimes, h: int,
+                 gen: int) -> None:
+        self.id = job.id
+        self.name = job.name
+        self.version = job.version
+        self.priority = job.priority
+        self.paused = job.paused
+        self.created_at = job.created_at
+        self.common = common
+        self.target = target
+        self.times = times
+        self.hash = h
+        self.gen = gen
+        self.cursor_ms: int | None = None  # the latest fire time handled (claimed or skipped)
+        self.skipped_pending = job.skipped_pending
+
+    @property
+    def policy(self) -> str:
+        return self.common.policy
+
+    @property
+    def grace_ms(self) -> int:
+        return self.common.grace_ms
+
+    @property
+    def job(self) -> Job:
+        """The job as a :class:`Job` (a new object each time; cheap)."""
+        c = self.common
+        return Job(id=self.id, namespace=c.namespace, name=self.name, version=self.version,
+                   schedule=self.times.schedule.to_dict(), target=decode_target(self.target), retry=c.retry,
+                   misfire=c.misfire, delivery=c.delivery, concurrency=c.concurrency,
+                   priority=self.priority, start_at=c.start_at, end_at=c.end_at,
+                   jitter=c.jitter, paused=self.paused, labels=_NO_LABELS,
+                   dead_letter=c.dead_letter, created_at=self.created_at,
+                   updated_at=self.created_at,
+                   last_fire_at=None if self.cursor_ms is None else from_ms(self.cursor_ms),
+                   skipped_pending=self.skipped_pending)
+
+
+def decode_target(text: str) -> dict[str, Any]:
+    """A target object from its JSON text. Recently decoded targets are
+    reused, so jobs with the same target share one object (and the target's
+    prepared request)."""
+    target = _TARGETS.get(text)
+    if target is None:
+        if len(_TARGETS) >= TARGET_CACHE_MAX:
+            _TARGETS.clear()
+        target = _TARGETS[text] = json.loads(text)
+    return target
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def job_times_of(job: Job, schedule_text: str | None = None) -> JobTimes:
+    """The JobTimes of a job. Cron schedules are shared between jobs with the
+    same expression, zone, DST rules and window (and, where ``H`` appears,
+    the same resolved seconds and minutes) when there is no jitter; other
+    schedules are small and parsed per job."""
+    spec = job.schedule
+    if job.jitter or spec.get("kind") != "cron":
+        schedule = parse_schedule(spec, job_id=job.id, created_at=job.created_at)
+        return JobTimes(schedule, job_id=job.id, start_at=job.start_at, end_at=job.end_at,
+                        jitter=job.jitter)
+    text = spec.get("cron")
+    key: tuple[Any, ...] = (schedule_text or _dumps(spec), job.start_at, job.end_at)
+    schedule = None
+    if isinstance(text, str) and _uses_job_id(text):
+        schedule = parse_schedule(spec, job_id=job.id, created_at=job.created_at)
+        expr = schedule.expr  # type: ignore[attr-defined]
+        key += (expr.seconds, expr.minutes)
+    times = _TIMES.get(key)
+    if times is None:
+        if schedule is None:
+            schedule = parse_schedule(spec, job_id="", created_at=job.created_at)
+        if len(_TIMES) >= INTERN_MAX:
+            _TIMES.clear()
+        times = _TIMES[key] = JobTimes(schedule, job_id="", start_at=job.start_at,
+                                       end_at=job.end_at, jitter=None)
+    return times
 
 
 class JobTable:
@@ -73,6 +189,7 @@ class JobTable:
         self._cursors: list[Cursor] = []
         self.misfires_skipped = 0  # fire times passed over (read and reset by the node)
         self.bad_jobs = 0
+        self._interned: dict[Any, Any] = {}  # texts and Common records shared by jobs
 
     # -- queries ----------------------------------------------------------
 
@@ -80,6 +197,11 @@ class JobTable:
         """(the job as held here or None, whether it was deleted)."""
         st = self.jobs.get(job_id)
         return (None if st is None else st.job), job_id in self.deleted
+
+    def version_of(self, job_id: str) -> tuple[int, bool] | None:
+        """(version, paused) of a held job without building its Job, or None."""
+        st = self.jobs.get(job_id)
+        return None if st is None else (st.version, st.paused)
 
     def owns(self, job_id: str) -> bool:
         return self.ownership.owns(job_id)
@@ -97,6 +219,39 @@ class JobTable:
 
     # -- jobs coming in ---------------------------------------------------
 
+    def load_row(self, row: tuple[Any, ...], now_ms: int) -> bool:
+        """``load`` for a lean row of ``iter_live_job_rows`` (the JSON columns
+        as text: each distinct text is decoded once and shared)."""
+        (job_id, namespace, name, version, schedule, target, retry, misfire, delivery,
+         concurrency, priority, start_at, end_at, jitter, paused, dead_letter, created_at,
+         change_seq, last_fire_at, skipped_pending) = row
+        h = job_hash(job_id)
+        if not self.ownership.owns(h):
+            if job_id in self.jobs:
+                self._drop(job_id, h)
+            else:
+                self.others[job_id] = h
+            return False
+        texts = (schedule, retry, misfire, None if dead_letter in (None, "null") else dead_letter,
+                 target)
+        job = Job(id=job_id, namespace=namespace, name=name, version=version,
+                  schedule=self._decoded(schedule), target=_NO_LABELS,
+                  retry=self._decoded(retry), misfire=self._decoded(misfire),
+                  delivery=delivery, concurrency=concurrency, priority=priority,
+                  start_at=start_at, end_at=end_at, jitter=jitter, paused=paused,
+                  labels=_NO_LABELS, dead_letter=None if texts[3] is None
+                  else self._decoded(texts[3]), created_at=created_at, updated_at=created_at,
+                  change_seq=change_seq, last_fire_at=last_fire_at,
+                  skipped_pending=skipped_pending)
+        return self._load_owned(job, h, now_ms, texts)
+
+    def _decoded(self, text: str) -> Any:
+        key = ("json", text)
+        value = self._interned.get(key)
+        if value is None:
+            value = self._intern_as(key, json.loads(text))
+        return value
+
     def load(self, job: Job, now_ms: int) -> bool:
         """Take in a job read from the database (start, gain, or a change
         announcement). Returns whether this node owns it."""
@@ -110,12 +265,15 @@ class JobTable:
             else:
                 self.others[job.id] = h
             return False
+        return self._load_owned(job, h, now_ms, None)
+
+    def _load_owned(self, job: Job, h: int, now_ms: int, texts: tuple[Any, ...] | None) -> bool:
         self.others.pop(job.id, None)
         st = self.jobs.get(job.id)
         if st is None:
-            self._admit(job, h, now_ms)
-        elif job.version != st.job.version or job.paused != st.job.paused:
-            self._change(st, job, now_ms)
+            self._admit(job, h, now_ms, texts)
+        elif job.version != st.version or job.paused != st.paused:
+            self._change(st, job, now_ms, texts)
         return True
 
     def _forget(self, job_id: str, now_ms: int) -> None:
@@ -135,25 +293,55 @@ class JobTable:
             st.gen = -1
         self.others[job_id] = h
 
-    def _new_state(self, job: Job, h: int) -> JobState | None:
+    def _intern(self, value: Any) -> Any:
+        got = self._interned.get(value)
+        if got is None:
+            if len(self._interned) >= INTERN_MAX:
+                self._interned.clear()
+            got = self._interned[value] = value
+        return got
+
+    def _new_state(self, job: Job, h: int, texts: tuple[Any, ...] | None = None
+                   ) -> JobState | None:
+        """``texts``: the JSON texts of schedule, retry, misfire, dead_letter
+        and target when the job came as a row (else they are encoded here)."""
+        if texts is None:
+            texts = (None, _dumps(job.retry), _dumps(job.misfire),
+                     None if job.dead_letter is None else _dumps(job.dead_letter),
+                     _dumps(job.target))
         try:
-            times = job_times(job)
+            times = job_times_of(job, texts[0])
         except Exception as exc:  # a stored job the schedule code refuses: never crash
             self.bad_jobs += 1
             log.error("job %s has a schedule that cannot be computed, not scheduled: %s",
                       job.id, exc)
             return None
-        policy, grace_ms = policies.misfire_settings(job.misfire)
-        return JobState(job=job, times=times, hash=h, gen=next(self._gen),
-                        skipped_pending=job.skipped_pending, policy=policy, grace_ms=grace_ms)
+        key = ("common", job.namespace, texts[1], texts[2], job.delivery, job.concurrency,
+               job.start_at, job.end_at, job.jitter, texts[3])
+        common = self._interned.get(key)
+        if common is None:
+            common = self._intern_common(key, job)
+        target = self._intern(texts[4])
+        return JobState(job, common, target, times, h, next(self._gen))
 
-    def _admit(self, job: Job, h: int, now_ms: int) -> None:
-        st = self._new_state(job, h)
+    def _intern_common(self, key: tuple[Any, ...], job: Job) -> Common:
+        common = Common(job)
+        common.namespace = self._intern(job.namespace)
+        return self._intern_as(key, common)
+
+    def _intern_as(self, key: Any, value: Any) -> Any:
+        if len(self._interned) >= INTERN_MAX:
+            self._interned.clear()
+        self._interned[key] = value
+        return value
+
+    def _admit(self, job: Job, h: int, now_ms: int, texts: tuple[Any, ...] | None) -> None:
+        st = self._new_state(job, h, texts)
         if st is None:
             return
         self.jobs[job.id] = st
         last = None if job.last_fire_at is None else to_ms(job.last_fire_at)
-        if job.paused:
+        if st.paused:
             st.cursor_ms = last
             return
         if last is not None:
@@ -176,10 +364,11 @@ class JobTable:
         after = horizon if st.cursor_ms is None else max(st.cursor_ms, horizon)
         self._push_next(st, after)
 
-    def _change(self, st: JobState, job: Job, now_ms: int) -> None:
+    def _change(self, st: JobState, job: Job, now_ms: int,
+                texts: tuple[Any, ...] | None = None) -> None:
         """A held job changed: new definition, a fresh heap entry, no catch-up."""
-        was_paused = st.job.paused
-        new = self._new_state(job, st.hash)
+        was_paused = st.paused
+        new = self._new_state(job, st.hash, texts)
         if new is None:
             self.jobs.pop(job.id, None)
             st.gen = -1
@@ -202,7 +391,7 @@ class JobTable:
     def _push(self, st: JobState, nxt: datetime) -> None:
         fire_ms = to_ms(nxt)
         due_ms = to_ms(st.times.due_at(nxt)) if st.times.jitter else fire_ms
-        self.heap.push(due_ms, st.job.priority, st.job.id, fire_ms, st.gen)
+        self.heap.push(due_ms, st.priority, st.id, fire_ms, st.gen)
 
     def _catch_up(self, st: JobState, since: int | None, horizon: int, now_ms: int) -> None:
         """Apply the misfire policy to fire times in (since, horizon]."""
@@ -230,7 +419,7 @@ class JobTable:
             st.skipped_pending = 0
         else:
             st.skipped_pending += plan.skipped
-            self._cursors.append((st.job.id, from_ms(st.cursor_ms), st.skipped_pending))
+            self._cursors.append((st.id, from_ms(st.cursor_ms), st.skipped_pending))
 
     def _fire(self, st: JobState, fire_ms: int, skipped: int) -> Fire:
         t = from_ms(fire_ms)

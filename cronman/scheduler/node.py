@@ -340,14 +340,19 @@ class SchedulerNode:
 
     async def _load_all(self) -> None:
         self._watermark = await self.misc(self.store.jobs.current_change_seq)
-        it = self.store.jobs.iter_live_jobs(LOAD_BATCH)
+        lean = getattr(self.store.jobs, "iter_live_job_rows", None)
+        it = (lean or self.store.jobs.iter_live_jobs)(LOAD_BATCH)
         total = 0
+        loop = asyncio.get_running_loop()
+        pending = loop.create_task(self.misc(next, it, None))
         while True:
-            batch = await self.misc(next, it, None)
+            batch = await pending
             if batch is None:
                 break
+            # Read the next batch while this one is applied.
+            pending = loop.create_task(self.misc(next, it, None))
             total += len(batch)
-            await self._apply(batch)
+            await (self._apply_rows(batch) if lean is not None else self._apply(batch))
         self._watermarks.append((time.monotonic(), self._watermark))
         log.info("loaded %d live jobs", total)
 
@@ -358,6 +363,20 @@ class SchedulerNode:
                 self.table.load(job, now)
                 if job.change_seq > self._watermark:
                     self._watermark = job.change_seq
+            self._take_misfire_count()
+            if self._wake is not None:
+                self._wake.set()
+            await asyncio.sleep(0)
+        self.metrics.owned_jobs.set(len(self.table.jobs))
+
+    async def _apply_rows(self, rows: list[tuple[Any, ...]]) -> None:
+        """``_apply`` for lean rows (the initial load); column 17 is change_seq."""
+        for start in range(0, len(rows), APPLY_CHUNK):
+            now = now_ms()
+            for row in rows[start:start + APPLY_CHUNK]:
+                self.table.load_row(row, now)
+                if row[17] > self._watermark:
+                    self._watermark = row[17]
             self._take_misfire_count()
             if self._wake is not None:
                 self._wake.set()

@@ -91,10 +91,10 @@ class _SlowPart:
 
     def __getattr__(self, name):
         attr = getattr(self._inner, name)
-        delay = self._delays.get(name)
+        delay = self._delays.get("iter_live_jobs" if name == "iter_live_job_rows" else name)
         if delay is None or not callable(attr):
             return attr
-        if name == "iter_live_jobs":
+        if name in ("iter_live_jobs", "iter_live_job_rows"):
             def slow_iter(*args, **kwargs):
                 for batch in attr(*args, **kwargs):
                     time.sleep(delay)
