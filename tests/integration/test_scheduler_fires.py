@@ -24,6 +24,7 @@ from cronman.timeutil import format_rfc3339, parse_rfc3339, utcnow
 from tests.support.databases import temporary_pg_database
 from tests.support.processes import CronmanProcess, Processes
 from tests.support.receiver import ReceivedRequest, Receiver
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -58,15 +59,10 @@ class Env:
         return list(reversed(resp.get_json()["items"]))
 
     def wait(self, check, timeout: float, what: str) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            got = check()
-            if got:
-                return got
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}")
-            assert self.node.running(), self.node.log_text()[-3000:]
-            time.sleep(0.1)
+        return wait_for(check, timeout, what, alive=self._assert_running)
+
+    def _assert_running(self) -> None:
+        assert self.node.running(), self.node.log_text()[-3000:]
 
 
 def _scheduled(req: ReceivedRequest):

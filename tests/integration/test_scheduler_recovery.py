@@ -16,6 +16,7 @@ from tests.support.databases import temporary_pg_database
 from tests.support.processes import Processes
 from tests.support.receiver import Receiver
 from tests.support.store_data import job_spec
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -34,17 +35,6 @@ def store(db_url):
     s.close()
 
 
-def _wait(check, timeout, what):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
 def _runs(store, job_id):
     return sorted(store.runs.list_runs(job_id, RunFilter(), 1000, None).items,
                   key=lambda r: r.scheduled_for)
@@ -61,7 +51,7 @@ def test_misfire_policies_after_a_node_was_killed(tmp_path, db_url, store):
         # The jobs' target is a closed port: every run fails at once, which is
         # all this test needs (it looks at the run history only).
         jobs = {j.name: j for j in store.jobs.create_jobs(specs)}
-        _wait(lambda: all(len(_runs(store, j.id)) >= 2 for j in jobs.values()), 10, "fires")
+        wait_for(lambda: all(len(_runs(store, j.id)) >= 2 for j in jobs.values()), 10, "fires")
         node.kill()
         killed = utcnow()
         time.sleep(6.0)
@@ -125,10 +115,10 @@ def test_lease_recovery_redispatches_at_least_once_and_loses_at_most_once(
         [first, second] = rx.wait_for(2, timeout=15, path="/alo")
         assert first.header("Cronman-Run-Id") == second.header("Cronman-Run-Id")
         assert (first.header("Cronman-Attempt"), second.header("Cronman-Attempt")) == ("1", "2")
-        _wait(lambda: _runs(store, alo.id)[0].status == "succeeded", 5, "alo to succeed")
+        wait_for(lambda: _runs(store, alo.id)[0].status == "succeeded", 5, "alo to succeed")
         [run] = _runs(store, alo.id)
         assert run.attempt == 2 and run.node_id == "survivor"
-        lost = _wait(lambda: [r for r in _runs(store, amo.id) if r.status == "lost"], 10,
+        lost = wait_for(lambda: [r for r in _runs(store, amo.id) if r.status == "lost"], 10,
                      "amo to be lost")
         assert "at_most_once" in lost[0].error
         assert len(rx.requests_for("/amo")) == 1

@@ -12,21 +12,11 @@ from cronman.timeutil import parse_rfc3339
 from tests.support.api import http
 from tests.support.processes import Processes
 from tests.support.receiver import Receiver
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slow]
 
 SECRET = "standalone-secret"
-
-
-def _wait(check, timeout, what):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def test_standalone_fires_jobs_created_over_http(tmp_path):
@@ -64,7 +54,7 @@ def test_standalone_fires_jobs_created_over_http(tmp_path):
             _, page, _ = http("GET", f"{base}/v1/jobs/{job['id']}/runs")
             return [r for r in page["items"] if r["status"] == "succeeded"]
 
-        run = _wait(succeeded, 5, "a succeeded run")[0]
+        run = wait_for(succeeded, 5, "a succeeded run")[0]
         assert run["result"]["http_status"] == 204
         assert run["lateness_ms"] is not None and run["duration_ms"] is not None
 
@@ -72,7 +62,7 @@ def test_standalone_fires_jobs_created_over_http(tmp_path):
             _, page, _ = http("GET", f"{base}/v1/jobs/{broken['id']}/runs")
             return [r for r in page["items"] if r["status"] == "failed"]
 
-        bad = _wait(failed, 5, "a failed run")[0]
+        bad = wait_for(failed, 5, "a failed run")[0]
         assert bad["error"] and "refused" in bad["error"].lower()
         assert bad["attempt"] == 1
 
@@ -113,6 +103,6 @@ def test_standalone_container_targets_fail_with_a_clear_error(tmp_path):
             _, page, _ = http("GET", f"{sa.url}/v1/jobs/{job['id']}/runs")
             return [r for r in page["items"] if r["status"] == "failed"]
 
-        run = _wait(failed, 5, "a failed container run")[0]
+        run = wait_for(failed, 5, "a failed container run")[0]
         assert "worker agent" in run["error"]
         assert sa.stop() == 0
