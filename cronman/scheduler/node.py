@@ -256,6 +256,11 @@ class SchedulerNode:
         return self._stop.is_set()
 
     @property
+    def members(self) -> list[str]:
+        """The live membership as this node last saw it (its own id included)."""
+        return list(self._members)
+
+    @property
     def stopping(self) -> bool:
         return self._stop is not None and self._stop.is_set()
 

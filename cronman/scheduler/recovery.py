@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TAKE_LIMIT = 500
+# How many leases past its expiry a live node's run waits before a sweeper
+# takes it anyway (a live node that lost track of it).
+SPARE_LEASES = 2
 
 
 class Recovery:
@@ -47,8 +50,8 @@ class Recovery:
         self.node = node
         self.requested_event = asyncio.Event()
         self._ratelog = RateLimitedLog(log)
-        self._outage = False  # the database was away: sweep again only after a lease
-        self._back_since: float | None = None
+        # Monotonic time since which the sweeper's calls succeed (None: failing).
+        self._db_back_at: float | None = time.monotonic()
 
     # -- leases -----------------------------------------------------------
 
@@ -111,32 +114,16 @@ class Recovery:
         node = self.node
         while True:
             try:
-                more = False
-                if not await self._quiet():
-                    more = await self.sweep_once()
+                more = await self.sweep_once()
+                if self._db_back_at is None:
+                    self._db_back_at = time.monotonic()
             except StoreUnavailable as exc:
                 node.metrics.store_errors.labels("sweep").inc()
                 self._ratelog.error("sweep", "lease sweeper cannot reach the database: %s", exc)
-                self._outage, self._back_since = True, None
+                self._db_back_at = None
                 more = False
             if await node.sleep(0 if more else node.sweep_interval):
                 return
-
-    async def _quiet(self) -> bool:
-        """After a database outage, leases ran out while their (live) nodes
-        could not renew them: sweeping at once would take over -- and send
-        again -- runs whose outcome waits in their node's writer. So after an
-        outage the sweeper waits until the database has answered for a whole
-        lease (raises ``StoreUnavailable`` while it still does not)."""
-        if not self._outage:
-            return False
-        if self._back_since is None:
-            await self.node.misc(self.node.store.jobs.current_change_seq)
-            self._back_since = time.monotonic()
-        if time.monotonic() - self._back_since < self.node.settings.lease_seconds:
-            return True
-        self._outage = False
-        return False
 
     async def sweep_once(self) -> bool:
         """Take over expired runs once; True when there may be more."""
@@ -150,7 +137,21 @@ class Recovery:
 
     def _take_expired(self, now: Any, until: Any) -> tuple[list[Run], dict[str, Job]]:
         node = self.node
-        runs = node.store.runs.take_expired_runs(node.node_id, now, until, TAKE_LIMIT)
+        # Runs of nodes in the membership are spared: a live node writes its
+        # runs' outcomes itself, late after a database outage that outlasted
+        # their leases (taking them over would send them again). Only once it
+        # has had the database for SPARE_LEASES leases and still let a run's
+        # lease lapse that long is the run taken (it lost track of it). Our
+        # own runs are not spared: expired ones are a former process's.
+        spare = [m for m in node.members if m != node.node_id]
+        grace = SPARE_LEASES * node.settings.lease_seconds
+        back = self._db_back_at
+        if back is None or time.monotonic() - back < grace:
+            spare_before = now - timedelta(days=3650)  # spare them all for now
+        else:
+            spare_before = now - timedelta(seconds=grace)
+        runs = node.store.runs.take_expired_runs(node.node_id, now, until, TAKE_LIMIT,
+                                                 spare=spare, spare_before=spare_before)
         return runs, self._jobs_for(runs)
 
     def _jobs_for(self, runs: list[Run]) -> dict[str, Job]:
@@ -173,8 +174,8 @@ class Recovery:
     def _recover(self, run: Run, job: Job | None) -> None:
         node = self.node
         d = node.dispatcher
-        if d.holds(run.id):
-            return  # our own run whose renewal lagged: keep going
+        if d.holds(run.id) or node.writer.has_pending_update(run.id):
+            return  # our own run whose renewal or outcome lagged: keep going
         if job is None or job.deleted_at is not None:
             self._lost(run, job, "lease expired (its node stopped) and the job was deleted: "
                                  "not re-dispatched")

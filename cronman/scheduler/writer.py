@@ -95,6 +95,7 @@ class ResultWriter:
         self.max_batch = max_batch
         self.max_pending = max_pending
         self._updates: dict[str, RunUpdate] = {}
+        self._flushing: dict[str, RunUpdate] = {}  # the updates being written now
         self._claims: list[Run] = []
         self._takeovers: set[str] = set()  # run ids of pending claims that are takeovers
         self._cursors: list[tuple[str, datetime, int]] = []
@@ -166,14 +167,19 @@ class ResultWriter:
         updates count again, whatever was decided about it before."""
         self._foreign.pop(run_id, None)
 
+    def has_pending_update(self, run_id: str) -> bool:
+        """Whether a change of the run waits here or is being written now."""
+        return run_id in self._updates or run_id in self._flushing
+
     def pending_update_keys(self) -> list[tuple[str, datetime]]:
         """(id, scheduled_for) of runs in the database whose changes wait here
         -- finished runs among them: their rows must not look abandoned to a
         sweeper while the write is late (lease renewal covers them)."""
-        if not self._updates:
+        if not self._updates and not self._flushing:
             return []
         claims = {r.id for r in self._claims}
-        return [(u.id, u.scheduled_for) for u in list(self._updates.values())
+        return [(u.id, u.scheduled_for)
+                for u in [*self._updates.values(), *self._flushing.values()]
                 if u.id not in claims]
 
     def has_pending_claim(self, run_id: str) -> bool:
@@ -262,6 +268,7 @@ class ResultWriter:
         self._claims, self._cursors = [], []
         updates = self._updates
         self._updates = {}
+        self._flushing = updates
         unreachable: list[Run] = []
         if self._due_unreachable(final):
             unreachable, self._unreachable = self._unreachable, []
@@ -282,6 +289,7 @@ class ResultWriter:
             self._restore(claims, cursors, updates, unreachable)
             return False
         finally:
+            self._flushing = {}
             self._metrics.pending_writes.set(self.pending)
         if self._db_ok_since is None:
             self._db_ok_since = time.monotonic()

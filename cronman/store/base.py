@@ -87,9 +87,13 @@ class RunStore(Protocol):
         replay, backfill: in flight with no node). Never hands a run to two nodes."""
 
     def take_expired_runs(self, node_id: str, now: datetime, lease_until: datetime,
-                          limit: int) -> list[Run]:
+                          limit: int, spare: Sequence[str] = (),
+                          spare_before: datetime | None = None) -> list[Run]:
         """Atomically take over in-flight runs whose lease expired before
-        ``now`` (their node died); the caller re-dispatches or marks them lost."""
+        ``now`` (their node died); the caller re-dispatches or marks them lost.
+        Runs held by a node in ``spare`` (nodes known to be alive: they write
+        their runs' outcomes, late after an outage) are taken only when their
+        lease expired before ``spare_before``."""
 
     def get_run(self, run_id: str) -> Run | None: ...
 

@@ -354,10 +354,14 @@ class SqlRunStore:
                           sj.c.scheduled_for, node_id, lease_until, limit)
 
     def take_expired_runs(self, node_id: str, now: datetime, lease_until: datetime,
-                          limit: int) -> list[Run]:
-        return self._take([sj.c.status.in_(IN_FLIGHT_STATUSES), sj.c.node_id.is_not(None),
-                           sj.c.lease_expires_at < now],
-                          sj.c.lease_expires_at, node_id, lease_until, limit)
+                          limit: int, spare: Sequence[str] = (),
+                          spare_before: datetime | None = None) -> list[Run]:
+        where = [sj.c.status.in_(IN_FLIGHT_STATUSES), sj.c.node_id.is_not(None),
+                 sj.c.lease_expires_at < now]
+        if spare:
+            where.append(or_(sj.c.node_id.not_in(sorted(set(spare))),
+                             sj.c.lease_expires_at < (spare_before or now)))
+        return self._take(where, sj.c.lease_expires_at, node_id, lease_until, limit)
 
     # -- reads -------------------------------------------------------------
 

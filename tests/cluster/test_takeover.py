@@ -235,3 +235,27 @@ def test_a_stalled_holders_fires_go_out_from_the_replica_half_a_second_late(tmp_
     by_node = Counter(r.node_id for r in runs if (r.job_id, to_ms(r.scheduled_for)) in set(keys))
     assert by_node["b"] > 0
     store.close()
+
+
+# -- the sweeper spares live nodes' runs -----------------------------------
+
+
+def test_expired_runs_of_live_nodes_are_spared_for_a_while(store):
+    """After a database outage longer than the lease, every run looks
+    abandoned; the sweeper takes only those of nodes not in the membership
+    (and a live node's only once they are long overdue)."""
+    (job,) = store.jobs.create_jobs([job_spec("spare-job")])
+    t = base_time()
+    now = utcnow()
+    dead = make_run(job.id, t, node="dead", lease_seconds=-5)
+    live = make_run(job.id, t + timedelta(seconds=1), node="live", lease_seconds=-5)
+    stale = make_run(job.id, t + timedelta(seconds=2), node="live", lease_seconds=-60)
+    for r in (dead, live, stale):
+        r.lease_expires_at = now + (r.lease_expires_at - r.claimed_at)
+    store.runs.claim_runs([dead, live, stale])
+    until = now + timedelta(seconds=30)
+    taken = store.runs.take_expired_runs("sweeper", now, until, 10, spare=["live"],
+                                         spare_before=now - timedelta(seconds=20))
+    assert {r.id for r in taken} == {dead.id, stale.id}
+    # Without the membership (no Redis), every expired run is taken.
+    assert [r.id for r in store.runs.take_expired_runs("sweeper", now, until, 10)] == [live.id]

@@ -75,7 +75,7 @@ class PrivatePostgres:
         return res
 
     def init(self) -> PrivatePostgres:
-        """``initdb`` (trust auth, no fsync: a test server)."""
+        """``initdb`` (trust auth, no sync of the new files: a test server)."""
         self.sockets.mkdir(parents=True, exist_ok=True)
         pw = pwd.getpwnam(PG_OS_USER)
         for path in (self.base, self.sockets):
@@ -89,8 +89,12 @@ class PrivatePostgres:
         """Start on ``self.port`` (again, after a stop) and wait until it answers."""
         if not self.initialised:
             self.init()
+        # fsync off: what is written survives a crash of the server (the OS
+        # keeps it), which is all a test outage needs. synchronous_commit
+        # stays on: with it off, ``stop("immediate")`` would lose the last
+        # commits the clients were told about.
         opts = (f"-p {self.port} -k {self.sockets} -c listen_addresses={LOOPBACK} "
-                "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
+                "-c fsync=off -c full_page_writes=off "
                 "-c max_connections=200 -c shared_buffers=64MB")
         self._as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-l",
                            str(self.log_path), "-o", opts, "-w", "-t", str(int(timeout)),
