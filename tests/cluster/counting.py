@@ -35,17 +35,26 @@ class Tally:
     unexpected: list[Arrival] = field(default_factory=list)  # not a fire time of its job
     # First arrival of each owed fire: (fire ms, lateness ms).
     first_lateness: list[tuple[int, int]] = field(default_factory=list)
+    # Owed fires whose first arrival was a later attempt (the sweeper sent it:
+    # its node died after starting it): (job index, fire ms, lateness ms).
+    redispatched_first: list[tuple[int, int, int]] = field(default_factory=list)
 
-    def lateness(self, lo_ms: int | None = None, hi_ms: int | None = None) -> list[int]:
-        """Sorted first-arrival lateness of the fires due in [lo, hi)."""
+    def lateness(self, lo_ms: int | None = None, hi_ms: int | None = None,
+                 first_attempts_only: bool = False) -> list[int]:
+        """Sorted first-arrival lateness of the fires due in [lo, hi)
+        (``first_attempts_only``: leave out fires first sent by the sweeper)."""
+        skip = ({(t, late) for _i, t, late in self.redispatched_first}
+                if first_attempts_only else set())
         return sorted(late for t, late in self.first_lateness
-                      if (lo_ms is None or t >= lo_ms) and (hi_ms is None or t < hi_ms))
+                      if (lo_ms is None or t >= lo_ms) and (hi_ms is None or t < hi_ms)
+                      and (t, late) not in skip)
 
     def summary(self) -> str:
         lat = self.lateness()
         return (f"expected {self.expected}, arrived {self.arrived}, missing {len(self.missing)}, "
                 f"double fires {len(self.double_fires)}, re-deliveries {len(self.redeliveries)}, "
-                f"unexpected {len(self.unexpected)}; lateness p50 {pct(lat, 50)} ms, "
+                f"unexpected {len(self.unexpected)}, first sent by the sweeper "
+                f"{len(self.redispatched_first)}; lateness p50 {pct(lat, 50)} ms, "
                 f"p99 {pct(lat, 99)} ms, max {lat[-1] if lat else None} ms")
 
 
@@ -80,6 +89,8 @@ def tally(w: Workload, job_ids: Sequence[str], arrivals: Iterable[Arrival],
         t.arrived += 1
         seen.sort(key=lambda a: a.arrived_ms)
         t.first_lateness.append((key[1], seen[0].arrived_ms - key[1]))
+        if seen[0].attempt > 1:
+            t.redispatched_first.append((key[0], key[1], seen[0].arrived_ms - key[1]))
         firsts = sum(1 for a in seen if a.attempt <= 1)
         if firsts > 1:
             t.double_fires.append((key[0], key[1], firsts))

@@ -54,8 +54,8 @@ def test_sigterm_leaves_the_membership_at_once(cluster, fires):
         seen["gone"] = time.monotonic() - t0
         assert cluster.nodes["n3"].proc.wait(15) == 0
 
-    out = run_scenario(cluster, fires, nodes=3, window_s=20, jobs=300, every_s=5,
-                       settle_s=3, actions=[(6.0, "sigterm", terminate)])
+    out = run_scenario(cluster, fires, nodes=3, window_s=12, jobs=300, every_s=5,
+                       settle_s=2, actions=[(4.0, "sigterm", terminate)])
     print(out.describe("sigterm"))
     print(f"[sigterm] n3 gone from the membership {seen['gone']:.2f} s after SIGTERM "
           f"(TTL {ttl:g} s)")
