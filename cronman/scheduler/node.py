@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import heapq
 import logging
 import signal
@@ -209,6 +210,10 @@ class SchedulerNode:
             claimer = loop.create_task(self._forever("claimer", self._claimer))
             writer = loop.create_task(self.writer.run(self._stop))
             self.metrics.owned_jobs.set(len(self.table.jobs))
+            # The job table is long-lived: keep the cyclic GC from walking it
+            # again and again (a full collection over 100k records costs
+            # hundreds of ms, in the middle of a reconcile or a fire batch).
+            gc.freeze()
             log.info("scheduler node %s ready: owns %d of %d live jobs (%d members, "
                      "replicas %d)", self.node_id, len(self.table.jobs),
                      len(self.table.jobs) + len(self.table.others), len(self._members),
