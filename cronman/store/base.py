@@ -1,8 +1,8 @@
 """The Store contract: what the API and the scheduler may ask of the database.
 
-One SQLAlchemy implementation serves PostgreSQL and SQLite
-(``cronman.store.sql``); what differs between them sits behind two smaller
-seams: the change feed (NOTIFY vs. an in-process event) and partition upkeep
+One SQLAlchemy implementation serves PostgreSQL and SQLite (``sql_jobs``,
+``sql_runs``, ``tokens`` in this package); what differs between them sits
+behind two smaller seams: the change feed (NOTIFY vs. an in-process event) and partition upkeep
 (daily partitions vs. nothing to do).
 
 Every method is one transaction (one commit) unless it says otherwise.
