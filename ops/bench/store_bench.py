@@ -30,16 +30,14 @@ import signal
 import statistics
 import sys
 import time
-import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import psycopg2
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from cronman.bench.services import ScratchDatabase  # noqa: E402
 from cronman.models import Run, RunFilter, RunUpdate  # noqa: E402
 from cronman.store import open_store  # noqa: E402
 from cronman.store.migrate import upgrade  # noqa: E402
@@ -69,15 +67,6 @@ FROM (
                              + make_interval(secs => j.off + k * {period}) AS ts) t
 ) s
 """
-
-
-def _admin_conn(admin_url: str):
-    url = make_url(admin_url)
-    conn = psycopg2.connect(host=url.host or "127.0.0.1", port=url.port or 5432,
-                            user=url.username or "postgres", password=url.password,
-                            dbname=url.database or "postgres")
-    conn.autocommit = True
-    return conn
 
 
 def _median_ms(samples: list[float]) -> float:
@@ -249,16 +238,8 @@ def main() -> int:
 
     # A timeout or Ctrl-C still drops the scratch database (the finally below).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    admin = make_url(args.admin_url)
-    name = f"cronman_bench_{uuid.uuid4().hex[:10]}"
-    conn = _admin_conn(args.admin_url)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        conn.close()
-    url = admin.set(drivername="postgresql+psycopg2", database=name).render_as_string(
-        hide_password=False)
+    db = ScratchDatabase(args.admin_url, prefix="cronman_bench").create()
+    name, url = db.name, db.url
     out: dict = {"database": name}
     try:
         upgrade(url)
@@ -274,12 +255,7 @@ def main() -> int:
             store.close()
     finally:
         if not args.keep:
-            conn = _admin_conn(args.admin_url)
-            try:
-                with conn.cursor() as cur:
-                    cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            finally:
-                conn.close()
+            db.drop()
     if args.json:
         print(json.dumps(out, indent=2, default=str))
     else:
