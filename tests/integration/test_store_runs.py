@@ -62,15 +62,7 @@ def test_concurrent_claims_from_threads_insert_each_run_once(database_url, job):
             won[k] |= stores[k].runs.claim_runs(runs[start:start + 50],
                                                 [(job.id, runs[start].scheduled_for, 0)])
 
-    threads = [threading.Thread(target=claim, args=(k,)) for k in range(len(stores))]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        for s in stores:
-            s.close()
+    _run_per_store(stores, claim)
     assert sum(len(w) for w in won) == len(runs)
     assert set().union(*won) == {r.id for r in runs}
 
@@ -158,15 +150,7 @@ def test_requested_runs_are_taken_once_by_concurrent_takers(database_url, store,
                 return
             got[k].extend(r.id for r in runs)
 
-    threads = [threading.Thread(target=take, args=(k,)) for k in range(len(stores))]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        for s in stores:
-            s.close()
+    _run_per_store(stores, take)
     flat = [i for ids in got for i in ids]
     assert len(flat) == 60 and len(set(flat)) == 60
     for k, ids in enumerate(got):
@@ -304,3 +288,16 @@ def test_history_across_days_pages_and_last_runs(store):
     assert [r.scheduled_for for r in window.items] == [t for t in expected if since <= t < until]
     last = store.runs.last_runs([a.id, b.id])
     assert last[a.id].scheduled_for == t0 and last[b.id].id == old.id
+
+
+def _run_per_store(stores, work) -> None:
+    """Run ``work(k)`` for every store index in its own thread, then close the stores."""
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(stores))]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for s in stores:
+            s.close()
