@@ -63,17 +63,20 @@ class Common:
     __slots__ = ("namespace", "retry", "misfire", "delivery", "concurrency",
                  "start_at", "end_at", "jitter", "dead_letter", "policy", "grace_ms")
 
-    def __init__(self, job: Job) -> None:
-        self.namespace = job.namespace
-        self.retry = job.retry
-        self.misfire = job.misfire
-        self.delivery = job.delivery
-        self.concurrency = job.concurrency
-        self.start_at = job.start_at
-        self.end_at = job.end_at
-        self.jitter = job.jitter
-        self.dead_letter = job.dead_letter
-        self.policy, self.grace_ms = policies.misfire_settings(job.misfire)
+    def __init__(self, namespace: str, retry: dict[str, Any], misfire: dict[str, Any],
+                 delivery: str, concurrency: str, start_at: datetime | None,
+                 end_at: datetime | None, jitter: float | None,
+                 dead_letter: dict[str, Any] | None) -> None:
+        self.namespace = namespace
+        self.retry = retry
+        self.misfire = misfire
+        self.delivery = delivery
+        self.concurrency = concurrency
+        self.start_at = start_at
+        self.end_at = end_at
+        self.jitter = jitter
+        self.dead_letter = dead_letter
+        self.policy, self.grace_ms = policies.misfire_settings(misfire)
 
 
 class JobState:
@@ -90,21 +93,22 @@ class JobState:
     __slots__ = ("id", "name", "version", "priority", "paused", "created_at", "common",
                  "target", "times", "hash", "gen", "cursor_ms", "skipped_pending")
 
-    def __init__(self, job: Job, common: Common, target: str, times: JobTimes, h: int,
-                 gen: int) -> None:
-        self.id = job.id
-        self.name = job.name
-        self.version = job.version
-        self.priority = job.priority
-        self.paused = job.paused
-        self.created_at = job.created_at
+    def __init__(self, job_id: str, name: str, version: int, priority: int, paused: bool,
+                 created_at: datetime, common: Common, target: str, times: JobTimes, h: int,
+                 gen: int, skipped_pending: int) -> None:
+        self.id = job_id
+        self.name = name
+        self.version = version
+        self.priority = priority
+        self.paused = paused
+        self.created_at = created_at
         self.common = common
         self.target = target
         self.times = times
         self.hash = h
         self.gen = gen
         self.cursor_ms: int | None = None  # the latest fire time handled (claimed or skipped)
-        self.skipped_pending = job.skipped_pending
+        self.skipped_pending = skipped_pending
 
     @property
     def policy(self) -> str:
@@ -145,31 +149,40 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def job_times_of(job: Job, schedule_text: str | None = None) -> JobTimes:
-    """The JobTimes of a job. Cron schedules are shared between jobs with the
-    same expression, zone, DST rules and window (and, where ``H`` appears,
-    the same resolved seconds and minutes) when there is no jitter; other
+def times_of(job_id: str, created_at: datetime, text: str | None,
+             spec: dict[str, Any] | None, start_at: datetime | None, end_at: datetime | None,
+             jitter: float | None) -> JobTimes:
+    """The JobTimes of a job, from its schedule's JSON ``text`` (decoded only
+    when needed) or, without a text, its ``spec``. Cron schedules are shared
+    between jobs with the same text and window (and, where ``H`` appears, the
+    same resolved seconds and minutes) when there is no jitter; other
     schedules are small and parsed per job."""
-    spec = job.schedule
-    if job.jitter or spec.get("kind") != "cron":
-        schedule = parse_schedule(spec, job_id=job.id, created_at=job.created_at)
-        return JobTimes(schedule, job_id=job.id, start_at=job.start_at, end_at=job.end_at,
-                        jitter=job.jitter)
-    text = spec.get("cron")
-    key: tuple[Any, ...] = (schedule_text or _dumps(spec), job.start_at, job.end_at)
+    if not jitter and text is not None:
+        times = _TIMES.get((text, start_at, end_at))
+        if times is not None:
+            return times
+    if spec is None:
+        assert text is not None
+        spec = json.loads(text)
+    if jitter or spec.get("kind") != "cron":
+        schedule = parse_schedule(spec, job_id=job_id, created_at=created_at)
+        return JobTimes(schedule, job_id=job_id, start_at=start_at, end_at=end_at,
+                        jitter=jitter)
+    cron = spec.get("cron")
+    key: tuple[Any, ...] = (text or _dumps(spec), start_at, end_at)
     schedule = None
-    if isinstance(text, str) and _uses_job_id(text):
-        schedule = parse_schedule(spec, job_id=job.id, created_at=job.created_at)
+    if isinstance(cron, str) and _uses_job_id(cron):
+        schedule = parse_schedule(spec, job_id=job_id, created_at=created_at)
         expr = schedule.expr  # type: ignore[attr-defined]
         key += (expr.seconds, expr.minutes)
     times = _TIMES.get(key)
     if times is None:
         if schedule is None:
-            schedule = parse_schedule(spec, job_id="", created_at=job.created_at)
+            schedule = parse_schedule(spec, job_id="", created_at=created_at)
         if len(_TIMES) >= INTERN_MAX:
             _TIMES.clear()
-        times = _TIMES[key] = JobTimes(schedule, job_id="", start_at=job.start_at,
-                                       end_at=job.end_at, jitter=None)
+        times = _TIMES[key] = JobTimes(schedule, job_id="", start_at=start_at,
+                                       end_at=end_at, jitter=None)
     return times
 
 
@@ -220,11 +233,10 @@ class JobTable:
     # -- jobs coming in ---------------------------------------------------
 
     def load_row(self, row: tuple[Any, ...], now_ms: int) -> bool:
-        """``load`` for a lean row of ``iter_live_job_rows`` (the JSON columns
-        as text: each distinct text is decoded once and shared)."""
-        (job_id, namespace, name, version, schedule, target, retry, misfire, delivery,
-         concurrency, priority, start_at, end_at, jitter, paused, dead_letter, created_at,
-         change_seq, last_fire_at, skipped_pending) = row
+        """``load`` for a lean row of ``live_job_rows`` (``LIVE_ROW_COLUMNS``,
+        the JSON columns as text): no :class:`Job` is built, and each distinct
+        shared text is decoded once."""
+        job_id = row[0]
         h = job_hash(job_id)
         if not self.ownership.owns(h):
             if job_id in self.jobs:
@@ -232,25 +244,45 @@ class JobTable:
             else:
                 self.others[job_id] = h
             return False
-        texts = (schedule, retry, misfire, None if dead_letter in (None, "null") else dead_letter,
-                 target)
-        job = Job(id=job_id, namespace=namespace, name=name, version=version,
-                  schedule=self._decoded(schedule), target=_NO_LABELS,
-                  retry=self._decoded(retry), misfire=self._decoded(misfire),
-                  delivery=delivery, concurrency=concurrency, priority=priority,
-                  start_at=start_at, end_at=end_at, jitter=jitter, paused=paused,
-                  labels=_NO_LABELS, dead_letter=None if texts[3] is None
-                  else self._decoded(texts[3]), created_at=created_at, updated_at=created_at,
-                  change_seq=change_seq, last_fire_at=last_fire_at,
-                  skipped_pending=skipped_pending)
-        return self._load_owned(job, h, now_ms, texts)
+        self.others.pop(job_id, None)
+        st = self.jobs.get(job_id)
+        if st is not None and row[3] == st.version and row[14] == st.paused:
+            return True
+        new = self._state_from_row(row, h)
+        if st is None:
+            if new is not None:
+                last = row[18]
+                self._admit(new, None if last is None else to_ms(last), row[16], now_ms)
+        else:
+            self._change(st, new, now_ms)
+        return True
 
-    def _decoded(self, text: str) -> Any:
-        key = ("json", text)
-        value = self._interned.get(key)
-        if value is None:
-            value = self._intern_as(key, json.loads(text))
-        return value
+    def _state_from_row(self, row: tuple[Any, ...], h: int) -> JobState | None:
+        (job_id, namespace, name, version, schedule, target, retry, misfire, delivery,
+         concurrency, priority, start_at, end_at, jitter, paused, dead_letter, created_at,
+         _change_seq, _last_fire_at, skipped_pending) = row
+        if dead_letter == "null":
+            dead_letter = None
+        try:
+            times = times_of(job_id, created_at, schedule, None, start_at, end_at, jitter)
+        except Exception as exc:  # a stored job the schedule code refuses: never crash
+            return self._refused(job_id, exc)
+        key = ("common", namespace, retry, misfire, delivery, concurrency, start_at, end_at,
+               jitter, dead_letter)
+        common = self._interned.get(key)
+        if common is None:
+            common = self._intern_as(key, Common(
+                self._intern(namespace), json.loads(retry), json.loads(misfire), delivery,
+                concurrency, start_at, end_at, jitter,
+                None if dead_letter is None else json.loads(dead_letter)))
+        return JobState(job_id, name, version, priority, paused, created_at, common,
+                        self._intern(target), times, h, next(self._gen), skipped_pending)
+
+    def _refused(self, job_id: str, exc: Exception) -> None:
+        self.bad_jobs += 1
+        log.error("job %s has a schedule that cannot be computed, not scheduled: %s",
+                  job_id, exc)
+        return None
 
     def load(self, job: Job, now_ms: int) -> bool:
         """Take in a job read from the database (start, gain, or a change
@@ -265,15 +297,16 @@ class JobTable:
             else:
                 self.others[job.id] = h
             return False
-        return self._load_owned(job, h, now_ms, None)
-
-    def _load_owned(self, job: Job, h: int, now_ms: int, texts: tuple[Any, ...] | None) -> bool:
         self.others.pop(job.id, None)
         st = self.jobs.get(job.id)
         if st is None:
-            self._admit(job, h, now_ms, texts)
+            new = self._new_state(job, h)
+            if new is not None:
+                last = job.last_fire_at
+                self._admit(new, None if last is None else to_ms(last), job.created_at,
+                            now_ms)
         elif job.version != st.version or job.paused != st.paused:
-            self._change(st, job, now_ms, texts)
+            self._change(st, self._new_state(job, h), now_ms)
         return True
 
     def _forget(self, job_id: str, now_ms: int) -> None:
@@ -301,33 +334,25 @@ class JobTable:
             got = self._interned[value] = value
         return got
 
-    def _new_state(self, job: Job, h: int, texts: tuple[Any, ...] | None = None
-                   ) -> JobState | None:
-        """``texts``: the JSON texts of schedule, retry, misfire, dead_letter
-        and target when the job came as a row (else they are encoded here)."""
-        if texts is None:
-            texts = (None, _dumps(job.retry), _dumps(job.misfire),
-                     None if job.dead_letter is None else _dumps(job.dead_letter),
-                     _dumps(job.target))
+    def _new_state(self, job: Job, h: int) -> JobState | None:
+        """The state of a job given as a :class:`Job` (API-side objects, tests)."""
+        retry, misfire = _dumps(job.retry), _dumps(job.misfire)
+        dead_letter = None if job.dead_letter is None else _dumps(job.dead_letter)
         try:
-            times = job_times_of(job, texts[0])
+            times = times_of(job.id, job.created_at, None, job.schedule, job.start_at,
+                             job.end_at, job.jitter)
         except Exception as exc:  # a stored job the schedule code refuses: never crash
-            self.bad_jobs += 1
-            log.error("job %s has a schedule that cannot be computed, not scheduled: %s",
-                      job.id, exc)
-            return None
-        key = ("common", job.namespace, texts[1], texts[2], job.delivery, job.concurrency,
-               job.start_at, job.end_at, job.jitter, texts[3])
+            return self._refused(job.id, exc)
+        key = ("common", job.namespace, retry, misfire, job.delivery, job.concurrency,
+               job.start_at, job.end_at, job.jitter, dead_letter)
         common = self._interned.get(key)
         if common is None:
-            common = self._intern_common(key, job)
-        target = self._intern(texts[4])
-        return JobState(job, common, target, times, h, next(self._gen))
-
-    def _intern_common(self, key: tuple[Any, ...], job: Job) -> Common:
-        common = Common(job)
-        common.namespace = self._intern(job.namespace)
-        return self._intern_as(key, common)
+            common = self._intern_as(key, Common(
+                self._intern(job.namespace), job.retry, job.misfire, job.delivery,
+                job.concurrency, job.start_at, job.end_at, job.jitter, job.dead_letter))
+        return JobState(job.id, job.name, job.version, job.priority, job.paused,
+                        job.created_at, common, self._intern(_dumps(job.target)), times, h,
+                        next(self._gen), job.skipped_pending)
 
     def _intern_as(self, key: Any, value: Any) -> Any:
         if len(self._interned) >= INTERN_MAX:
@@ -335,12 +360,11 @@ class JobTable:
         self._interned[key] = value
         return value
 
-    def _admit(self, job: Job, h: int, now_ms: int, texts: tuple[Any, ...] | None) -> None:
-        st = self._new_state(job, h, texts)
-        if st is None:
-            return
-        self.jobs[job.id] = st
-        last = None if job.last_fire_at is None else to_ms(job.last_fire_at)
+    def _admit(self, st: JobState, last: int | None, created_at: datetime,
+               now_ms: int) -> None:
+        """Hold a newly owned job (``last``: its stored cursor in ms): schedule
+        its next fire, or hand missed fire times to the misfire policy."""
+        self.jobs[st.id] = st
         if st.paused:
             st.cursor_ms = last
             return
@@ -349,7 +373,7 @@ class JobTable:
         elif st.times.schedule.kind == "once":
             since = None  # a once job that never fired: its time counts even if past
         else:
-            since = to_ms(job.created_at)
+            since = to_ms(created_at)
         # ``skip`` passes over only times clearly in the past; the other
         # policies consider every past time (fire_once picks the latest).
         horizon = now_ms - MISFIRE_TOLERANCE_MS if st.policy == "skip" else now_ms
@@ -364,20 +388,17 @@ class JobTable:
         after = horizon if st.cursor_ms is None else max(st.cursor_ms, horizon)
         self._push_next(st, after)
 
-    def _change(self, st: JobState, job: Job, now_ms: int,
-                texts: tuple[Any, ...] | None = None) -> None:
+    def _change(self, st: JobState, new: JobState | None, now_ms: int) -> None:
         """A held job changed: new definition, a fresh heap entry, no catch-up."""
-        was_paused = st.paused
-        new = self._new_state(job, st.hash, texts)
+        st.gen = -1
         if new is None:
-            self.jobs.pop(job.id, None)
-            st.gen = -1
+            self.jobs.pop(st.id, None)
             return
+        was_paused = st.paused
         new.cursor_ms = st.cursor_ms
         new.skipped_pending = st.skipped_pending
-        self.jobs[job.id] = new
-        st.gen = -1
-        if job.paused:
+        self.jobs[st.id] = new
+        if new.paused:
             return
         floor = now_ms if was_paused else now_ms - MISFIRE_TOLERANCE_MS
         after = floor if new.cursor_ms is None else max(new.cursor_ms, floor)

@@ -79,6 +79,10 @@ class NodeMetrics:
         self.in_flight = Gauge("cronman_runs_in_flight", "Attempts running on this node",
                                registry=r)
         self.owned_jobs = Gauge("cronman_owned_jobs", "Jobs this node owns", registry=r)
+        self.reconcile_seconds = Gauge(
+            "cronman_last_reconcile_seconds",
+            "From the last membership change that gained jobs to those jobs being scheduled",
+            registry=r)
         self.pending_writes = Gauge("cronman_pending_run_writes",
                                     "Run rows and updates waiting to be written", registry=r)
 

@@ -86,6 +86,7 @@ MAX_CLAIM_BATCH = 5000
 TAKEOVER_AFTER = 0.5
 LOAD_BATCH = 5000
 APPLY_CHUNK = 1000  # jobs applied per loop iteration before yielding
+RELOAD_CHUNK = 5000  # jobs read per query when reloading (gained jobs, announcements)
 WATERMARK_OVERLAP = 6.0  # seconds of change_seq history re-read by each poll
 DRAIN_SECONDS = 5.0  # graceful stop: how long in-flight runs may finish
 STOP_BUDGET = 9.0  # graceful stop: everything done within this
@@ -129,6 +130,7 @@ class SchedulerNode:
         self._changed: asyncio.Event | None = None
         self._announced: set[str] = set()
         self._to_load: set[str] = set()
+        self._reconcile_from = time.monotonic()  # when the gained jobs waiting in _to_load came
         self._watermarks: deque[tuple[float, int]] = deque()
         self._watermark = 0
         self._feed_stop = threading.Event()
@@ -307,12 +309,15 @@ class SchedulerNode:
             return
         log.info("membership changed: %s", ", ".join(ids))
         self._members = ids
+        reconcile_from = time.monotonic()
         before = len(self.table.jobs)
         gained = self.table.set_members(ids)
         dropped = before - (len(self.table.jobs))
         if gained or dropped:
             log.info("ownership: %d jobs gained, %d dropped", len(gained), dropped)
         if gained:
+            if not self._to_load:
+                self._reconcile_from = reconcile_from
             self._to_load.update(gained)
             self._kick_sync()
         self.metrics.owned_jobs.set(len(self.table.jobs))
@@ -350,8 +355,7 @@ class SchedulerNode:
 
     async def _load_all(self) -> None:
         self._watermark = await self.misc(self.store.jobs.current_change_seq)
-        lean = getattr(self.store.jobs, "iter_live_job_rows", None)
-        it = (lean or self.store.jobs.iter_live_jobs)(LOAD_BATCH)
+        it = self.store.jobs.iter_live_job_rows(LOAD_BATCH)
         total = 0
         loop = asyncio.get_running_loop()
         pending = loop.create_task(self.misc(next, it, None))
@@ -362,7 +366,7 @@ class SchedulerNode:
             # Read the next batch while this one is applied.
             pending = loop.create_task(self.misc(next, it, None))
             total += len(batch)
-            await (self._apply_rows(batch) if lean is not None else self._apply(batch))
+            await self._apply_rows(batch)
         self._watermarks.append((time.monotonic(), self._watermark))
         log.info("loaded %d live jobs", total)
 
@@ -380,7 +384,7 @@ class SchedulerNode:
         self.metrics.owned_jobs.set(len(self.table.jobs))
 
     async def _apply_rows(self, rows: list[tuple[Any, ...]]) -> None:
-        """``_apply`` for lean rows (the initial load); column 17 is change_seq."""
+        """``_apply`` for lean rows (the initial load, reloads); column 17 is change_seq."""
         for start in range(0, len(rows), APPLY_CHUNK):
             now = now_ms()
             for row in rows[start:start + APPLY_CHUNK]:
@@ -453,9 +457,7 @@ class SchedulerNode:
                     await self._reload(taken)
                     taken = []
                 if self._to_load:
-                    ids = list(self._to_load)
-                    await self._reload(ids)
-                    self._to_load.difference_update(ids)
+                    await self._load_gained()
                 if time.monotonic() >= next_poll:
                     next_poll = time.monotonic() + poll
                     await self._poll_changes()
@@ -467,13 +469,39 @@ class SchedulerNode:
                 next_poll = min(next_poll, time.monotonic() + 1.0)
                 await self.sleep(0.5)
 
+    async def _load_gained(self) -> None:
+        ids = list(self._to_load)
+        await self._reload(ids)
+        self._to_load.difference_update(ids)
+        if not self._to_load:
+            took = time.monotonic() - self._reconcile_from
+            self.metrics.reconcile_seconds.set(took)
+            log.info("ownership reconciled: %d gained jobs loaded %.0f ms after the "
+                     "membership change", len(ids), took * 1000)
+
     async def _reload(self, ids: list[str]) -> None:
-        found = []
-        for start in range(0, len(ids), 1000):
-            found += await self.misc(self.store.jobs.get_jobs, ids[start:start + 1000])
-        await self._apply(found)
-        missing = set(ids) - {j.id for j in found}
-        if missing:  # purged tombstones: gone for good
+        """Read ``ids`` again and apply them (reading the next chunk while one is
+        applied); ids no longer live are forgotten."""
+        chunks = [ids[i:i + RELOAD_CHUNK] for i in range(0, len(ids), RELOAD_CHUNK)]
+        loop = asyncio.get_running_loop()
+        found: set[str] = set()
+        pending: asyncio.Task[list[tuple[Any, ...]]] | None = None
+        try:
+            for k, chunk in enumerate(chunks):
+                rows = await (pending or self.misc(self.store.jobs.live_job_rows, chunk))
+                pending = None
+                if k + 1 < len(chunks):
+                    pending = loop.create_task(self.misc(self.store.jobs.live_job_rows,
+                                                         chunks[k + 1]))
+                found.update(row[0] for row in rows)
+                await self._apply_rows(rows)
+        finally:
+            if pending is not None:  # an earlier chunk failed: drop the read ahead
+                pending.cancel()
+                pending.add_done_callback(
+                    lambda t: t.cancelled() or t.exception())  # retrieved: no warning
+        missing = set(ids) - found
+        if missing:  # deleted, or purged tombstones: gone
             now = now_ms()
             for job_id in missing:
                 self.table._forget(job_id, now)

@@ -307,5 +307,30 @@ def cron_expr(text: str, *, job_id: str) -> CronExpr:
     parse (thread-safe: the cache is only read and assigned per key).
     """
     if _uses_job_id(text):
-        return CronExpr(text, job_id=job_id)
+        return _hashed_expr(text, job_id)
     return _shared_expr(text)
+
+
+# Expressions with ``H`` differ between jobs only in their second and minute
+# sets, so jobs whose ``H`` resolves alike share one parse (a few thousand
+# distinct ones at most per expression).
+_HASHED: dict[tuple[str, frozenset[int], frozenset[int]], CronExpr] = {}
+HASHED_CACHE_SIZE = 65_536
+
+
+def _hashed_expr(text: str, job_id: str) -> CronExpr:
+    parts = text.split()
+    if len(parts) not in (5, 6):
+        return CronExpr(text, job_id=job_id)  # a macro, or an error to report
+    second, minute = ("0", parts[0]) if len(parts) == 5 else (parts[0], parts[1])
+    try:
+        key = (text, frozenset(_parse_field(second, SECOND, job_id)),
+               frozenset(_parse_field(minute, MINUTE, job_id)))
+    except ValidationError:
+        return CronExpr(text, job_id=job_id)
+    expr = _HASHED.get(key)
+    if expr is None:
+        if len(_HASHED) >= HASHED_CACHE_SIZE:
+            _HASHED.clear()
+        expr = _HASHED[key] = CronExpr(text, job_id=job_id)
+    return expr

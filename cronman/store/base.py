@@ -42,7 +42,14 @@ class JobStore(Protocol):
         """Soft-delete (tombstone) and announce; False if there was no such job."""
 
     def iter_live_jobs(self, batch_size: int = 10_000) -> Iterator[list[Job]]:
-        """Every live job, in batches (a node's initial sync)."""
+        """Every live job, in batches."""
+
+    def iter_live_job_rows(self, batch_size: int = 10_000) -> Iterator[list[tuple[Any, ...]]]:
+        """Every live job, in batches of lean rows (a node's initial sync):
+        ``LIVE_ROW_COLUMNS`` in order, the JSON columns as text."""
+
+    def live_job_rows(self, job_ids: Sequence[str]) -> list[tuple[Any, ...]]:
+        """The live ones of the listed jobs as lean rows (a node's reloads)."""
 
     def jobs_changed_since(self, change_seq: int, limit: int = 10_000) -> list[Job]:
         """Jobs (tombstones included) whose change_seq is greater, ascending."""

@@ -29,6 +29,8 @@ from typing import Any
 from sqlalchemy import (
     Text,
     and_,
+    any_,
+    bindparam,
     cast,
     delete,
     exists,
@@ -40,7 +42,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -302,14 +304,10 @@ class SqlJobStore:
         """Live jobs in batches as lean tuples for a scheduler's initial load:
         ``LIVE_ROW_COLUMNS`` in that order, the JSON columns as their JSON
         text (no per-row decoding; callers decode each distinct text once)."""
-        cols = [type_coerce(jobs.c[name], Text) if name in _JSON_ROW_COLUMNS
-                else jobs.c[name] for name in LIVE_ROW_COLUMNS]
-        if self._db.is_postgres:
-            cols = [cast(jobs.c[name], Text) if name in _JSON_ROW_COLUMNS
-                    else jobs.c[name] for name in LIVE_ROW_COLUMNS]
         after = ""
         while True:
-            stmt = (select(*cols).where(jobs.c.deleted_at.is_(None), jobs.c.id > after)
+            stmt = (select(*self._lean_columns())
+                    .where(jobs.c.deleted_at.is_(None), jobs.c.id > after)
                     .order_by(jobs.c.id).limit(batch_size))
             with self._db.read() as conn:
                 batch = [tuple(r) for r in conn.execute(stmt)]
@@ -319,6 +317,27 @@ class SqlJobStore:
             if len(batch) < batch_size:
                 return
             after = batch[-1][0]
+
+    def live_job_rows(self, job_ids: Sequence[str]) -> list[tuple[Any, ...]]:
+        """The live ones of ``job_ids`` as lean tuples (see ``iter_live_job_rows``);
+        deleted and unknown ids are left out."""
+        ids = list(dict.fromkeys(job_ids))
+        found: list[tuple[Any, ...]] = []
+        chunk = 10_000 if self._db.is_postgres else 500
+        with self._db.read() as conn:
+            for start in range(0, len(ids), chunk):
+                part = ids[start:start + chunk]
+                match = (jobs.c.id == any_(bindparam("ids", part, type_=ARRAY(Text)))
+                         if self._db.is_postgres
+                         else jobs.c.id.in_(part))
+                stmt = select(*self._lean_columns()).where(jobs.c.deleted_at.is_(None), match)
+                found.extend(tuple(r) for r in conn.execute(stmt))
+        return found
+
+    def _lean_columns(self) -> list[Any]:
+        coerce = cast if self._db.is_postgres else type_coerce
+        return [coerce(jobs.c[name], Text) if name in _JSON_ROW_COLUMNS else jobs.c[name]
+                for name in LIVE_ROW_COLUMNS]
 
     def jobs_changed_since(self, change_seq: int, limit: int = 10_000) -> list[Job]:
         stmt = (select(jobs).where(jobs.c.change_seq > change_seq)

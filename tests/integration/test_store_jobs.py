@@ -211,3 +211,18 @@ def test_concurrent_writers_get_distinct_ordered_change_seqs(store):
     assert not errors
     seqs = [j.change_seq for j in store.jobs.jobs_changed_since(0)]
     assert len(seqs) == 40 and len(set(seqs)) == 40
+
+
+def test_live_job_rows_are_lean_and_leave_out_deleted_and_unknown(store):
+    from cronman.store.sql_jobs import LIVE_ROW_COLUMNS
+
+    jobs = store.jobs.create_jobs([job_spec(f"r{i}") for i in range(3)])
+    store.jobs.delete_job(jobs[1].id)
+    rows = store.jobs.live_job_rows([jobs[0].id, jobs[1].id, jobs[2].id, "no-such-id",
+                                     jobs[0].id])
+    assert sorted(r[0] for r in rows) == sorted([jobs[0].id, jobs[2].id])
+    by_id = {r[0]: dict(zip(LIVE_ROW_COLUMNS, r, strict=True)) for r in rows}
+    first = by_id[jobs[0].id]
+    assert isinstance(first["schedule"], str) and isinstance(first["target"], str)
+    assert first["version"] == jobs[0].version and first["change_seq"] == jobs[0].change_seq
+    assert sorted(r for b in store.jobs.iter_live_job_rows(1) for r in b) == sorted(rows)

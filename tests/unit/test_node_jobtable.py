@@ -221,3 +221,53 @@ def test_a_job_with_a_broken_schedule_is_not_scheduled():
            T0 + 600)
     assert t.bad_jobs == 1
     assert t.pop_due(T0 + 10_000, T0 + 10_000) == ([], [])
+
+
+def test_a_lean_row_loads_like_the_job(tmp_path):
+    """``load_row`` (initial load, reloads) and ``load`` (a Job) build the same
+    schedule, policies and next fire, for every kind of job, and a row whose
+    version and pause state are unchanged is left alone."""
+    from cronman.store import open_store
+    from cronman.store.migrate import upgrade
+    from tests.support.store_data import job_spec
+
+    url = f"sqlite:///{tmp_path / 'rows.db'}"
+    upgrade(url)
+    store = open_store(url)
+    try:
+        specs = [
+            job_spec("every", schedule={"kind": "interval", "every": 7}),
+            job_spec("cron", schedule={"kind": "cron", "cron": "*/5 * * * *",
+                                       "timezone": "Europe/Berlin"}),
+            job_spec("hashed", schedule={"kind": "cron", "cron": "H 3 * * *"}),
+            job_spec("hashed2", schedule={"kind": "cron", "cron": "H 3 * * *"}),
+            job_spec("jitter", schedule={"kind": "interval", "every": 60}, jitter=5),
+            job_spec("paused", paused=True),
+            job_spec("dead", dead_letter={"kind": "http", "url": "http://127.0.0.1:9/dl"}),
+            job_spec("once", schedule={"kind": "once", "at": "2099-01-01T00:00:00Z"}),
+        ]
+        jobs = store.jobs.create_jobs(specs)
+        rows = [r for b in store.jobs.iter_live_job_rows() for r in b]
+    finally:
+        store.close()
+    now = to_ms(jobs[0].created_at) + 1
+    by_job, by_row = JobTable("n1", 1), JobTable("n1", 1)
+    for job in jobs:
+        by_job.load(job, now)
+    for row in rows:
+        by_row.load_row(row, now)
+    assert set(by_row.jobs) == set(by_job.jobs) == {j.id for j in jobs}
+    for job in jobs:
+        a, b = by_job.jobs[job.id], by_row.jobs[job.id]
+        assert a.job.schedule == b.job.schedule and a.job.target == b.job.target
+        assert (a.policy, a.grace_ms, a.common.retry, a.common.dead_letter) == (
+            b.policy, b.grace_ms, b.common.retry, b.common.dead_letter)
+        assert a.times.next_fire_after(from_ms(now)) == b.times.next_fire_after(from_ms(now))
+        assert (a.cursor_ms, a.paused, a.version) == (b.cursor_ms, b.paused, b.version)
+    def entries(t: JobTable) -> list[tuple[Any, ...]]:
+        return sorted((e[0], e[1], e[3], e[4]) for e in t.heap._heap)
+    assert entries(by_job) == entries(by_row)
+    held = dict(by_row.jobs)
+    for row in rows:
+        by_row.load_row(row, now)
+    assert all(by_row.jobs[k] is v for k, v in held.items())
