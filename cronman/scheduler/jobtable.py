@@ -378,10 +378,10 @@ class JobTable:
         # policies consider every past time (fire_once picks the latest).
         horizon = now_ms - MISFIRE_TOLERANCE_MS if st.policy == "skip" else now_ms
         st.cursor_ms = since
-        first = st.times.next_fire_after(from_ms(0 if since is None else since))
+        first = st.times.next_fire_ms_after(0 if since is None else since)
         if first is None:
             return  # a once job that fired, or a window that ended
-        if to_ms(first) > horizon:  # the common case: nothing missed
+        if first > horizon:  # the common case: nothing missed
             self._push(st, first)
             return
         self._catch_up(st, since, horizon, now_ms)
@@ -405,14 +405,12 @@ class JobTable:
         self._push_next(new, after)
 
     def _push_next(self, st: JobState, after_ms: int) -> None:
-        nxt = st.times.next_fire_after(from_ms(after_ms))
+        nxt = st.times.next_fire_ms_after(after_ms)
         if nxt is not None:
             self._push(st, nxt)
 
-    def _push(self, st: JobState, nxt: datetime) -> None:
-        fire_ms = to_ms(nxt)
-        due_ms = to_ms(st.times.due_at(nxt)) if st.times.jitter else fire_ms
-        self.heap.push(due_ms, st.priority, st.id, fire_ms, st.gen)
+    def _push(self, st: JobState, fire_ms: int) -> None:
+        self.heap.push(st.times.due_ms(fire_ms), st.priority, st.id, fire_ms, st.gen)
 
     def _catch_up(self, st: JobState, since: int | None, horizon: int, now_ms: int) -> None:
         """Apply the misfire policy to fire times in (since, horizon]."""

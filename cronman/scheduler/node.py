@@ -86,6 +86,7 @@ MAX_CLAIM_BATCH = 5000
 TAKEOVER_AFTER = 0.5
 LOAD_BATCH = 5000
 APPLY_CHUNK = 1000  # jobs applied per loop iteration before yielding
+FREEZE_AFTER = 10_000  # gained jobs loaded at once past which the cyclic GC pauses
 RELOAD_CHUNK = 5000  # jobs read per query when reloading (gained jobs, announcements)
 WATERMARK_OVERLAP = 6.0  # seconds of change_seq history re-read by each poll
 DRAIN_SECONDS = 5.0  # graceful stop: how long in-flight runs may finish
@@ -471,7 +472,15 @@ class SchedulerNode:
 
     async def _load_gained(self) -> None:
         ids = list(self._to_load)
-        await self._reload(ids)
+        bulk = len(ids) >= FREEZE_AFTER and gc.isenabled()
+        if bulk:  # the cyclic GC would walk the new records again and again
+            gc.disable()
+        try:
+            await self._reload(ids)
+        finally:
+            if bulk:
+                gc.freeze()  # they are long-lived, like the first load's (see main)
+                gc.enable()
         self._to_load.difference_update(ids)
         if not self._to_load:
             took = time.monotonic() - self._reconcile_from

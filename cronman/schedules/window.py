@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
-from cronman.timeutil import ensure_utc, to_ms
+from cronman.timeutil import ensure_utc, from_ms, to_ms
 
 if TYPE_CHECKING:
     from cronman.models import Job
 
 _MICROSECOND = timedelta(microseconds=1)
 _ZERO = timedelta(0)
+_MAX_MS = to_ms(datetime.max.replace(tzinfo=UTC)) - 1000
 
 
 class Schedule(Protocol):
@@ -60,6 +61,24 @@ class JobTimes:
         if fire is None or (self.end_at is not None and fire > self.end_at):
             return None
         return fire
+
+    def next_fire_ms_after(self, ms: int) -> int | None:
+        """``next_fire_after`` in epoch milliseconds (plain arithmetic for
+        unbounded interval schedules: the scheduler's hot path)."""
+        s = self.schedule
+        if s.kind == "interval" and self.start_at is None and self.end_at is None:
+            every = s.every_ms  # type: ignore[attr-defined]
+            anchor = s.anchor_ms  # type: ignore[attr-defined]
+            fire = anchor + ((ms - anchor) // every + 1) * every
+            return fire if fire <= _MAX_MS else None
+        nxt = self.next_fire_after(from_ms(ms))
+        return None if nxt is None else to_ms(nxt)
+
+    def due_ms(self, fire_ms: int) -> int:
+        """``due_at`` in epoch milliseconds."""
+        if not self._jitter_ms:
+            return fire_ms
+        return to_ms(self.due_at(from_ms(fire_ms)))
 
     def fire_times(self, after: datetime, count: int) -> list[datetime]:
         """Up to ``count`` nominal fire times strictly after ``after``."""

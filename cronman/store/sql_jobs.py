@@ -29,7 +29,6 @@ from typing import Any
 from sqlalchemy import (
     Text,
     and_,
-    any_,
     bindparam,
     cast,
     delete,
@@ -327,9 +326,11 @@ class SqlJobStore:
         with self._db.read() as conn:
             for start in range(0, len(ids), chunk):
                 part = ids[start:start + chunk]
-                match = (jobs.c.id == any_(bindparam("ids", part, type_=ARRAY(Text)))
-                         if self._db.is_postgres
-                         else jobs.c.id.in_(part))
+                # unnest: a hash join; "= ANY(array)" makes PostgreSQL scan the table
+                # and search the array for every row.
+                match = (jobs.c.id.in_(select(func.unnest(
+                    bindparam("ids", part, type_=ARRAY(Text)))).scalar_subquery())
+                    if self._db.is_postgres else jobs.c.id.in_(part))
                 stmt = select(*self._lean_columns()).where(jobs.c.deleted_at.is_(None), match)
                 found.extend(tuple(r) for r in conn.execute(stmt))
         return found

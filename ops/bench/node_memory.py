@@ -3,6 +3,7 @@
 
     .venv/bin/python ops/bench/node_memory.py --jobs 100000            # 1 node, no Redis
     .venv/bin/python ops/bench/node_memory.py --jobs 1000000 --nodes 3 # private Redis, R=2
+    .venv/bin/python ops/bench/node_memory.py --jobs 100000 --nodes 3 --kill  # reconcile
 
 Creates N jobs in a scratch PostgreSQL database with bulk SQL (one template
 job validated by cronman, then ``INSERT ... SELECT generate_series``), then
@@ -48,6 +49,7 @@ ADMIN_URL = os.environ.get("CRONMAN_BENCH_ADMIN_URL",
 EVERY_S = 30 * 86_400
 READY = re.compile(r"ready: owns (\d+) of (\d+)")
 OWNERSHIP = re.compile(r"ownership: (\d+) jobs gained, (\d+) dropped")
+RECONCILED = re.compile(r"ownership reconciled: (\d+) gained jobs loaded (\d+) ms")
 
 
 def proc_status(pid: int) -> dict[str, int]:
@@ -178,6 +180,30 @@ def idle_rss_kb(url: str, out: Path) -> int:
         proc.stop(timeout=15)
 
 
+def kill_last(nodes: list[tuple[ManagedProcess, str, float]], out: Path,
+              ttl: float) -> list[dict[str, object]]:
+    """SIGKILL the last node; per survivor, the jobs it gained and how long
+    loading them took from the membership change (its own log line)."""
+    before = [len(RECONCILED.findall((out / f"node{k + 1}.log").read_text(errors="replace")))
+              for k in range(len(nodes) - 1)]
+    victim = nodes[-1][0]
+    killed_at = time.monotonic()
+    victim.kill()
+    found: dict[int, dict[str, object]] = {}
+    deadline = killed_at + ttl + 60
+    while len(found) < len(nodes) - 1 and time.monotonic() < deadline:
+        for k in range(len(nodes) - 1):
+            if k in found:
+                continue
+            lines = RECONCILED.findall((out / f"node{k + 1}.log").read_text(errors="replace"))
+            if len(lines) > before[k]:
+                gained, ms = lines[-1]
+                found[k] = {"node": k + 1, "gained": int(gained), "reconcile_ms": int(ms),
+                            "since_kill_s": round(time.monotonic() - killed_at, 1)}
+        time.sleep(0.05)
+    return [found.get(k, {"node": k + 1, "reconcile_ms": None}) for k in range(len(nodes) - 1)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=100_000)
@@ -188,6 +214,11 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--no-idle", action="store_true", help="skip the idle-node baseline")
+    ap.add_argument("--kill", action="store_true",
+                    help="after measuring, SIGKILL the last node and report how long the "
+                         "others take to load the jobs they gain")
+    ap.add_argument("--heartbeat-ttl", type=float, default=5.0,
+                    help="CRONMAN_HEARTBEAT_TTL of the nodes (s)")
     args = ap.parse_args()
 
     out = args.out or Path(tempfile.mkdtemp(prefix="cronman-node-memory-"))
@@ -206,7 +237,8 @@ def main() -> None:
         if args.nodes > 1:
             redis = PrivateRedis().start()
         nodes = start_nodes(db.url, args.nodes, args.replicas if args.nodes > 1 else 1,
-                            redis.url if redis else None, out, {})
+                            redis.url if redis else None, out,
+                            {"CRONMAN_HEARTBEAT_TTL": str(args.heartbeat_ttl)})
         ready: dict[int, float] = {}
         deadline = time.monotonic() + args.timeout
         while len(ready) < len(nodes) and time.monotonic() < deadline:
@@ -239,6 +271,8 @@ def main() -> None:
                   "replicas": args.replicas if args.nodes > 1 else 1,
                   "idle_rss_mb": round(idle / 1024, 1), "create_s": round(created_s, 1),
                   "per_node": results}
+        if args.kill and len(nodes) > 1:
+            report["after_kill"] = kill_last(nodes, out, args.heartbeat_ttl)
         print(json.dumps(report, indent=2))
         (out / "result.json").write_text(json.dumps(report, indent=2))
         print(f"logs in {out}")

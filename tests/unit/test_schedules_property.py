@@ -392,3 +392,21 @@ def test_identical_across_processes_and_host_settings():
         jt = JobTimes(s, job_id="cross-process", start_at=None, end_at=None, jitter=45.5)
         first = jt.next_fire_after(instant(start))
         assert [first.isoformat(), jt.due_at(first).isoformat()] == seq[0]
+
+
+@given(every_ms=st.integers(1, 10**10), anchor_ms=st.integers(-10**12, 4 * 10**12),
+       at_ms=st.integers(-10**12, 4 * 10**12), window=st.booleans(), cron=st.booleans())
+def test_next_fire_in_ms_agrees_with_the_datetime_form(every_ms, anchor_ms, at_ms, window, cron):
+    """The scheduler's millisecond shortcut gives the same fire times as
+    ``next_fire_after`` (interval arithmetic, windows, cron fallback)."""
+    from cronman.schedules import CronSchedule, IntervalSchedule, JobTimes
+    from cronman.schedules.cronexpr import cron_expr
+    from cronman.timeutil import from_ms, to_ms
+
+    schedule = (CronSchedule(cron_expr("*/7 * * * *", job_id=""), "UTC", None) if cron
+                else IntervalSchedule(every_ms, anchor_ms))
+    start = from_ms(anchor_ms + 5) if window else None
+    end = from_ms(anchor_ms + 50 * every_ms) if window else None
+    times = JobTimes(schedule, job_id="j", start_at=start, end_at=end, jitter=None)
+    expected = times.next_fire_after(from_ms(at_ms))
+    assert times.next_fire_ms_after(at_ms) == (None if expected is None else to_ms(expected))
