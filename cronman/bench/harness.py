@@ -20,13 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from cronman.bench.nodelog import NodeLog
 from cronman.bench.peer import peer_argv, peer_key
 from cronman.bench.procs import BenchError, ManagedProcess, Usage
 from cronman.bench.receiver import LogTail, Receiver
 from cronman.bench.report import Tally, percentile
 from cronman.bench.services import DEFAULT_ADMIN_URL, PrivateRedis, ScratchDatabase
 from cronman.bench.workload import Workload, create_cronman_jobs
-from cronman.config import DEFAULT_HEARTBEAT_TTL
+from cronman.config import DEFAULT_HEARTBEAT_TTL, DEFAULT_LEASE_SECONDS
 from cronman.timeutil import now_ms
 
 Echo = Callable[[str], None]
@@ -39,6 +40,7 @@ class BenchOptions:
     nodes: int = 3
     replicas: int = 2
     heartbeat_ttl: float = DEFAULT_HEARTBEAT_TTL
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
     warmup: float = 5.0
     drain_max: float = 60.0
     drain_idle: float = 5.0
@@ -49,6 +51,8 @@ class BenchOptions:
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="cronman-bench-")))
     echo: Echo = print
     node_argv: list[str] | None = None  # how to start a node (default: the cronman command)
+    # Called with a scenario's partial result (max-rate after each trial), to save it.
+    checkpoint: Callable[[dict[str, Any]], None] | None = None
 
 
 def ceil_second(ms: int) -> int:
@@ -78,6 +82,9 @@ class System(Protocol):
     def kill_one(self) -> ManagedProcess | None:
         """SIGKILL one process (the kill scenario); None if not applicable."""
 
+    def ready_ms(self) -> dict[str, int | None]:
+        """Per process: when it said it had loaded its jobs (Unix ms), None until then."""
+
     def teardown(self) -> None:
         """Stop what is still running and remove scratch state."""
 
@@ -93,6 +100,7 @@ class CronmanSystem:
         self.db = ScratchDatabase(opts.admin_url)
         self.redis = PrivateRedis()
         self.processes: list[ManagedProcess] = []
+        self.logs: dict[str, NodeLog] = {}
         self.notes: list[str] = []
         self._torn_down = False
 
@@ -122,6 +130,7 @@ class CronmanSystem:
             "CRONMAN_REDIS_URL": self.redis.url,
             "CRONMAN_REPLICAS": str(min(self.opts.replicas, self.opts.nodes)),
             "CRONMAN_HEARTBEAT_TTL": str(self.opts.heartbeat_ttl),
+            "CRONMAN_LEASE_SECONDS": str(self.opts.lease_seconds),
             "CRONMAN_ALLOW_PRIVATE_TARGETS": "true",
             "CRONMAN_NODE_ID": node_id,
         })
@@ -131,11 +140,13 @@ class CronmanSystem:
         argv = self.opts.node_argv or cronman_command()
         for n in range(1, self.opts.nodes + 1):
             node_id = f"bench-{n}"
-            self.processes.append(ManagedProcess(
+            proc = ManagedProcess(
                 node_id, [*argv, "scheduler", "--node-id", node_id],
                 log_path=self.opts.workdir / f"{self.tag}-{node_id}.log",
                 env=self.node_env(node_id),
-            ))
+            )
+            self.processes.append(proc)
+            self.logs[node_id] = NodeLog(proc.log_path, proc.log_offset)
         time.sleep(0.5)
         for p in self.processes:
             if p.exited():
@@ -150,6 +161,11 @@ class CronmanSystem:
         if victim is not None:
             victim.kill()
         return victim
+
+    def ready_ms(self) -> dict[str, int | None]:
+        for log in self.logs.values():
+            log.read()
+        return {name: log.ready_ms for name, log in self.logs.items()}
 
     def teardown(self) -> None:
         if self._torn_down:
@@ -177,6 +193,7 @@ class PeerSystem:
         self.processes: list[ManagedProcess] = []
         self._argv: list[str] = []
         self._count = 0
+        self._ready_at: int | None = None
         self.notes: list[str] = []
         self._torn_down = False
 
@@ -189,6 +206,10 @@ class PeerSystem:
         self._ready = ready
         self._argv = peer_argv(self.name, w, url, self.db.url if self.db else None, ready)
         return [peer_key(i) for i in range(w.count)]
+
+    def ready_ms(self) -> dict[str, int | None]:
+        """The peer is ready once its jobs are added and the scheduler started."""
+        return {self.name: self._ready_at}
 
     def start(self) -> None:
         proc = ManagedProcess(self.name, self._argv,
@@ -206,6 +227,10 @@ class PeerSystem:
                 self.opts.echo(f"  [{self.tag}] adding {self._count:,} jobs to APScheduler ...")
             proc.sample()
             time.sleep(0.1)
+        try:
+            self._ready_at = int(float(self._ready.read_text().split()[0]) * 1000)
+        except (IndexError, ValueError):  # caught between the file's creation and its write
+            self._ready_at = now_ms()
 
     def counters(self) -> dict[str, int]:
         return {"pg_commits": self.db.xact_commit()} if self.db is not None else {}
@@ -263,6 +288,8 @@ class PhaseOutcome:
     started_ms: int  # when the system's processes were launched
     killed: dict[str, Any] | None = None
     ready_ms: int = 0  # when starting them returned (APScheduler: jobs added)
+    # Per process: when it said it had loaded its jobs (cronman: the node's log).
+    loaded_ms: dict[str, int | None] = field(default_factory=dict)
 
 
 def run_phase(
@@ -273,11 +300,18 @@ def run_phase(
     *,
     label: str,
     kill_after_s: float | None = None,
+    settle_after_kill_s: float = 0.0,
     drain_max: float | None = None,
     drain_idle: float | None = None,
     finish_when_complete: bool = False,
 ) -> PhaseOutcome:
-    """Run one system through one workload and measure it from the receiver."""
+    """Run one system through one workload and measure it from the receiver.
+
+    ``kill_after_s``: SIGKILL one process that long into the window; the
+    drain then lasts at least ``settle_after_kill_s`` after the kill (runs of
+    the killed node come back after their lease, later than any other fire,
+    and re-deliveries of fires that had already arrived must be counted too).
+    """
     echo = opts.echo
     receiver = Receiver(opts.workdir / f"{label}-nginx").start()
     timings: dict[str, float] = {}
@@ -295,9 +329,11 @@ def run_phase(
         # Until the window is fixed, every arrival counts as outside it.
         tally = Tally(w, keys, _NEVER, _NEVER)
         outcome = _watch(system, receiver, tally, window_of, opts, label, started_ms,
-                         kill_after_s, drain_max if drain_max is not None else opts.drain_max,
+                         kill_after_s, settle_after_kill_s,
+                         drain_max if drain_max is not None else opts.drain_max,
                          drain_idle if drain_idle is not None else opts.drain_idle,
                          finish_when_complete)
+        timings["phase_s"] = round(time.monotonic() - t0, 1)  # set-up to teardown
         outcome.result["timings"] = {**timings, **outcome.result.get("timings", {})}
         outcome.result["workload"] = w.to_dict()
         outcome.ready_ms = ready_ms
@@ -317,7 +353,8 @@ _NEVER = 2**62
 
 def _watch(system: System, receiver: Receiver, tally: Tally, window_of: WindowOf,
            opts: BenchOptions, label: str, started_ms: int, kill_after_s: float | None,
-           drain_max: float, drain_idle: float, finish_when_complete: bool) -> PhaseOutcome:
+           settle_after_kill_s: float, drain_max: float, drain_idle: float,
+           finish_when_complete: bool) -> PhaseOutcome:
     """Tick every second: sample, read the log, report; measure; drain.
 
     With ``finish_when_complete`` the measurement ends as soon as every owed
@@ -399,14 +436,18 @@ def _watch(system: System, receiver: Receiver, tally: Tally, window_of: WindowOf
         tick_late.sort()
         phase = "start" if ws == _NEVER else (
             "warm-up" if now < ws else ("measure" if now < we else "drain"))
+        loaded = system.ready_ms()
         echo(f"  [{label}] {phase:7s} {(now - started_ms) / 1000:6.1f}s  "
              f"received {len(tick_late):6,}/s  p99(1s) {_ms(percentile(tick_late, 99))}  "
-             f"owed fires delivered {len(tally.pairs):,}/{expected:,}")
+             f"owed fires delivered {len(tally.pairs):,}/{expected:,}  "
+             f"loaded {sum(v is not None for v in loaded.values())}/{len(loaded)}")
         tick_late = []
         if drain_started is not None:
             idle_since = max(tally.last_new_pair_ms or 0, we)
             idle = now - idle_since > drain_idle * 1000
-            if complete or idle or time.monotonic() - drain_started > drain_max:
+            settling = killed is not None and now < killed["at_ms"] + settle_after_kill_s * 1000
+            if ((complete or idle) and not settling) or (
+                    time.monotonic() - drain_started > drain_max):
                 break
     if counters_end is None:  # finish_when_complete, and it never completed
         counters_end = system.counters()
@@ -415,6 +456,7 @@ def _watch(system: System, receiver: Receiver, tally: Tally, window_of: WindowOf
     # Final samples, then stop the processes and read the rest of the log.
     for p in system.processes:
         p.sample()
+    loaded_ms = system.ready_ms()
     usage_final = {p.name: p.usage for p in system.processes}
     system.teardown()
     receiver.stop()
@@ -432,10 +474,13 @@ def _watch(system: System, receiver: Receiver, tally: Tally, window_of: WindowOf
                       counters_start, counters_end),
         "notes": list(getattr(system, "notes", [])),
     }
+    result["loaded_after_launch_s"] = {
+        name: None if ms is None else round((ms - started_ms) / 1000, 2)
+        for name, ms in loaded_ms.items()}
     if killed is not None:
         result["killed"] = killed
     return PhaseOutcome(result=result, tally=tally, workload=tally.w, started_ms=started_ms,
-                        killed=killed)
+                        killed=killed, loaded_ms=loaded_ms)
 
 
 def _log_tails(system: System) -> str:

@@ -102,6 +102,7 @@ class ManagedProcess:
         self.argv = list(argv)
         self.log_path = log_path
         self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.log_offset = self._log.tell()  # where this process's own lines begin
         self.popen = subprocess.Popen(
             self.argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True,

@@ -4,8 +4,12 @@
 after the receiver stopped) and matches them against the fires the workload
 owes in the measured window: a pair (job, fire time) is *delivered* when it
 arrived at least once, *missed* when it never did, *duplicated* when it
-arrived more than once. Lateness is first arrival minus fire time, on the
-receiver's clock.
+arrived more than once. A duplicated pair is told apart by its arrivals'
+``Cronman-Attempt`` and ``Cronman-Run-Id``: *doubled* when two first attempts
+(or two different runs) of it arrived -- two dispatches of one fire --,
+*redelivered* when a later attempt of the same run arrived after an earlier
+one (a retry, or the lease sweeper re-dispatching a run whose node died).
+Lateness is first arrival minus fire time, on the receiver's clock.
 """
 
 from __future__ import annotations
@@ -43,6 +47,40 @@ def lateness_summary(values: Iterable[int]) -> dict[str, Any]:
     }
 
 
+class PairRecord:
+    """The arrivals of one owed (job, fire time)."""
+
+    __slots__ = ("first_ms", "first_attempt_no", "arrivals", "first_attempts", "run_id",
+                 "other_run")
+
+    def __init__(self, a: Arrival) -> None:
+        self.first_ms = a.arrived_ms
+        self.first_attempt_no = a.attempt  # attempt of the earliest arrival
+        self.arrivals = 1
+        self.first_attempts = 1 if a.attempt <= 1 else 0
+        self.run_id = a.run_id
+        self.other_run = False  # an arrival carried another run id: a second run
+
+    def add(self, a: Arrival) -> None:
+        self.arrivals += 1
+        if a.attempt <= 1:
+            self.first_attempts += 1
+        if a.run_id != self.run_id:
+            self.other_run = True
+        if a.arrived_ms < self.first_ms:
+            self.first_ms, self.first_attempt_no = a.arrived_ms, a.attempt
+
+    @property
+    def doubled(self) -> bool:
+        """Dispatched twice: two first attempts, or two runs, of one fire."""
+        return self.first_attempts > 1 or self.other_run
+
+    @property
+    def redeliveries(self) -> int:
+        """Extra arrivals that were later attempts (not a second first attempt)."""
+        return self.arrivals - 1 - max(self.first_attempts - 1, 0)
+
+
 class Tally:
     """Arrivals matched against the fires owed in [start_ms, end_ms)."""
 
@@ -53,8 +91,8 @@ class Tally:
         self.index = {k: i for i, k in enumerate(keys)}
         self.start_ms = start_ms
         self.end_ms = end_ms
-        # (job index, fire ms) -> [first arrival ms, arrivals]
-        self.pairs: dict[tuple[int, int], list[int]] = {}
+        # (job index, fire ms) -> PairRecord
+        self.pairs: dict[tuple[int, int], PairRecord] = {}
         self.arrivals = 0
         self.outside_window = 0
         self.stray = 0  # unknown job, or a fire time that is not on the job's grid
@@ -91,12 +129,10 @@ class Tally:
             return False
         rec = self.pairs.get((i, t))
         if rec is None:
-            self.pairs[(i, t)] = [a.arrived_ms, 1]
+            self.pairs[(i, t)] = PairRecord(a)
             self.last_new_pair_ms = a.arrived_ms
             return True
-        rec[1] += 1
-        if a.arrived_ms < rec[0]:
-            rec[0] = a.arrived_ms
+        rec.add(a)
         return False
 
     def arrivals_between(self, lo_ms: int, hi_ms: int) -> int:
@@ -111,24 +147,43 @@ class Tally:
         """Lateness of delivered pairs whose fire time is in [since, until)."""
         lo = self.start_ms if since_ms is None else since_ms
         hi = self.end_ms if until_ms is None else until_ms
-        return [rec[0] - t for (_i, t), rec in self.pairs.items() if lo <= t < hi]
+        return [rec.first_ms - t for (_i, t), rec in self.pairs.items() if lo <= t < hi]
+
+    def kinds(self, since_ms: int | None = None, until_ms: int | None = None
+              ) -> dict[str, int]:
+        """Duplicated, doubled, redelivered and sweeper-first pairs due in [since, until)."""
+        lo = self.start_ms if since_ms is None else since_ms
+        hi = self.end_ms if until_ms is None else until_ms
+        out = {"duplicated_pairs": 0, "duplicate_deliveries": 0, "doubled_pairs": 0,
+               "redelivered_pairs": 0, "redeliveries": 0, "first_by_later_attempt": 0}
+        for (_i, t), rec in self.pairs.items():
+            if not lo <= t < hi:
+                continue
+            if rec.arrivals > 1:
+                out["duplicated_pairs"] += 1
+                out["duplicate_deliveries"] += rec.arrivals - 1
+            if rec.doubled:
+                out["doubled_pairs"] += 1
+            if rec.redeliveries:
+                out["redelivered_pairs"] += 1
+                out["redeliveries"] += rec.redeliveries
+            if rec.first_attempt_no > 1:
+                out["first_by_later_attempt"] += 1
+        return out
 
     def summary(self, expected: int | None = None) -> dict[str, Any]:
         """The phase's delivery figures (``expected`` may be passed if known)."""
         exp = self.expected() if expected is None else expected
         delivered = len(self.pairs)
-        dup_pairs = sum(1 for rec in self.pairs.values() if rec[1] > 1)
-        dup_extra = sum(rec[1] - 1 for rec in self.pairs.values() if rec[1] > 1)
         seconds = (self.end_ms - self.start_ms) / 1000.0
-        late = lateness_summary(rec[0] - t for (_i, t), rec in self.pairs.items())
-        last = max((rec[0] for rec in self.pairs.values()), default=None)
+        late = lateness_summary(rec.first_ms - t for (_i, t), rec in self.pairs.items())
+        last = max((rec.first_ms for rec in self.pairs.values()), default=None)
         return {
             "window_s": seconds,
             "expected": exp,
             "delivered_unique": delivered,
             "missed": exp - delivered,
-            "duplicated_pairs": dup_pairs,
-            "duplicate_deliveries": dup_extra,
+            **self.kinds(),
             "fires_per_s": round(delivered / seconds, 1) if seconds > 0 else None,
             "received_per_s": round(self.arrivals_between(self.start_ms, self.end_ms) / seconds,
                                     1) if seconds > 0 else None,
@@ -156,7 +211,7 @@ class Tally:
             owed[b] = owed.get(b, 0) + 1
         got: dict[int, list[int]] = {}
         for (_i, t), rec in self.pairs.items():
-            got.setdefault((t - self.start_ms) // bucket_ms, []).append(rec[0] - t)
+            got.setdefault((t - self.start_ms) // bucket_ms, []).append(rec.first_ms - t)
         out = []
         for b in sorted(owed):
             late = sorted(got.get(b, []))
@@ -181,7 +236,7 @@ def steady_after(tally: Tally, p99_limit_ms: int, bucket_ms: int = 1000,
         owed[b] = owed.get(b, 0) + 1
     got: dict[int, list[int]] = {}
     for (_i, t), rec in tally.pairs.items():
-        got.setdefault((t - tally.start_ms) // bucket_ms, []).append(rec[0] - t)
+        got.setdefault((t - tally.start_ms) // bucket_ms, []).append(rec.first_ms - t)
     last = (tally.end_ms - tally.start_ms - 1) // bucket_ms
     candidates = sorted(owed)
     complete_from: int | None = None  # every bucket from here on got all its fires
@@ -215,6 +270,9 @@ _ROWS: tuple[tuple[str, str, str], ...] = (
     ("delivered (unique)", "delivery.delivered_unique", "{:,}"),
     ("missed", "delivery.missed", "{:,}"),
     ("duplicated pairs", "delivery.duplicated_pairs", "{:,}"),
+    ("  doubled (2 dispatches)", "delivery.doubled_pairs", "{:,}"),
+    ("  redelivered (later attempt)", "delivery.redelivered_pairs", "{:,}"),
+    ("first sent by a later attempt", "delivery.first_by_later_attempt", "{:,}"),
     ("lateness p50 ms", "delivery.lateness.p50_ms", "{:,}"),
     ("lateness p95 ms", "delivery.lateness.p95_ms", "{:,}"),
     ("lateness p99 ms", "delivery.lateness.p99_ms", "{:,}"),

@@ -29,51 +29,94 @@ def _parse_peers(value: str | None) -> tuple[str, ...] | None:
 
 @cli.command("bench")
 @click.option("--scenario", type=click.Choice(_SCENARIO_CHOICES), default="steady",
-              show_default=True, help="What to measure.")
+              show_default=True, help="What to measure (see above).")
 @click.option("--nodes", type=click.IntRange(1, 32), default=3, show_default=True,
-              help="cronman scheduler nodes.")
+              help="cronman scheduler nodes (kill: at least 2).")
 @click.option("--replicas", type=click.IntRange(1, 8), default=2, show_default=True,
               help="CRONMAN_REPLICAS for the nodes.")
 @click.option("--jobs", type=click.IntRange(1, 10_000_000), default=None,
-              help="J, the number of jobs (default: per scenario).")
+              help="J, the number of jobs (defaults: steady 1,000, herd 50,000, million "
+                   "1,000,000, kill 1,000; max-rate: rate x every per trial).")
 @click.option("--every", type=click.IntRange(1, 86_400), default=None,
-              help="S, seconds between fires of each job (default: per scenario).")
+              help="S, seconds between fires of each job (defaults: 1; million 3,600).")
 @click.option("--duration", type=click.FloatRange(1, 86_400), default=None,
-              help="T, seconds measured (max-rate: per trial; default: per scenario).")
+              help="T, seconds measured (defaults: steady 60, max-rate 20 per trial, "
+                   "million 300 from launch, kill 120).")
 @click.option("--warmup", type=click.FloatRange(0, 3600), default=5.0, show_default=True,
-              help="Seconds between start-up and the measured window.")
+              help="steady, max-rate, kill: seconds from each system's first callback to "
+                   "the measured window.")
 @click.option("--peer", "peer", default=None, metavar="LIST",
               help="Comma-separated: apscheduler-memory, apscheduler-sqlalchemy, none "
-                   "(default: per scenario).")
+                   "(defaults: steady and herd both, max-rate and million memory, kill none).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
-              default=None, help="Where to write the results (default bench-results/).")
+              default=None, help="Where to write the results (default "
+                                 "bench-results/bench-<scenario>-<time>.json; rewritten "
+                                 "after every scenario and max-rate trial).")
 @click.option("--database-url", envvar="CRONMAN_BENCH_DATABASE_URL", default=None,
               help="A PostgreSQL server to make scratch databases on "
-                   "(postgresql+psycopg2://user@host:port/db).")
+                   "(postgresql+psycopg2://user@host:port/db) [env CRONMAN_BENCH_DATABASE_URL; "
+                   "default the local test server].")
 @click.option("--heartbeat-ttl", type=click.FloatRange(1, 600), default=30.0,
               show_default=True, help="CRONMAN_HEARTBEAT_TTL for the nodes.")
+@click.option("--lease-seconds", type=click.FloatRange(1, 3600), default=30.0,
+              show_default=True, help="CRONMAN_LEASE_SECONDS for the nodes.")
 @click.option("--p99-limit", type=click.IntRange(1, 60_000), default=100, show_default=True,
-              help="max-rate/million: the p99 lateness (ms) that counts as sustained.")
+              help="max-rate, million: the p99 lateness (ms) that counts as on time.")
 @click.option("--start-rate", type=click.FloatRange(1, 1e6), default=250.0, show_default=True,
               help="max-rate: the first rate tried (fires/s).")
+@click.option("--rate-step", type=click.FloatRange(1.01, 10), default=1.25,
+              show_default=True, help="max-rate: each rate tried is this times the last "
+                                      "(rounded to 2 significant figures).")
 @click.option("--max-rate", "max_rate_", type=click.FloatRange(1, 1e6), default=16_000.0,
               show_default=True, help="max-rate: the highest rate tried (fires/s).")
 @click.option("--lead", type=click.FloatRange(1, 3600), default=None,
-              help="herd: seconds from job creation to the herd's instant (default 20 + J/1000; SQLAlchemy peer 20 + J/400).")
+              help="herd: seconds from job creation to the herd's instant (default 20 + J/1000; "
+                   "SQLAlchemy peer 20 + J/400).")
+@click.option("--kill-at", type=click.FloatRange(0.1, 86_400), default=None,
+              help="kill: seconds into the window when the node is SIGKILLed "
+                   "(default: half of --duration).")
 @click.option("--drain", type=click.FloatRange(1, 3600), default=60.0, show_default=True,
-              help="Longest wait for late arrivals after the window.")
+              help="Longest wait for late arrivals after the window (herd at least 300, "
+                   "kill at least lease + TTL + 40).")
 @click.option("--keep", is_flag=True, help="Keep scratch databases and receiver logs.")
 def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
                   every: int | None, duration: float | None, warmup: float, peer: str | None,
                   json_path: Path | None, database_url: str | None, heartbeat_ttl: float,
-                  p99_limit: int, start_rate: float, max_rate_: float, lead: float | None,
-                  drain: float, keep: bool) -> None:
+                  lease_seconds: float, p99_limit: int, start_rate: float, rate_step: float,
+                  max_rate_: float, lead: float | None, kill_at: float | None, drain: float,
+                  keep: bool) -> None:
     """Benchmark cronman against APScheduler on this machine, measured at a receiver.
 
     Uses the running PostgreSQL (scratch databases, dropped afterwards), a
     private redis-server and nginx receiver on random loopback ports, N
-    scheduler nodes, then the same workload on APScheduler; prints a table
-    and writes JSON.
+    scheduler nodes, then (alone, after cronman) the same workload on
+    APScheduler 3.x. Every figure comes from the receiver's log: lateness is
+    arrival (nginx clock) minus Cronman-Scheduled-For; a fire is a
+    (job, fire time) pair, missed when it never arrived, duplicated when it
+    arrived twice. Prints progress every second, a table at the end, and
+    writes JSON. Method and run times: ops/bench/README.md.
+
+    \b
+    Scenarios:
+      steady    J jobs every S s (J/S fires/s) for T s: lateness p50..max,
+                missed, duplicated, CPU and memory, PG commits and Redis
+                commands per fire; cronman and each peer, with ratios.
+      max-rate  per system, trials of T s at rising rates (--start-rate,
+                x --rate-step, up to --max-rate; J = rate x S): stops at the
+                first rate that misses or duplicates a fire or has
+                p99 > --p99-limit, reports the last rate that passed, and the
+                cronman/peer ratio.
+      herd      J jobs due in the same second (--lead s after creation):
+                time until the last callback arrives.
+      million   J jobs every S s (1,000,000 every 3,600 s) created before the
+                nodes start; from launch for T s: seconds until every node
+                has loaded and every fire is on time (steady state), missed
+                before/after, peak RSS per process.
+      kill      steady load on N >= 2 nodes; one node is SIGKILLed at
+                --kill-at: lost, doubled (two first attempts), redelivered
+                (same run, later attempt), fires first sent by the sweeper,
+                p99 lateness steady vs around the kill.
+      all       the five in turn, each with its defaults.
     """
     from cronman.bench.harness import BenchOptions
     from cronman.bench.procs import BenchError
@@ -82,22 +125,29 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
     from cronman.bench.services import DEFAULT_ADMIN_URL, ensure_postgres
 
     admin_url = database_url or DEFAULT_ADMIN_URL
-    opts = BenchOptions(nodes=nodes, replicas=replicas, heartbeat_ttl=heartbeat_ttl,
-                        warmup=warmup, drain_max=drain, admin_url=admin_url, keep=keep,
-                        p99_limit_ms=p99_limit, echo=click.echo)
-    params = ScenarioParams(jobs=jobs, every=every, duration=duration,
-                            peers=_parse_peers(peer), start_rate=start_rate,
-                            max_rate=max_rate_, lead=lead)
     started = time.strftime("%Y%m%dT%H%M%S")
     out_path = json_path or Path("bench-results") / f"bench-{scenario}-{started}.json"
+    done: list[dict[str, object]] = []
     payload: dict[str, object] = {
         "command": "cronman bench " + " ".join(sys.argv[2:]),
         "started_at": started,
         "machine": machine_info(),
         "settings": {"nodes": nodes, "replicas": replicas, "heartbeat_ttl_s": heartbeat_ttl,
-                     "warmup_s": warmup, "p99_limit_ms": p99_limit},
-        "scenarios": [],
+                     "lease_s": lease_seconds, "warmup_s": warmup, "p99_limit_ms": p99_limit},
+        "scenarios": done,
     }
+
+    def checkpoint(partial: dict[str, object]) -> None:
+        write_json(out_path, {**payload, "scenarios": [*done, partial]})
+
+    opts = BenchOptions(nodes=nodes, replicas=replicas, heartbeat_ttl=heartbeat_ttl,
+                        lease_seconds=lease_seconds, warmup=warmup, drain_max=drain,
+                        admin_url=admin_url, keep=keep, p99_limit_ms=p99_limit,
+                        echo=click.echo, checkpoint=checkpoint)
+    params = ScenarioParams(jobs=jobs, every=every, duration=duration,
+                            peers=_parse_peers(peer), start_rate=start_rate,
+                            rate_step=rate_step, max_rate=max_rate_, lead=lead,
+                            kill_at=kill_at)
     try:
         ensure_postgres(admin_url)
     except BenchError as exc:
@@ -116,10 +166,11 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
             click.echo(f"{name}: failed:\n{traceback.format_exc()}", err=True)
             result = {"scenario": name, "error": repr(exc)}
             failed = True
-        payload["scenarios"].append(result)  # type: ignore[attr-defined]
+        done.append(result)
         if "table" in result:
             tables.append((name, result["table"]))
         write_json(out_path, payload)
+        click.echo(f"{name}: results written to {out_path}")
     click.echo("")
     for name, table in tables:
         click.echo(f"== {name} ==")

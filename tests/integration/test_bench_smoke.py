@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from cronman.bench.receiver import Arrival, parse_line
 from cronman.bench.report import Tally, format_table, percentile, steady_after
-from cronman.bench.scenarios import search_highest
+from cronman.bench.scenarios import rate_ladder, search_highest, trial_verdict
 from cronman.bench.workload import Workload
 from tests.support.databases import PG_ADMIN_DB, pg_url
 
@@ -50,10 +52,32 @@ def test_tally_counts_missed_duplicated_and_stray_arrivals() -> None:
     assert s["delivered_unique"] == 3 and s["missed"] == 1
     assert s["expected"] == s["delivered_unique"] + s["missed"]
     assert s["duplicated_pairs"] == 1 and s["duplicate_deliveries"] == 1
+    assert s["redelivered_pairs"] == 1 and s["doubled_pairs"] == 0
     assert s["arrivals_outside_window"] == 1 and s["arrivals_stray"] == 2
     assert s["retries"] == 1
     assert s["lateness"]["p50_ms"] == 40 and s["lateness"]["max_ms"] == 100
     assert "missed" in format_table([{"system": "cronman", "delivery": s}])
+
+
+def test_tally_tells_double_dispatches_from_redeliveries() -> None:
+    w = Workload(count=4, every_ms=1000, base_ms=0)
+    t = Tally(w, ["a", "b", "c", "d"], 10_000, 11_000)
+    for a in (
+        Arrival(10_010, "a", 10_000, "ra", 1),
+        Arrival(10_020, "a", 10_000, "ra", 1),     # a second first attempt: doubled
+        Arrival(10_260, "b", 10_250, "rb", 1),
+        Arrival(40_000, "b", 10_250, "rb", 2),     # same run, later attempt: redelivered
+        Arrival(40_100, "c", 10_500, "rc", 2),     # first sent by the sweeper
+        Arrival(10_760, "d", 10_750, "rd", 1),
+        Arrival(10_770, "d", 10_750, "rd2", 2),    # another run for the same fire: doubled
+    ):
+        t.add(a)
+    s = t.summary()
+    assert s["missed"] == 0 and s["duplicated_pairs"] == 3
+    assert s["doubled_pairs"] == 2
+    assert s["redelivered_pairs"] == 2 and s["redeliveries"] == 2
+    assert s["first_by_later_attempt"] == 1
+    assert t.kinds(10_000, 10_500)["doubled_pairs"] == 1
 
 
 def test_steady_state_begins_when_every_later_fire_is_on_time() -> None:
@@ -80,15 +104,45 @@ def test_log_line_and_percentiles() -> None:
     assert percentile([1, 2, 3, 4], 50) == 2 and percentile([], 99) is None
 
 
-def test_search_highest_doubles_then_bisects() -> None:
-    tried: list[float] = []
+def test_rate_ladder_rises_by_the_step_in_round_numbers() -> None:
+    assert rate_ladder(250, 1.25, 1000) == [250, 310, 390, 490, 610, 760, 950]
+    assert rate_ladder(100, 2, 800) == [100, 200, 400, 800]
 
-    def trial(rate: float) -> bool:
-        tried.append(rate)
-        return rate <= 1300
 
-    assert search_highest(trial, 250, 16_000, steps=3) == 1250
-    assert tried[:4] == [250, 500, 1000, 2000]
+def test_search_stops_at_the_first_failing_rate_and_reports_the_last_pass() -> None:
+    tried: list[int] = []
+
+    def trial(passing: Callable[[int], bool]) -> Callable[[int], str]:
+        def run(rate: int) -> str:
+            tried.append(rate)
+            return "pass" if passing(rate) else "fail"
+        return run
+
+    found = search_highest(trial(lambda r: r <= 700 or r == 950), 250, 16_000, 1.25)
+    # 760 fails: the search stops there although 950 would have passed.
+    assert tried == [250, 310, 390, 490, 610, 760]
+    assert found.highest == 610 and found.first_failure == 760 and not found.capped
+    tried.clear()
+    found = search_highest(trial(lambda r: r <= 62), 250, 16_000, 1.25)
+    assert tried == [250, 125, 62] and found.highest == 62 and found.below_start
+    assert found.first_failure == 125
+    tried.clear()
+    found = search_highest(trial(lambda r: True), 100, 200, 2)
+    assert found.highest == 200 and found.capped
+    errors = iter(["pass", "error"])
+    found = search_highest(lambda r: next(errors), 100, 1000, 2)
+    assert found.highest == 100 and found.error_at == 200 and found.first_failure is None
+
+
+def test_trial_verdict_needs_every_fire_once_and_p99_within_the_limit() -> None:
+    def phase(missed: int = 0, dup: int = 0, p99: int | None = 50) -> dict[str, Any]:
+        return {"delivery": {"missed": missed, "duplicated_pairs": dup,
+                             "lateness": {"p99_ms": p99}}}
+    assert trial_verdict(phase(), 100) == "pass"
+    assert trial_verdict(phase(p99=101), 100) == "fail"
+    assert trial_verdict(phase(missed=1), 100) == "fail"
+    assert trial_verdict(phase(dup=1), 100) == "fail"
+    assert trial_verdict({"error": "bench-1 exited"}, 100) == "error"
 
 
 @pytest.mark.postgres
