@@ -48,6 +48,7 @@ DELETED_MEMORY_MS = 600_000
 
 
 _NO_LABELS: dict[str, str] = {}
+_EPOCH = from_ms(0)
 # Interned values (schedules, targets, policy groups, parsed times) are shared
 # by every job with the same one; the tables are emptied when they grow past
 # this, which only ends sharing for jobs loaded afterwards.
@@ -86,22 +87,22 @@ class JobState:
     in an interned :class:`Common`, the target as its JSON text (interned
     too), the schedule only parsed (jobs with the same times share one
     JobTimes) -- and ``job`` rebuilds a :class:`Job` when a fire needs one.
-    That view carries the normalised schedule object, no labels and
-    ``updated_at == created_at``: the scheduler uses neither.
+    That view carries the normalised schedule object, no labels, and the
+    epoch as ``created_at`` and ``updated_at``: the scheduler uses none of
+    them (the creation time matters only when the job is first loaded).
     """
 
-    __slots__ = ("id", "name", "version", "priority", "paused", "created_at", "common",
+    __slots__ = ("id", "name", "version", "priority", "paused", "common",
                  "target", "times", "hash", "gen", "cursor_ms", "skipped_pending")
 
     def __init__(self, job_id: str, name: str, version: int, priority: int, paused: bool,
-                 created_at: datetime, common: Common, target: str, times: JobTimes, h: int,
-                 gen: int, skipped_pending: int) -> None:
+                 common: Common, target: str, times: JobTimes, h: int, gen: int,
+                 skipped_pending: int) -> None:
         self.id = job_id
         self.name = name
         self.version = version
         self.priority = priority
         self.paused = paused
-        self.created_at = created_at
         self.common = common
         self.target = target
         self.times = times
@@ -127,8 +128,7 @@ class JobState:
                    misfire=c.misfire, delivery=c.delivery, concurrency=c.concurrency,
                    priority=self.priority, start_at=c.start_at, end_at=c.end_at,
                    jitter=c.jitter, paused=self.paused, labels=_NO_LABELS,
-                   dead_letter=c.dead_letter, created_at=self.created_at,
-                   updated_at=self.created_at,
+                   dead_letter=c.dead_letter, created_at=_EPOCH, updated_at=_EPOCH,
                    last_fire_at=None if self.cursor_ms is None else from_ms(self.cursor_ms),
                    skipped_pending=self.skipped_pending)
 
@@ -227,8 +227,8 @@ class JobTable:
         return self.heap.peek_due()
 
     def _live(self, e: Entry) -> bool:
-        st = self.jobs.get(e[3])
-        return st is not None and st.gen == e[5]
+        st = self.jobs.get(e[2])
+        return st is not None and st.gen == e[4]
 
     # -- jobs coming in ---------------------------------------------------
 
@@ -275,7 +275,7 @@ class JobTable:
                 self._intern(namespace), json.loads(retry), json.loads(misfire), delivery,
                 concurrency, start_at, end_at, jitter,
                 None if dead_letter is None else json.loads(dead_letter)))
-        return JobState(job_id, name, version, priority, paused, created_at, common,
+        return JobState(job_id, name, version, priority, paused, common,
                         self._intern(target), times, h, next(self._gen), skipped_pending)
 
     def _refused(self, job_id: str, exc: Exception) -> None:
@@ -350,9 +350,9 @@ class JobTable:
             common = self._intern_as(key, Common(
                 self._intern(job.namespace), job.retry, job.misfire, job.delivery,
                 job.concurrency, job.start_at, job.end_at, job.jitter, job.dead_letter))
-        return JobState(job.id, job.name, job.version, job.priority, job.paused,
-                        job.created_at, common, self._intern(_dumps(job.target)), times, h,
-                        next(self._gen), job.skipped_pending)
+        return JobState(job.id, job.name, job.version, job.priority, job.paused, common,
+                        self._intern(_dumps(job.target)), times, h, next(self._gen),
+                        job.skipped_pending)
 
     def _intern_as(self, key: Any, value: Any) -> Any:
         if len(self._interned) >= INTERN_MAX:
@@ -481,7 +481,7 @@ class JobTable:
             popped = heap.pop_due(until_ms, self._live, 1)
             if not popped:
                 break
-            due_ms, _, _, job_id, fire_ms, _ = popped[0]
+            due_ms, _, job_id, fire_ms, _ = popped[0]
             st = self.jobs[job_id]
             late = now_ms - due_ms
             if late > MISFIRE_TOLERANCE_MS and (late > st.grace_ms or (

@@ -1,7 +1,8 @@
 """The timer heap of a scheduler node, and the wait queue of the dispatcher.
 
-Entries are plain tuples ``(due_ms, -priority, seq, job_id, fire_ms, gen)``:
-ordered by due time, then higher priority first, then insertion order. ``gen``
+Entries are plain tuples ``(due_ms, -priority, job_id, fire_ms, gen)``:
+ordered by due time, then higher priority first, then job id (no insertion
+counter: one int less per held job, and ties need no order). ``gen``
 is the generation of the job's in-memory state when the entry was pushed; a
 job that changes or goes away bumps its generation, which makes its old
 entries stale. Stale entries are not searched for and removed: they are
@@ -16,23 +17,22 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-Entry = tuple[int, int, int, str, int, int]
+Entry = tuple[int, int, str, int, int]
 
 
 class TimerHeap:
     """A min-heap of fire entries keyed by due time (Unix ms)."""
 
-    __slots__ = ("_heap", "_seq")
+    __slots__ = ("_heap",)
 
     def __init__(self) -> None:
         self._heap: list[Entry] = []
-        self._seq = itertools.count()
 
     def __len__(self) -> int:
         return len(self._heap)
 
     def push(self, due_ms: int, priority: int, job_id: str, fire_ms: int, gen: int) -> None:
-        heapq.heappush(self._heap, (due_ms, -priority, next(self._seq), job_id, fire_ms, gen))
+        heapq.heappush(self._heap, (due_ms, -priority, job_id, fire_ms, gen))
 
     def peek_due(self) -> int | None:
         """The due time of the earliest entry (stale or not), or None."""

@@ -7,7 +7,7 @@ import random
 from cronman.scheduler.timers import PriorityQueue, TimerHeap
 
 
-def test_pops_in_due_order_then_priority_then_insertion():
+def test_pops_in_due_order_then_priority_then_job_id():
     h = TimerHeap()
     h.push(200, 0, "b", 200, 1)
     h.push(100, 0, "a", 100, 1)
@@ -15,7 +15,7 @@ def test_pops_in_due_order_then_priority_then_insertion():
     h.push(200, 5, "d", 200, 1)
     h.push(300, 0, "e", 300, 1)
     assert h.peek_due() == 100
-    got = [e[3] for e in h.pop_due(250)]
+    got = [e[2] for e in h.pop_due(250)]
     assert got == ["a", "c", "d", "b"]
     assert len(h) == 1
     assert h.peek_due() == 300
@@ -25,8 +25,8 @@ def test_pop_due_respects_the_bound_and_limit():
     h = TimerHeap()
     for i in range(10):
         h.push(i * 10, 0, f"j{i}", i * 10, 0)
-    assert [e[3] for e in h.pop_due(25, limit=2)] == ["j0", "j1"]
-    assert [e[3] for e in h.pop_due(25)] == ["j2"]
+    assert [e[2] for e in h.pop_due(25, limit=2)] == ["j0", "j1"]
+    assert [e[2] for e in h.pop_due(25)] == ["j2"]
     assert h.pop_due(29) == []
     assert len(h) == 7
 
@@ -38,7 +38,7 @@ def test_stale_entries_are_dropped_at_pop():
     h.push(11, 0, "a", 11, 2)
     h.push(12, 0, "b", 12, 1)
     h.push(13, 0, "gone", 13, 1)
-    live = [e[3:] for e in h.pop_due(100, live=lambda e: gens.get(e[3]) == e[5])]
+    live = [e[2:] for e in h.pop_due(100, live=lambda e: gens.get(e[2]) == e[4])]
     assert live == [("a", 11, 2), ("b", 12, 1)]
     assert len(h) == 0
 
@@ -48,7 +48,7 @@ def test_compact_keeps_only_live_entries_in_order():
     rnd = random.Random(7)
     for i in range(1000):
         h.push(rnd.randrange(10_000), 0, f"j{i}", 0, i % 2)
-    dropped = h.compact(lambda e: e[5] == 0)
+    dropped = h.compact(lambda e: e[4] == 0)
     assert dropped == 500
     dues = [e[0] for e in h.pop_due(10**9)]
     assert len(dues) == 500
