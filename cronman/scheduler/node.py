@@ -495,15 +495,23 @@ class SchedulerNode:
         loop = asyncio.get_running_loop()
         found: set[str] = set()
         pending: asyncio.Task[list[tuple[Any, ...]]] | None = None
+        waited = applied = 0.0
         try:
             for k, chunk in enumerate(chunks):
+                t0 = time.perf_counter()
                 rows = await (pending or self.misc(self.store.jobs.live_job_rows, chunk))
+                t1 = time.perf_counter()
                 pending = None
                 if k + 1 < len(chunks):
                     pending = loop.create_task(self.misc(self.store.jobs.live_job_rows,
                                                          chunks[k + 1]))
                 found.update(row[0] for row in rows)
                 await self._apply_rows(rows)
+                waited += t1 - t0
+                applied += time.perf_counter() - t1
+            if len(ids) > 1000:
+                log.info("reloaded %d jobs: %.0f ms waiting for rows, %.0f ms applying them",
+                         len(ids), waited * 1000, applied * 1000)
         finally:
             if pending is not None:  # an earlier chunk failed: drop the read ahead
                 pending.cancel()
