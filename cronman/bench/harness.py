@@ -24,7 +24,7 @@ from cronman.bench.nodelog import NodeLog
 from cronman.bench.peer import peer_argv, peer_key
 from cronman.bench.procs import BenchError, ManagedProcess, Usage
 from cronman.bench.receiver import LogTail, Receiver
-from cronman.bench.report import Tally, percentile
+from cronman.bench.report import SteadyWatch, Tally, percentile
 from cronman.bench.services import DEFAULT_ADMIN_URL, PrivateRedis, ScratchDatabase
 from cronman.bench.workload import Workload, create_cronman_jobs
 from cronman.config import DEFAULT_HEARTBEAT_TTL, DEFAULT_LEASE_SECONDS
@@ -83,7 +83,8 @@ class System(Protocol):
         """SIGKILL one process (the kill scenario); None if not applicable."""
 
     def ready_ms(self) -> dict[str, int | None]:
-        """Per process: when it said it had loaded its jobs (Unix ms), None until then."""
+        """Per process: when it said it had loaded its jobs (Unix ms), None until then
+        (cronman: the node's ready line, or its last ownership change after it)."""
 
     def teardown(self) -> None:
         """Stop what is still running and remove scratch state."""
@@ -165,7 +166,7 @@ class CronmanSystem:
     def ready_ms(self) -> dict[str, int | None]:
         for log in self.logs.values():
             log.read()
-        return {name: log.ready_ms for name, log in self.logs.items()}
+        return {name: log.loaded_ms for name, log in self.logs.items()}
 
     def teardown(self) -> None:
         if self._torn_down:
@@ -304,6 +305,7 @@ def run_phase(
     drain_max: float | None = None,
     drain_idle: float | None = None,
     finish_when_complete: bool = False,
+    end_when_steady_s: float | None = None,
 ) -> PhaseOutcome:
     """Run one system through one workload and measure it from the receiver.
 
@@ -311,6 +313,9 @@ def run_phase(
     drain then lasts at least ``settle_after_kill_s`` after the kill (runs of
     the killed node come back after their lease, later than any other fire,
     and re-deliveries of fires that had already arrived must be counted too).
+    ``end_when_steady_s``: end the window early, once every process has
+    loaded and steady state (``steady_after``) has held that long (a cold
+    start); the window's length is then a maximum.
     """
     echo = opts.echo
     receiver = Receiver(opts.workdir / f"{label}-nginx").start()
@@ -332,7 +337,7 @@ def run_phase(
                          kill_after_s, settle_after_kill_s,
                          drain_max if drain_max is not None else opts.drain_max,
                          drain_idle if drain_idle is not None else opts.drain_idle,
-                         finish_when_complete)
+                         finish_when_complete, end_when_steady_s)
         timings["phase_s"] = round(time.monotonic() - t0, 1)  # set-up to teardown
         outcome.result["timings"] = {**timings, **outcome.result.get("timings", {})}
         outcome.result["workload"] = w.to_dict()
@@ -354,7 +359,7 @@ _NEVER = 2**62
 def _watch(system: System, receiver: Receiver, tally: Tally, window_of: WindowOf,
            opts: BenchOptions, label: str, started_ms: int, kill_after_s: float | None,
            settle_after_kill_s: float, drain_max: float, drain_idle: float,
-           finish_when_complete: bool) -> PhaseOutcome:
+           finish_when_complete: bool, end_when_steady_s: float | None) -> PhaseOutcome:
     """Tick every second: sample, read the log, report; measure; drain.
 
     With ``finish_when_complete`` the measurement ends as soon as every owed
@@ -374,6 +379,8 @@ def _watch(system: System, receiver: Receiver, tally: Tally, window_of: WindowOf
     drain_started: float | None = None
     next_tick = time.monotonic() + 1.0
     tick_late: list[int] = []  # lateness of what arrived since the last progress line
+    steady_watch: SteadyWatch | None = None
+    ended_early = False
     while True:
         # Wake at every second, and exactly at the window's ends and the kill.
         wake = next_tick
@@ -399,13 +406,16 @@ def _watch(system: System, receiver: Receiver, tally: Tally, window_of: WindowOf
                 ws, we = window
                 tally.set_window(ws, we)
                 expected = tally.expected()
+                if end_when_steady_s is not None:
+                    steady_watch = SteadyWatch(tally, opts.p99_limit_ms, end_when_steady_s)
                 echo(f"  [{label}] window {(ws - started_ms) / 1000:+.1f}s .. "
                      f"{(we - started_ms) / 1000:+.1f}s from start, {expected:,} fires owed")
             elif now > startup_deadline:
                 raise BenchError(f"no callback arrived within {opts.startup_timeout:.0f} s "
                                  f"of start-up: {_log_tails(system)}")
         for a in tail.read():
-            tally.add(a)
+            if tally.add(a) and steady_watch is not None:
+                steady_watch.add(a)
             if a.lateness_ms is not None:
                 tick_late.append(a.lateness_ms)
         now = now_ms()
@@ -437,6 +447,17 @@ def _watch(system: System, receiver: Receiver, tally: Tally, window_of: WindowOf
         phase = "start" if ws == _NEVER else (
             "warm-up" if now < ws else ("measure" if now < we else "drain"))
         loaded = system.ready_ms()
+        if (steady_watch is not None and not ended_early and now < we and loaded
+                and None not in loaded.values() and int(now / 1000) % 5 == 0):
+            end = steady_watch.end_ms(now, max(v for v in loaded.values() if v is not None))
+            if end is not None:
+                ended_early = True
+                we = end
+                tally.set_window(ws, we)
+                expected = tally.expected()
+                echo(f"  [{label}] every process loaded and steady for "
+                     f"{end_when_steady_s:.0f} s: the window ends at "
+                     f"{(we - started_ms) / 1000:+.1f}s from start, {expected:,} fires owed")
         echo(f"  [{label}] {phase:7s} {(now - started_ms) / 1000:6.1f}s  "
              f"received {len(tick_late):6,}/s  p99(1s) {_ms(percentile(tick_late, 99))}  "
              f"owed fires delivered {len(tally.pairs):,}/{expected:,}  "
@@ -468,7 +489,8 @@ def _watch(system: System, receiver: Receiver, tally: Tally, window_of: WindowOf
         "system": system.name,
         "label": label,
         "window": {"start_ms": ws, "end_ms": we,
-                   "start_after_launch_s": round((ws - started_ms) / 1000, 3)},
+                   "start_after_launch_s": round((ws - started_ms) / 1000, 3),
+                   "ended_when_steady": ended_early},
         "delivery": delivery,
         "cost": _cost(system, tally, measured_ms, usage_start, usage_end, usage_final,
                       counters_start, counters_end),

@@ -2,8 +2,10 @@
 which membership it saw when.
 
 Used for what the receiver cannot tell: the moment each node finished its
-initial load (the million scenario's "all nodes loaded") and when the
-survivors noticed a killed node had gone (the kill scenario). Lines look like
+initial load and took in the last ownership change since (the million
+scenario's "all nodes loaded": a node that becomes ready before the others
+joined first owns every job, then drops its share or loads what it gained)
+and when the survivors noticed a killed node had gone (the kill scenario). Lines look like
 ``2024-05-01 21:33:00,123 INFO cronman.scheduler.node: scheduler node bench-1
 ready: owns 667 of 1000 live jobs ...`` (the node's ``LOG_FORMAT``, local time).
 """
@@ -18,6 +20,7 @@ from pathlib import Path
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 _READY = re.compile(r"scheduler node \S+ ready: owns (\d+) of (\d+) live jobs")
 _MEMBERS = re.compile(r"membership changed: (.*)$")
+_OWNERSHIP = re.compile(r"ownership(?: reconciled)?: \d+ (?:jobs gained|gained jobs loaded)")
 
 
 def _stamp_ms(line: str) -> int | None:
@@ -38,6 +41,7 @@ class NodeLog:
     owned_at_ready: int | None = None
     jobs_at_ready: int | None = None
     memberships: list[tuple[int, list[str]]] = field(default_factory=list)
+    last_ownership_ms: int | None = None  # last "ownership: ..." or "... reconciled" line
     _partial: bytes = b""
 
     def read(self) -> None:
@@ -63,6 +67,15 @@ class NodeLog:
             self.owned_at_ready, self.jobs_at_ready = int(m.group(1)), int(m.group(2))
         elif m := _MEMBERS.search(line):
             self.memberships.append((ms, [s.strip() for s in m.group(1).split(",")]))
+        elif _OWNERSHIP.search(line):
+            self.last_ownership_ms = ms
+
+    @property
+    def loaded_ms(self) -> int | None:
+        """Ready, and done with the ownership changes logged so far (None before ready)."""
+        if self.ready_ms is None:
+            return None
+        return max(self.ready_ms, self.last_ownership_ms or 0)
 
     def left_after(self, gone: str, since_ms: int) -> int | None:
         """When this node first saw a membership without ``gone`` after ``since_ms``."""

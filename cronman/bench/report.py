@@ -103,8 +103,10 @@ class Tally:
         self._hist: dict[int, int] = {}  # arrivals of any fire per 100 ms of arrival time
 
     def set_window(self, start_ms: int, end_ms: int) -> None:
-        """Fix the window (before any in-window arrival was counted)."""
+        """Fix the window, or narrow it: pairs already counted outside it are dropped."""
         self.start_ms, self.end_ms = start_ms, end_ms
+        for key in [k for k in self.pairs if not start_ms <= k[1] < end_ms]:
+            self.outside_window += self.pairs.pop(key).arrivals
 
     def add(self, a: Arrival) -> bool:
         """Count one arrival; True when it is the first of an owed pair."""
@@ -230,34 +232,93 @@ def steady_after(tally: Tally, p99_limit_ms: int, bucket_ms: int = 1000,
     ``min_tail_s`` of window remain -- robust to one slow second on a busy
     machine, strict about anything missing. None when no such second exists.
     """
-    owed: dict[int, int] = {}
-    for _i, t in tally.w.expected(tally.start_ms, tally.end_ms):
-        b = (t - tally.start_ms) // bucket_ms
-        owed[b] = owed.get(b, 0) + 1
+    owed = _owed_buckets(tally, bucket_ms)
     got: dict[int, list[int]] = {}
     for (_i, t), rec in tally.pairs.items():
         got.setdefault((t - tally.start_ms) // bucket_ms, []).append(rec.first_ms - t)
     last = (tally.end_ms - tally.start_ms - 1) // bucket_ms
-    candidates = sorted(owed)
+    b = _steady_bucket(owed, got, last, p99_limit_ms, min_tail_s * 1000 / bucket_ms)
+    return None if b is None else b * bucket_ms / 1000
+
+
+def _owed_buckets(tally: Tally, bucket_ms: int) -> dict[int, int]:
+    owed: dict[int, int] = {}
+    for _i, t in tally.w.expected(tally.start_ms, tally.end_ms):
+        b = (t - tally.start_ms) // bucket_ms
+        owed[b] = owed.get(b, 0) + 1
+    return owed
+
+
+def _over_allowed(n: int) -> int:
+    """How many of n values may exceed a limit with the nearest-rank p99 within it."""
+    return n - max(1, math.ceil(0.99 * n)) if n else 0
+
+
+def _steady_bucket(owed: dict[int, int], got: dict[int, list[int]], last: int,
+                   p99_limit_ms: int, min_tail_buckets: float) -> int | None:
+    """``steady_after`` on buckets up to ``last``: the first steady bucket, or None."""
+    candidates = sorted(b for b in owed if b <= last)
     complete_from: int | None = None  # every bucket from here on got all its fires
+    tail_ok: dict[int, bool] = {}  # p99 of all the fires from this bucket on is within
+    n = over = 0
+    complete = True
     for b in reversed(candidates):
-        if len(got.get(b, ())) != owed[b]:
-            break
-        complete_from = b
+        values = got.get(b, ())
+        complete = complete and len(values) == owed[b]
+        if complete:
+            complete_from = b
+        n += len(values)
+        over += sum(1 for v in values if v > p99_limit_ms)
+        tail_ok[b] = over <= _over_allowed(n)
     if complete_from is None:
         return None
     for b in candidates:
         if b < complete_from:
             continue
-        if (last - b + 1) * bucket_ms / 1000 < min_tail_s:
+        if last - b + 1 < min_tail_buckets:
             return None
-        own = sorted(got[b])
-        if (percentile(own, 99) or 0) > p99_limit_ms:
+        own = got[b]
+        if sum(1 for v in own if v > p99_limit_ms) > _over_allowed(len(own)):
             continue
-        tail = sorted(v for bb in candidates if bb >= b for v in got[bb])
-        if (percentile(tail, 99) or 0) <= p99_limit_ms:
-            return b * bucket_ms / 1000
+        if tail_ok[b]:
+            return b
     return None
+
+
+class SteadyWatch:
+    """Steady state while a cold start runs, to end its window once it has held.
+
+    Fed the first arrival of each owed pair; ``end_ms`` answers, at ``now``,
+    the window end at which steady state (``steady_after``'s rule, on the fires
+    due at least ``grace_ms`` ago) has held for ``hold_s`` after both its own
+    start and ``loaded_ms`` (when the last process finished loading).
+    """
+
+    def __init__(self, tally: Tally, p99_limit_ms: int, hold_s: float,
+                 grace_ms: int = 2000, bucket_ms: int = 1000) -> None:
+        self.start_ms = tally.start_ms
+        self.limit = p99_limit_ms
+        self.hold_ms = int(hold_s * 1000)
+        self.grace_ms = grace_ms
+        self.bucket_ms = bucket_ms
+        self.owed = _owed_buckets(tally, bucket_ms)
+        self.got: dict[int, list[int]] = {}
+
+    def add(self, a: Arrival) -> None:
+        if a.scheduled_ms is not None and a.lateness_ms is not None:
+            b = (a.scheduled_ms - self.start_ms) // self.bucket_ms
+            self.got.setdefault(b, []).append(a.lateness_ms)
+
+    def end_ms(self, now_ms: int, loaded_ms: int) -> int | None:
+        last = (now_ms - self.grace_ms - self.start_ms) // self.bucket_ms - 1
+        if last < 0:
+            return None
+        b = _steady_bucket(self.owed, self.got, last, self.limit, 0)
+        if b is None:
+            return None
+        steady_ms = max(self.start_ms + b * self.bucket_ms, loaded_ms)
+        end = self.start_ms + (last + 1) * self.bucket_ms
+        return end if end - steady_ms >= self.hold_ms else None
 
 
 # ---------------------------------------------------------------- presentation

@@ -41,7 +41,8 @@ def _parse_peers(value: str | None) -> tuple[str, ...] | None:
               help="S, seconds between fires of each job (defaults: 1; million 3,600).")
 @click.option("--duration", type=click.FloatRange(1, 86_400), default=None,
               help="T, seconds measured (defaults: steady 60, max-rate 20 per trial, "
-                   "million 300 from launch, kill 120).")
+                   "kill 120; million: at most 600 from launch, it ends 30 s after steady "
+                   "state).")
 @click.option("--warmup", type=click.FloatRange(0, 3600), default=5.0, show_default=True,
               help="steady, max-rate, kill: seconds from each system's first callback to "
                    "the measured window.")
@@ -109,9 +110,10 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
       herd      J jobs due in the same second (--lead s after creation):
                 time until the last callback arrives.
       million   J jobs every S s (1,000,000 every 3,600 s) created before the
-                nodes start; from launch for T s: seconds until every node
-                has loaded and every fire is on time (steady state), missed
-                before/after, peak RSS per process.
+                nodes start; from launch until steady state has held 30 s
+                (at most T s): seconds until every node has loaded and every
+                fire is on time (steady state), missed before/after, peak
+                RSS per process.
       kill      steady load on N >= 2 nodes; one node is SIGKILLed at
                 --kill-at: lost, doubled (two first attempts), redelivered
                 (same run, later attempt), fires first sent by the sweeper,

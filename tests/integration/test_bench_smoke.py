@@ -16,8 +16,15 @@ from typing import Any
 
 import pytest
 
+from cronman.bench.nodelog import NodeLog
 from cronman.bench.receiver import Arrival, parse_line
-from cronman.bench.report import Tally, format_table, percentile, steady_after
+from cronman.bench.report import (
+    SteadyWatch,
+    Tally,
+    format_table,
+    percentile,
+    steady_after,
+)
 from cronman.bench.scenarios import rate_ladder, search_highest, trial_verdict
 from cronman.bench.workload import Workload
 from tests.support.databases import PG_ADMIN_DB, pg_url
@@ -95,6 +102,50 @@ def test_steady_state_begins_when_every_later_fire_is_on_time() -> None:
     assert steady_after(tally(), 100) == 5.0
     assert steady_after(tally(skip=(3, 19_300)), 100) is None  # a late loss: never steady
     assert steady_after(tally(), 100, min_tail_s=16) is None  # too little steady time left
+
+
+def test_steady_watch_ends_a_cold_start_once_steady_state_held() -> None:
+    w = Workload(count=10, every_ms=1000, base_ms=0)
+    keys = [f"j{i}" for i in range(10)]
+    t = Tally(w, keys, 0, 600_000)
+    watch = SteadyWatch(t, 100, hold_s=30, grace_ms=2000)
+    for i, sched in w.expected(0, 60_000):
+        a = Arrival(sched + (500 if sched < 5000 else 5), keys[i], sched, "r", 1)
+        if t.add(a):
+            watch.add(a)
+    # On time from 5 s; the last process loaded at 20 s: 30 s later is 50 s.
+    assert watch.end_ms(40_000, loaded_ms=20_000) is None
+    assert watch.end_ms(52_500, loaded_ms=20_000) == 50_000
+    assert watch.end_ms(52_500, loaded_ms=30_000) is None
+    t.set_window(0, 50_000)  # narrowed: the pairs due later leave the tally
+    s = t.summary()
+    assert s["expected"] == s["delivered_unique"] == 500 and s["missed"] == 0
+    assert steady_after(t, 100) == 5.0
+
+
+def test_node_log_gives_ready_ownership_and_membership_times(tmp_path) -> None:
+    log = tmp_path / "node.log"
+    log.write_text("old run's lines are skipped\n")
+    offset = log.stat().st_size
+    with log.open("a") as fh:
+        fh.write(
+            "2026-01-02 03:04:05,100 INFO cronman.scheduler.node: scheduler node n1 ready: "
+            "owns 10 of 10 live jobs (1 members, replicas 2)\n"
+            "2026-01-02 03:04:06,200 INFO cronman.scheduler.node: membership changed: n1, n2\n"
+            "2026-01-02 03:04:06,300 INFO cronman.scheduler.node: ownership: 0 jobs gained, "
+            "4 dropped\n"
+            "2026-01-02 03:04:09,000 INFO cronman.scheduler.node: membership chan")
+    n = NodeLog(log, offset)
+    n.read()
+    assert n.owned_at_ready == 10 and n.jobs_at_ready == 10
+    assert n.loaded_ms is not None and n.ready_ms is not None
+    assert n.loaded_ms - n.ready_ms == 1200
+    assert n.left_after("n3", n.ready_ms) == n.ready_ms + 1100
+    assert n.left_after("n2", n.ready_ms) is None
+    with log.open("a") as fh:  # the partial line completes
+        fh.write("ged: n1\n")
+    n.read()
+    assert n.left_after("n2", n.ready_ms) == n.ready_ms + 3900
 
 
 def test_log_line_and_percentiles() -> None:
