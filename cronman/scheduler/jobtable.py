@@ -17,7 +17,6 @@ fired are counted and carried into the next run's ``skipped_before``.
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 from datetime import datetime
@@ -30,6 +29,7 @@ from cronman.scheduler.ownership import Ownership, job_hash
 from cronman.scheduler.timers import Entry, TimerHeap
 from cronman.schedules import IntervalSchedule, JobTimes, parse_schedule
 from cronman.schedules.cronexpr import _uses_job_id
+from cronman.schedules.window import IntervalTimes, Times
 from cronman.timeutil import from_ms, to_ms
 
 log = logging.getLogger(__name__)
@@ -93,10 +93,10 @@ class JobState:
     """
 
     __slots__ = ("id", "name", "version", "priority", "paused", "common",
-                 "target", "times", "hash", "gen", "cursor_ms", "skipped_pending")
+                 "target", "times", "hash", "cursor_ms", "skipped_pending")
 
     def __init__(self, job_id: str, name: str, version: int, priority: int, paused: bool,
-                 common: Common, target: str, times: JobTimes, h: int, gen: int,
+                 common: Common, target: str, times: Times, h: int,
                  skipped_pending: int) -> None:
         self.id = job_id
         self.name = name
@@ -107,9 +107,13 @@ class JobState:
         self.target = target
         self.times = times
         self.hash = h
-        self.gen = gen
         self.cursor_ms: int | None = None  # the latest fire time handled (claimed or skipped)
         self.skipped_pending = skipped_pending
+
+    def __lt__(self, other: JobState) -> bool:
+        # Heap entries of one job tie up to their state (a stale and a fresh
+        # entry for the same fire): any consistent order will do.
+        return id(self) < id(other)
 
     @property
     def policy(self) -> str:
@@ -151,7 +155,7 @@ def _dumps(value: Any) -> str:
 
 def times_of(job_id: str, created_at: datetime, text: str | None,
              spec: dict[str, Any] | None, start_at: datetime | None, end_at: datetime | None,
-             jitter: float | None) -> JobTimes:
+             jitter: float | None) -> Times:
     """The JobTimes of a job, from its schedule's JSON ``text`` (decoded only
     when needed) or, without a text, its ``spec``. Cron schedules are shared
     between jobs with the same text and window (and, where ``H`` appears, the
@@ -166,6 +170,9 @@ def times_of(job_id: str, created_at: datetime, text: str | None,
         spec = json.loads(text)
     if jitter or spec.get("kind") != "cron":
         schedule = parse_schedule(spec, job_id=job_id, created_at=created_at)
+        if (isinstance(schedule, IntervalSchedule) and not jitter and start_at is None
+                and end_at is None):
+            return IntervalTimes(schedule.every_ms, schedule.anchor_ms)
         return JobTimes(schedule, job_id=job_id, start_at=start_at, end_at=end_at,
                         jitter=jitter)
     cron = spec.get("cron")
@@ -197,7 +204,6 @@ class JobTable:
         self.others: dict[str, int] = {}
         self.deleted: dict[str, int] = {}
         self.heap = TimerHeap()
-        self._gen = itertools.count(1)
         self._fires: list[Fire] = []  # catch-up fires found when loading jobs
         self._cursors: list[Cursor] = []
         self.misfires_skipped = 0  # fire times passed over (read and reset by the node)
@@ -227,8 +233,7 @@ class JobTable:
         return self.heap.peek_due()
 
     def _live(self, e: Entry) -> bool:
-        st = self.jobs.get(e[2])
-        return st is not None and st.gen == e[4]
+        return self.jobs.get(e[2]) is e[4]
 
     # -- jobs coming in ---------------------------------------------------
 
@@ -276,7 +281,7 @@ class JobTable:
                 concurrency, start_at, end_at, jitter,
                 None if dead_letter is None else json.loads(dead_letter)))
         return JobState(job_id, name, version, priority, paused, common,
-                        self._intern(target), times, h, next(self._gen), skipped_pending)
+                        self._intern(target), times, h, skipped_pending)
 
     def _refused(self, job_id: str, exc: Exception) -> None:
         self.bad_jobs += 1
@@ -310,9 +315,7 @@ class JobTable:
         return True
 
     def _forget(self, job_id: str, now_ms: int) -> None:
-        st = self.jobs.pop(job_id, None)
-        if st is not None:
-            st.gen = -1
+        self.jobs.pop(job_id, None)
         self.others.pop(job_id, None)
         self.deleted[job_id] = now_ms
         if len(self.deleted) > 10_000:
@@ -321,9 +324,7 @@ class JobTable:
                     del self.deleted[jid]
 
     def _drop(self, job_id: str, h: int) -> None:
-        st = self.jobs.pop(job_id, None)
-        if st is not None:
-            st.gen = -1
+        self.jobs.pop(job_id, None)
         self.others[job_id] = h
 
     def _intern(self, value: Any) -> Any:
@@ -351,8 +352,7 @@ class JobTable:
                 self._intern(job.namespace), job.retry, job.misfire, job.delivery,
                 job.concurrency, job.start_at, job.end_at, job.jitter, job.dead_letter))
         return JobState(job.id, job.name, job.version, job.priority, job.paused, common,
-                        self._intern(_dumps(job.target)), times, h, next(self._gen),
-                        job.skipped_pending)
+                        self._intern(_dumps(job.target)), times, h, job.skipped_pending)
 
     def _intern_as(self, key: Any, value: Any) -> Any:
         if len(self._interned) >= INTERN_MAX:
@@ -389,8 +389,8 @@ class JobTable:
         self._push_next(st, after)
 
     def _change(self, st: JobState, new: JobState | None, now_ms: int) -> None:
-        """A held job changed: new definition, a fresh heap entry, no catch-up."""
-        st.gen = -1
+        """A held job changed: new definition, a fresh heap entry, no catch-up
+        (the old state's entries are stale: it is no longer the held one)."""
         if new is None:
             self.jobs.pop(st.id, None)
             return
@@ -410,7 +410,7 @@ class JobTable:
             self._push(st, nxt)
 
     def _push(self, st: JobState, fire_ms: int) -> None:
-        self.heap.push(st.times.due_ms(fire_ms), st.priority, st.id, fire_ms, st.gen)
+        self.heap.push(st.times.due_ms(fire_ms), st.priority, st.id, fire_ms, st)
 
     def _catch_up(self, st: JobState, since: int | None, horizon: int, now_ms: int) -> None:
         """Apply the misfire policy to fire times in (since, horizon]."""

@@ -1,13 +1,13 @@
 """The timer heap of a scheduler node, and the wait queue of the dispatcher.
 
-Entries are plain tuples ``(due_ms, -priority, job_id, fire_ms, gen)``:
+Entries are plain tuples ``(due_ms, -priority, job_id, fire_ms, state)``:
 ordered by due time, then higher priority first, then job id (no insertion
-counter: one int less per held job, and ties need no order). ``gen``
-is the generation of the job's in-memory state when the entry was pushed; a
-job that changes or goes away bumps its generation, which makes its old
-entries stale. Stale entries are not searched for and removed: they are
-discarded when popped (``pop_due`` takes a predicate), and the heap is rebuilt
-when they outnumber the live ones.
+counter: one int less per held job; ties need no particular order). ``state``
+is the job's in-memory record when the entry was pushed (the job table's;
+any object that orders, for ties); a job that changes or goes away gets a new
+record or none, which makes its old entries stale. Stale entries are not
+searched for and removed: they are discarded when popped (``pop_due`` takes a
+predicate), and the heap is rebuilt when they outnumber the live ones.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-Entry = tuple[int, int, str, int, int]
+Entry = tuple[int, int, str, int, Any]
 
 
 class TimerHeap:
@@ -31,8 +31,8 @@ class TimerHeap:
     def __len__(self) -> int:
         return len(self._heap)
 
-    def push(self, due_ms: int, priority: int, job_id: str, fire_ms: int, gen: int) -> None:
-        heapq.heappush(self._heap, (due_ms, -priority, job_id, fire_ms, gen))
+    def push(self, due_ms: int, priority: int, job_id: str, fire_ms: int, state: Any) -> None:
+        heapq.heappush(self._heap, (due_ms, -priority, job_id, fire_ms, state))
 
     def peek_due(self) -> int | None:
         """The due time of the earliest entry (stale or not), or None."""

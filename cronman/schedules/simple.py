@@ -104,4 +104,17 @@ def parse_interval(spec: dict[str, Any], *, created_at: datetime) -> IntervalSch
         anchor_ms = to_ms(ensure_utc(created_at)) // 1000 * 1000
     else:
         anchor_ms = to_ms(parse_time(anchor, "anchor"))
-    return IntervalSchedule(every_ms, anchor_ms)
+    return IntervalSchedule(_shared_every(every_ms), anchor_ms)
+
+
+_EVERY: dict[int, int] = {}
+
+
+def _shared_every(every_ms: int) -> int:
+    """One int object per distinct period (jobs held by the million share a few)."""
+    got = _EVERY.get(every_ms)
+    if got is None:
+        if len(_EVERY) >= 4096:
+            _EVERY.clear()
+        got = _EVERY[every_ms] = every_ms
+    return got

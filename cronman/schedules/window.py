@@ -6,6 +6,7 @@ import hashlib
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
+from cronman.schedules.simple import IntervalSchedule
 from cronman.timeutil import ensure_utc, from_ms, to_ms
 
 if TYPE_CHECKING:
@@ -115,6 +116,45 @@ class JobTimes:
     def due_at(self, fire_time: datetime) -> datetime:
         """When the fire at nominal ``fire_time`` is dispatched."""
         return fire_time + self.jitter_offset(fire_time)
+
+
+class IntervalTimes(IntervalSchedule):
+    """The JobTimes of an interval schedule with no window and no jitter, in
+    one small object: the schedule is its own JobTimes. (The common job of a
+    scheduler's table: a node holding a million saves a wrapper per job.)"""
+
+    __slots__ = ()
+    job_id = ""
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+    jitter: float | None = None
+
+    @property
+    def schedule(self) -> IntervalTimes:
+        return self
+
+    def next_fire_after(self, t: datetime) -> datetime | None:
+        return self.next_after(t)
+
+    def next_fire_ms_after(self, ms: int) -> int | None:
+        fire = self.anchor_ms + ((ms - self.anchor_ms) // self.every_ms + 1) * self.every_ms
+        return fire if fire <= _MAX_MS else None
+
+    def due_ms(self, fire_ms: int) -> int:
+        return fire_ms
+
+    def jitter_offset(self, fire_time: datetime) -> timedelta:
+        return _ZERO
+
+    def due_at(self, fire_time: datetime) -> datetime:
+        return fire_time
+
+    fire_times = JobTimes.fire_times
+    fire_times_between = JobTimes.fire_times_between
+
+
+#: What a scheduler holds per job for its fire times.
+Times = JobTimes | IntervalTimes
 
 
 _CACHE: dict[tuple[str, int], tuple[Job, JobTimes]] = {}

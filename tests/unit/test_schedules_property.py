@@ -410,3 +410,12 @@ def test_next_fire_in_ms_agrees_with_the_datetime_form(every_ms, anchor_ms, at_m
     times = JobTimes(schedule, job_id="j", start_at=start, end_at=end, jitter=None)
     expected = times.next_fire_after(from_ms(at_ms))
     assert times.next_fire_ms_after(at_ms) == (None if expected is None else to_ms(expected))
+    if not window and not cron:  # the compact form a scheduler holds
+        from cronman.schedules.window import IntervalTimes
+
+        compact = IntervalTimes(every_ms, anchor_ms)
+        assert compact.next_fire_ms_after(at_ms) == times.next_fire_ms_after(at_ms)
+        assert compact.next_fire_after(from_ms(at_ms)) == expected
+        lo, hi = from_ms(at_ms), from_ms(at_ms + 5 * every_ms)
+        assert compact.fire_times_between(lo, hi, 3) == times.fire_times_between(lo, hi, 3)
+        assert compact.due_ms(at_ms) == at_ms and compact.schedule.to_dict() == schedule.to_dict()
