@@ -66,6 +66,7 @@ from cronman.scheduler.dispatch import (
     ActiveRun,
     Dispatcher,
 )
+from cronman.scheduler.heap_trim import release_free_memory
 from cronman.scheduler.jobtable import JobTable
 from cronman.scheduler.metrics import NodeMetrics
 from cronman.scheduler.ratelog import RateLimitedLog
@@ -217,6 +218,7 @@ class SchedulerNode:
             # again and again (a full collection over 100k records costs
             # hundreds of ms, in the middle of a reconcile or a fire batch).
             gc.freeze()
+            release_free_memory()
             log.info("scheduler node %s ready: owns %d of %d live jobs (%d members, "
                      "replicas %d)", self.node_id, len(self.table.jobs),
                      len(self.table.jobs) + len(self.table.others), len(self._members),
@@ -481,6 +483,7 @@ class SchedulerNode:
             if bulk:
                 gc.freeze()  # they are long-lived, like the first load's (see main)
                 gc.enable()
+                release_free_memory()
         self._to_load.difference_update(ids)
         if not self._to_load:
             took = time.monotonic() - self._reconcile_from

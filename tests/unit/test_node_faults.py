@@ -414,3 +414,12 @@ def test_a_claimed_fire_of_a_job_deleted_before_its_time_is_skipped(db, store):
     assert target.records == []
     [run] = all_runs(store, [job])
     assert run.status == "skipped" and run.error == "job deleted before the run started"
+
+
+def test_free_heap_can_be_handed_back_to_the_os():
+    """glibc here: the trim after a big load is available and harmless."""
+    from cronman.scheduler.heap_trim import release_free_memory
+
+    junk = [bytes(4096) for _ in range(10_000)]
+    del junk
+    assert release_free_memory() is True
