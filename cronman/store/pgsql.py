@@ -40,3 +40,18 @@ def execute_rendered(conn: Connection, sql: str) -> int:
 def fetch_rendered(conn: Connection, sql: str) -> list[Any]:
     """Run a fully rendered statement that returns rows (see ``execute_rendered``)."""
     return list(conn.exec_driver_sql(sql.replace("%", "%%")).all())
+
+
+def fetch_tuples(conn: Connection, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Rows of a ``%(name)s``-style statement as the driver's plain tuples.
+
+    For bulk reads: skips building a SQLAlchemy Row per row (a third of the
+    cost of reading a wide row). psycopg2 has buffered the whole result by
+    the time ``exec_driver_sql`` returns, so reading the cursor directly
+    touches no connection (errors were translated already).
+    """
+    result = conn.exec_driver_sql(sql, params)
+    try:
+        return result.cursor.fetchall()  # type: ignore[union-attr]
+    finally:
+        result.close()

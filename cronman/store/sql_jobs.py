@@ -29,8 +29,6 @@ from typing import Any
 from sqlalchemy import (
     Text,
     and_,
-    bindparam,
-    cast,
     delete,
     exists,
     func,
@@ -41,7 +39,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -55,7 +53,7 @@ from cronman.store.codec import (
     job_from_row,
 )
 from cronman.store.engine import Database, Tx
-from cronman.store.pgsql import fetch_rendered, render_values
+from cronman.store.pgsql import fetch_rendered, fetch_tuples, render_values
 from cronman.store.tables import jobs
 from cronman.timeutil import utcnow
 
@@ -83,6 +81,14 @@ LIVE_ROW_COLUMNS = ("id", "namespace", "name", "version", "schedule", "target", 
                     "jitter", "paused", "dead_letter", "created_at", "change_seq",
                     "last_fire_at", "skipped_pending")
 _JSON_ROW_COLUMNS = frozenset({"schedule", "target", "retry", "misfire", "dead_letter"})
+_PG_LIVE_COLUMNS = ", ".join(f"{name}::text" if name in _JSON_ROW_COLUMNS else name
+                             for name in LIVE_ROW_COLUMNS)
+_PG_LIVE_ROWS_AFTER = (f"SELECT {_PG_LIVE_COLUMNS} FROM jobs WHERE deleted_at IS NULL "
+                       "AND id > %(after)s ORDER BY id LIMIT %(limit)s")
+# unnest: a hash join; "= ANY(array)" makes PostgreSQL scan the table and
+# search the array for every row.
+_PG_LIVE_ROWS_IN = (f"SELECT {_PG_LIVE_COLUMNS} FROM jobs WHERE deleted_at IS NULL "
+                    "AND id IN (SELECT unnest(%(ids)s::text[]))")
 
 REQUIRED_SPEC_FIELDS = ("namespace", "name", "schedule", "target", "retry", "misfire",
                         "delivery", "concurrency")
@@ -305,11 +311,15 @@ class SqlJobStore:
         text (no per-row decoding; callers decode each distinct text once)."""
         after = ""
         while True:
-            stmt = (select(*self._lean_columns())
-                    .where(jobs.c.deleted_at.is_(None), jobs.c.id > after)
-                    .order_by(jobs.c.id).limit(batch_size))
             with self._db.read() as conn:
-                batch = [tuple(r) for r in conn.execute(stmt)]
+                if self._db.is_postgres:
+                    batch = fetch_tuples(conn, _PG_LIVE_ROWS_AFTER,
+                                         {"after": after, "limit": batch_size})
+                else:
+                    batch = [tuple(r) for r in conn.execute(
+                        select(*self._lean_columns())
+                        .where(jobs.c.deleted_at.is_(None), jobs.c.id > after)
+                        .order_by(jobs.c.id).limit(batch_size))]
             if not batch:
                 return
             yield batch
@@ -326,18 +336,17 @@ class SqlJobStore:
         with self._db.read() as conn:
             for start in range(0, len(ids), chunk):
                 part = ids[start:start + chunk]
-                # unnest: a hash join; "= ANY(array)" makes PostgreSQL scan the table
-                # and search the array for every row.
-                match = (jobs.c.id.in_(select(func.unnest(
-                    bindparam("ids", part, type_=ARRAY(Text)))).scalar_subquery())
-                    if self._db.is_postgres else jobs.c.id.in_(part))
-                stmt = select(*self._lean_columns()).where(jobs.c.deleted_at.is_(None), match)
-                found.extend(tuple(r) for r in conn.execute(stmt))
+                if self._db.is_postgres:
+                    found.extend(fetch_tuples(conn, _PG_LIVE_ROWS_IN, {"ids": part}))
+                else:
+                    found.extend(tuple(r) for r in conn.execute(
+                        select(*self._lean_columns())
+                        .where(jobs.c.deleted_at.is_(None), jobs.c.id.in_(part))))
         return found
 
-    def _lean_columns(self) -> list[Any]:
-        coerce = cast if self._db.is_postgres else type_coerce
-        return [coerce(jobs.c[name], Text) if name in _JSON_ROW_COLUMNS else jobs.c[name]
+    @staticmethod
+    def _lean_columns() -> list[Any]:
+        return [type_coerce(jobs.c[name], Text) if name in _JSON_ROW_COLUMNS else jobs.c[name]
                 for name in LIVE_ROW_COLUMNS]
 
     def jobs_changed_since(self, change_seq: int, limit: int = 10_000) -> list[Job]:
