@@ -1,4 +1,4 @@
-"""The Coordinator contract: cluster membership and fire locks.
+"""The Coordinator contract: cluster membership, fire locks and outcome marks.
 
 Implementations: ``coordination.redis.RedisCoordinator`` (one or more shards,
 or Sentinel) and ``coordination.memory.InProcessCoordinator`` (standalone and
@@ -64,6 +64,18 @@ class Coordinator(Protocol):
         taken: the caller now holds the fire, started, and dispatches it. A
         started fire, one this instance holds, or one whose lock is gone is
         never taken. Raises ``CoordinatorUnavailable``."""
+
+    def mark_outcomes(self, marks: Sequence[tuple[str, int, str]], ttl_ms: int) -> None:
+        """Record an outcome mark per (run id, attempt, mark text) for ``ttl_ms``
+        (``outcome_marks``: how an attempt of the run ended, so that a sweeper
+        need not send the run again), in one round trip per shard. A mark
+        replaces the run's stored one unless that one is of a later attempt.
+        Raises ``CoordinatorUnavailable`` (the marks are then not recorded)."""
+
+    def read_outcomes(self, run_ids: Sequence[str]) -> list[str | None]:
+        """The mark text stored for each run id (None where there is none, or
+        its shard is unreachable), in one round trip per shard. Raises
+        ``CoordinatorUnavailable`` when no shard answered."""
 
     def ping(self) -> bool:
         """Whether the coordinator answers now (for readiness probes). Never raises."""

@@ -12,7 +12,9 @@ A failed attempt is retried after the policy's backoff (``retrying``, with
 non-retryable one, ends the run ``failed`` and fires its dead-letter target.
 Every status change goes to the result writer; a short run costs its claim
 and one final write (``running`` is written by the lease renewal, only for
-runs that last).
+runs that last). The end of each attempt (a final status, or ``retrying``)
+also goes to ``on_outcome`` at once: the node's outcome marks, which spare a
+run whose node dies before the writer's flush from being sent again.
 
 A fire claimed under a coordinator lock is marked started in the coordinator
 right before its first attempt (``start_marker``, batched per loop turn):
@@ -59,6 +61,8 @@ START_GO = "go"  # marked: send it
 START_TAKEN = "taken"  # a replica took the fire over: drop it
 START_UNREACHABLE = "unreachable"  # neither coordinator nor database could say
 StartMarker = Callable[[list["ActiveRun"]], Awaitable[list[str]]]
+# Told of each update that ends an attempt (outcome_marks.OutcomeMarker.add).
+OutcomeHook = Callable[[RunUpdate], None]
 
 
 @dataclass(slots=True, eq=False)
@@ -98,9 +102,11 @@ class Dispatcher:
 
     def __init__(self, *, node_id: str, targets: dict[str, Any], writer: ResultWriter,
                  metrics: NodeMetrics, max_in_flight: int, lease_seconds: float,
-                 lookup: JobLookup, start_marker: StartMarker | None = None) -> None:
+                 lookup: JobLookup, start_marker: StartMarker | None = None,
+                 on_outcome: OutcomeHook | None = None) -> None:
         self.node_id = node_id
         self.start_marker = start_marker
+        self.on_outcome = on_outcome
         self._to_mark: list[ActiveRun] = []
         self.targets = targets
         self.writer = writer
@@ -422,11 +428,14 @@ class Dispatcher:
                     duration: int | None, *, schedule: bool) -> None:
         next_at = now + timedelta(seconds=delay)
         ar.status = "retrying"
-        self.writer.update(RunUpdate(
+        u = RunUpdate(
             id=ar.run_id, scheduled_for=ar.scheduled_for, status="retrying", attempt=ar.attempt,
             started_at=ar.started_at, lateness_ms=ar.lateness_ms, duration_ms=duration,
             result=outcome.result or None, error=outcome.error, next_attempt_at=next_at,
-            lease_expires_at=now + timedelta(seconds=self.lease_seconds)))
+            lease_expires_at=now + timedelta(seconds=self.lease_seconds))
+        if self.on_outcome is not None:
+            self.on_outcome(u)
+        self.writer.update(u)
         if schedule:
             ar.attempt += 1
             ar.running_written = False
@@ -441,10 +450,13 @@ class Dispatcher:
         ar.status = status
         now = now or utcnow()
         self._forget(ar)
-        self.writer.update(RunUpdate(
+        u = RunUpdate(
             id=ar.run_id, scheduled_for=ar.scheduled_for, status=status, attempt=ar.attempt,
             started_at=ar.started_at, finished_at=now, lateness_ms=ar.lateness_ms,
-            duration_ms=duration_ms, result=result, error=error))
+            duration_ms=duration_ms, result=result, error=error)
+        if self.on_outcome is not None:
+            self.on_outcome(u)
+        self.writer.update(u)
         finished = self._finished.get(status)
         if finished is None:
             finished = self._finished[status] = self.metrics.runs_finished.labels(status)

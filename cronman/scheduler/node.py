@@ -69,6 +69,7 @@ from cronman.scheduler.dispatch import (
 from cronman.scheduler.heap_trim import release_free_memory
 from cronman.scheduler.jobtable import JobTable
 from cronman.scheduler.metrics import NodeMetrics
+from cronman.scheduler.outcome_marks import MARK_TTL_LEASES, OutcomeMarker
 from cronman.scheduler.ratelog import RateLimitedLog
 from cronman.scheduler.recovery import Recovery
 from cronman.scheduler.writer import ResultWriter
@@ -151,11 +152,15 @@ class SchedulerNode:
         self.writer = ResultWriter(store, self._write_pool, self.metrics,
                                    lease_seconds=settings.lease_seconds,
                                    on_claims_written=self._claims_written)
+        self.outcome_marks = OutcomeMarker(
+            coordinator, self.node_id, int(MARK_TTL_LEASES * settings.lease_seconds * 1000),
+            self.metrics)
         self.dispatcher = Dispatcher(node_id=self.node_id, targets=targets, writer=self.writer,
                                      metrics=self.metrics, max_in_flight=settings.max_in_flight,
                                      lease_seconds=settings.lease_seconds,
                                      lookup=self.table.lookup,
-                                     start_marker=self._mark_started)
+                                     start_marker=self._mark_started,
+                                     on_outcome=self.outcome_marks.add)
         self.recovery = Recovery(self)
         self._members: list[str] = [self.node_id]
 
@@ -240,6 +245,7 @@ class SchedulerNode:
             for pool in (self._claim_pool, self._write_pool, self._misc_pool, self._beat_pool,
                          self._start_pool):
                 pool.shutdown(wait=False, cancel_futures=True)
+            self.outcome_marks.close()
             self.stopped.set()
             log.info("scheduler node %s stopped", self.node_id)
 

@@ -13,7 +13,12 @@
   expired -- their node died or handed them back -- are taken over and
   re-dispatched as a new attempt (``at_least_once``; a ``retrying`` run under
   either delivery) or recorded ``lost`` with an error (``at_most_once``), which
-  fires the dead-letter target.
+  fires the dead-letter target. First, though, the sweeper reads the runs'
+  outcome marks (``outcome_marks``; one coordinator call per batch): a run
+  whose node learnt how it ended but died before writing it is recorded with
+  that outcome, not sent again; one whose last attempt failed and waits for a
+  retry gets the next attempt after that one. Without the coordinator the
+  sweeper acts on the rows alone (receivers dedupe on the run id).
 - **Requested runs** (trigger, replay, backfill stored by the API): taken on a
   ``RUNS_REQUESTED`` announcement and by polling, then dispatched at once.
 """
@@ -24,13 +29,15 @@ import asyncio
 import contextlib
 import logging
 import time
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from cronman.errors import StoreUnavailable
+from cronman.errors import CoordinatorUnavailable, StoreUnavailable
 from cronman.models import Job, Run, RunUpdate
 from cronman.scheduler import policies
 from cronman.scheduler.dispatch import ActiveRun
+from cronman.scheduler.outcome_marks import OutcomeMark
 from cronman.scheduler.ratelog import RateLimitedLog
 from cronman.timeutil import now_ms, to_ms, utcnow
 
@@ -130,12 +137,17 @@ class Recovery:
         node = self.node
         now = utcnow()
         until = now + timedelta(seconds=node.settings.lease_seconds)
-        runs, jobs = await node.misc(self._take_expired, now, until)
+        runs, jobs, marks = await node.misc(self._take_expired, now, until)
+        recorded = 0
         for run in runs:
-            self._recover(run, jobs.get(run.job_id))
+            recorded += self._recover(run, jobs.get(run.job_id), marks.get(run.id))
+        if recorded:
+            log.info("recorded the outcome of %d runs whose node stopped before writing it "
+                     "(from its outcome marks): not sent again", recorded)
         return len(runs) >= TAKE_LIMIT
 
-    def _take_expired(self, now: Any, until: Any) -> tuple[list[Run], dict[str, Job]]:
+    def _take_expired(self, now: Any, until: Any
+                      ) -> tuple[list[Run], dict[str, Job], dict[str, OutcomeMark]]:
         node = self.node
         # Runs of nodes in the membership are spared: a live node writes its
         # runs' outcomes itself, late after a database outage that outlasted
@@ -152,7 +164,27 @@ class Recovery:
             spare_before = now - timedelta(seconds=grace)
         runs = node.store.runs.take_expired_runs(node.node_id, now, until, TAKE_LIMIT,
                                                  spare=spare, spare_before=spare_before)
-        return runs, self._jobs_for(runs)
+        return runs, self._jobs_for(runs), self._marks_for(runs)
+
+    def _marks_for(self, runs: list[Run]) -> dict[str, OutcomeMark]:
+        """The outcome marks of ``runs`` that tell of their current attempt
+        (a mark of an attempt before the row's is a replayed run's past)."""
+        if not runs:
+            return {}
+        node = self.node
+        try:
+            texts = node.coordinator.read_outcomes([r.id for r in runs])
+        except CoordinatorUnavailable as exc:
+            node.metrics.coordinator_errors.labels("read_outcomes").inc()
+            self._ratelog.warning("marks", "cannot read outcome marks (coordinator "
+                                  "unreachable): expired runs are sent again: %s", exc)
+            return {}
+        marks = {}
+        for run, text in zip(runs, texts, strict=True):
+            mark = None if text is None else OutcomeMark.decode(text)
+            if mark is not None and mark.attempt >= run.attempt:
+                marks[run.id] = mark
+        return marks
 
     def _jobs_for(self, runs: list[Run]) -> dict[str, Job]:
         """The jobs of ``runs``: from the table when held, else from the database
@@ -171,21 +203,33 @@ class Recovery:
                 jobs[job.id] = job
         return jobs
 
-    def _recover(self, run: Run, job: Job | None) -> None:
+    def _recover(self, run: Run, job: Job | None, mark: OutcomeMark | None = None) -> bool:
+        """Carry on with a run taken over; True when its outcome was recorded
+        from its outcome mark."""
         node = self.node
         d = node.dispatcher
         if d.holds(run.id) or node.writer.has_pending_update(run.id):
-            return  # our own run whose renewal or outcome lagged: keep going
+            return False  # our own run whose renewal or outcome lagged: keep going
+        if mark is not None and mark.final:
+            self._record(run, job, mark)
+            return True
+        if mark is not None:  # its last attempt failed: the next one waits for its backoff
+            u = mark.update(run.id, run.scheduled_for)
+            run.status = "retrying"
+            run.attempt = mark.attempt
+            run.started_at = run.started_at or u.started_at
+            run.lateness_ms = u.lateness_ms if run.lateness_ms is None else run.lateness_ms
+            run.next_attempt_at = u.next_attempt_at or run.next_attempt_at
         if job is None or job.deleted_at is not None:
             self._lost(run, job, "lease expired (its node stopped) and the job was deleted: "
                                  "not re-dispatched")
-            return
+            return False
         action = policies.recovery_action(job.delivery, run.status)
         node.metrics.recovered.labels(action).inc()
         if action == "lost":
             self._lost(run, job, "lost: the node running it stopped before it finished "
                                  "(lease expired); at_most_once: not re-dispatched")
-            return
+            return False
         at = now_ms()
         if run.status == "retrying" and run.next_attempt_at is not None:
             at = max(at, to_ms(run.next_attempt_at))
@@ -196,6 +240,24 @@ class Recovery:
                         origin=run.origin, skipped_before=run.skipped_before,
                         started_at=run.started_at, lateness_ms=run.lateness_ms,
                         status=run.status), at)
+        return False
+
+    def _record(self, run: Run, job: Job | None, mark: OutcomeMark) -> None:
+        """Write the outcome a run's node marked before it stopped (its dead
+        letter is sent again: nothing says the node's own went out)."""
+        node = self.node
+        node.metrics.recovered.labels("recorded").inc()
+        u = mark.update(run.id, run.scheduled_for)
+        node.writer.update(u)
+        log.debug("run %s of job %s: %s (attempt %d) recorded from the mark of node %s",
+                  run.id, run.job_id, mark.status, mark.attempt, mark.node_id)
+        if (mark.status in ("failed", "lost") and job is not None and job.dead_letter
+                and job.deleted_at is None):
+            node.dispatcher.dead_letter(job, replace(
+                run, status=u.status, attempt=mark.attempt, node_id=mark.node_id or run.node_id,
+                started_at=u.started_at or run.started_at, finished_at=u.finished_at,
+                lateness_ms=u.lateness_ms, duration_ms=u.duration_ms, result=u.result,
+                error=u.error))
 
     def _lost(self, run: Run, job: Job | None, error: str) -> None:
         node = self.node

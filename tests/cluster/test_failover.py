@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from cronman.bench.workload import Workload
+from cronman.scheduler.node import CLAIM_LEAD
 from tests.cluster.counting import describe_missing, pct
 from tests.cluster.harness import Cluster, Fires
 from tests.cluster.scenario import AROUND_MS, Outcome, run_scenario
@@ -21,6 +22,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.postgres, pytest.mark.slow]
 
 MAX_EXTRA_LATENESS_MS = 1000
 MAX_SWEPT_PER_KILL = 10
+MAX_REPEATED_PER_KILLED_NODE = 20
 
 
 def check_no_loss_no_double(cluster: Cluster, fires: Fires, out: Outcome) -> None:
@@ -33,19 +35,38 @@ def check_no_loss_no_double(cluster: Cluster, fires: Fires, out: Outcome) -> Non
     assert out.metrics["cronman_double_fires_total"] == 0
 
 
-def check_redeliveries(out: Outcome, rate: float) -> None:
-    """A run the killed node had started but whose outcome it had not yet
-    written is sent again by the lease sweeper as a later attempt with the
-    same run id (``at_least_once``; receivers dedupe on Cronman-Run-Id):
-    only fires due around a kill may arrive more than once or first as a
-    later attempt, never as two first attempts, and no more of them than a
-    node sends in a second."""
+def check_redeliveries(cluster: Cluster, out: Outcome, rate: float) -> None:
+    """Only fires due around a kill arrive as a later attempt (same run id,
+    sent by the lease sweeper: ``at_least_once``), never as two first attempts.
+
+    A fire arrives twice only when its node was killed after sending it and
+    before its outcome mark reached Redis (``outcome_marks``: a 2 ms batch
+    and a round trip after the node reads the answer), that is, in flight
+    at the kill instant. Every other run the node had finished but not
+    written (the result writer flushes every quarter second: 25-45 runs per
+    kill at this rate) the sweeper records from its mark instead of sending
+    it again. Answers take 1-3 ms on an idle machine: 0-2 such fires per
+    killed node. On this shared 2-core machine the receiver and the nodes
+    wait for a CPU at times, answers then take up to ~0.1 s, and a node
+    sends up to ~130 fires/s: ``MAX_REPEATED_PER_KILLED_NODE`` is about
+    0.15 s of them.
+
+    Fires the killed node had claimed and not sent, and that its replica could
+    not take over (killed too), arrive once, first from the sweeper: at most
+    the ``CLAIM_LEAD`` of fires a node claims ahead of their due time."""
     kills = out.events.get("kill", [])
+    killed = max(1, sum(len(n.killed_at_ms) for n in cluster.nodes.values()))
     for _job, fire_ms, attempts in out.tally.redeliveries:
         assert attempts.count(1) <= 1, attempts
         assert any(k - 2000 <= fire_ms <= k + 1000 for k in kills), (
             f"a fire due at {fire_ms}, away from every kill, was delivered {attempts}")
-    assert len(out.tally.redeliveries) <= max(50, int(rate)) * max(1, len(kills))
+    repeated = [r for r in out.tally.redeliveries if len(r[2]) > 1]
+    swept = out.tally.redispatched_first
+    print(f"per killed node ({killed}): arrived twice {len(repeated) / killed:.2f}, "
+          f"first sent by the sweeper {len(swept) / killed:.2f}")
+    assert len(repeated) <= MAX_REPEATED_PER_KILLED_NODE * killed, (
+        f"{len(repeated)} fires arrived more than once: {repeated[:10]}")
+    assert len(swept) <= int(rate * CLAIM_LEAD + 1) * killed, swept[:10]
 
 
 def check_kill_lateness(out: Outcome) -> None:
@@ -92,7 +113,7 @@ def test_sigkill_one_of_three_and_restart(cluster, fires):
                        actions=_kills(cluster, [(10.0, ["n2"])], 3.0))
     print(out.describe("one of three"))
     check_no_loss_no_double(cluster, fires, out)
-    check_redeliveries(out, _rate(fires))
+    check_redeliveries(cluster, out, _rate(fires))
     check_kill_lateness(out)
 
 
@@ -104,7 +125,7 @@ def test_soak_sigkill_every_20s_for_3_minutes(cluster, fires):
                        actions=_kills(cluster, schedule, 5.0), settle_s=10.0)
     print(out.describe("soak"))
     check_no_loss_no_double(cluster, fires, out)
-    check_redeliveries(out, _rate(fires))
+    check_redeliveries(cluster, out, _rate(fires))
     check_kill_lateness(out)
 
 
@@ -116,6 +137,6 @@ def test_two_of_five_killed_at_once(cluster, fires):
                        actions=_kills(cluster, [(8.0, ["n2", "n4"])], 6.0))
     print(out.describe("two of five"))
     check_no_loss_no_double(cluster, fires, out)
-    check_redeliveries(out, _rate(fires))
+    check_redeliveries(cluster, out, _rate(fires))
     late = out.tally.lateness()
     assert late[-1] < 300_000, "later than the misfire grace"

@@ -182,6 +182,45 @@ def test_batches_larger_than_one_script_call(make):
     assert stats["claim_keys"] == len(keys) and stats["claim_batches"] == 1
 
 
+def test_outcome_marks_keep_the_latest_attempt_and_expire(make, raw, settings):
+    p = settings.redis_key_prefix
+    a, b = make("a"), make("b")
+    a.mark_outcomes([("run-1", 2, '{"s":"succeeded","a":2}'), ("run-2", 1, "retrying|1")], 5000)
+    # A stalled node's late mark of an earlier attempt does not replace a
+    # later one; a mark of the same attempt (or a later one) does.
+    b.mark_outcomes([("run-1", 1, "failed-1"), ("run-2", 1, "failed|1")], 5000)
+    assert b.read_outcomes(["run-1", "run-2", "run-3"]) == [
+        '{"s":"succeeded","a":2}', "failed|1", None]
+    assert raw.get(f"{p}:outcome:run-1") == '2|{"s":"succeeded","a":2}'
+    assert 4000 < raw.pttl(f"{p}:outcome:run-2") <= 5000
+    a.mark_outcomes([("run-3", 1, "short")], 200)
+    assert a.read_outcomes(["run-3"]) == ["short"]
+    time.sleep(0.3)
+    assert a.read_outcomes(["run-3"]) == [None]
+    a.mark_outcomes([], 1000)
+    assert a.read_outcomes([]) == []
+    assert a.stats()["outcome_marks"] == 3 and a.stats()["outcome_batches"] == 2
+
+
+def test_outcome_batches_larger_than_one_script_call(make):
+    a = make("a")
+    marks = [(f"run-{i}", 1 + i % 3, f"mark-{i}") for i in range(CLAIM_CHUNK * 2 + 17)]
+    a.mark_outcomes(marks, 5000)
+    assert a.read_outcomes([run_id for run_id, _, _ in marks]) == [m for _, _, m in marks]
+    assert a.stats()["outcome_batches"] == 1
+
+
+def test_outcome_marks_without_redis_raise(settings):
+    dead = RedisCoordinator(settings.with_(redis_url=f"redis://127.0.0.1:{free_port()}/0"))
+    try:
+        with pytest.raises(CoordinatorUnavailable):
+            dead.mark_outcomes([("run-1", 1, "m")], 1000)
+        with pytest.raises(CoordinatorUnavailable):
+            dead.read_outcomes(["run-1"])
+    finally:
+        dead.close()
+
+
 def test_unreachable_redis_raises_quickly_and_backs_off(settings):
     dead = RedisCoordinator(settings.with_(redis_url=f"redis://127.0.0.1:{free_port()}/0"))
     try:

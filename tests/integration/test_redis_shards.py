@@ -87,6 +87,24 @@ def test_locks_spread_over_shards_one_copy_each(shards, make):
     assert a.stats()["claim_failovers"] == 0
 
 
+def test_outcome_marks_spread_over_shards_and_a_dead_shard_loses_only_its_own(shards, make):
+    a, b = make("a"), make("b")
+    marks = [(f"run-{i}", 1, f"mark-{i}") for i in range(300)]
+    a.mark_outcomes(marks, 30_000)
+    placed = []
+    for server in shards:
+        with server.client(decode_responses=True) as c:
+            placed.append({k.rsplit(":", 1)[1] for k in c.scan_iter(match=f"{PREFIX}:outcome:*")})
+    assert sum(len(p) for p in placed) == len(marks) and all(placed)
+    run_ids = [run_id for run_id, _, _ in marks]
+    assert b.read_outcomes(run_ids) == [m for _, _, m in marks]
+    shards[1].kill()
+    # Marks on the dead shard read as absent (their runs are sent again, as
+    # without marks); the others are still found.
+    assert b.read_outcomes(run_ids) == [None if run_id in placed[1] else m
+                                        for run_id, _, m in marks]
+
+
 def test_sigkill_one_shard_then_restart(shards, make):
     a, b = make("a"), make("b")
     a.join(NodeInfo(id="a"))

@@ -135,6 +135,30 @@ def test_exactly_one_winner_among_racing_threads(coord):
         assert sum(r[k] for r in results) == 1
 
 
+def test_outcome_marks_keep_the_latest_attempt_and_expire_by_the_clock(coord, clock):
+    other = coord.handle()
+    coord.mark_outcomes([("run-1", 2, "succeeded-2"), ("run-2", 1, "retrying-1")], 5000)
+    # A stalled node's late mark of an earlier attempt does not replace a
+    # later one; a mark of the same attempt (or a later one) does.
+    other.mark_outcomes([("run-1", 1, "failed-1"), ("run-2", 1, "failed-1")], 5000)
+    assert other.read_outcomes(["run-1", "run-2", "run-3"]) == [
+        "succeeded-2", "failed-1", None]
+    coord.mark_outcomes([("run-3", 1, "short")], 1000)
+    clock.advance(0.999)
+    assert coord.read_outcomes(["run-3"]) == ["short"]
+    clock.advance(0.001)
+    assert coord.read_outcomes(["run-3", "run-1"]) == [None, "succeeded-2"]
+    clock.advance(4)
+    assert coord.read_outcomes(["run-1", "run-2"]) == [None, None]
+    assert coord.read_outcomes([]) == []
+    assert coord.stats()["outcome_marks"] == 3 and coord.stats()["outcome_batches"] == 2
+    other.set_available(False)
+    with pytest.raises(CoordinatorUnavailable):
+        other.mark_outcomes([("run-4", 1, "m")], 1000)
+    with pytest.raises(CoordinatorUnavailable):
+        other.read_outcomes(["run-4"])
+
+
 def test_unavailable_and_closed_handles_raise(coord):
     other = coord.handle()
     other.set_available(False)

@@ -1,4 +1,4 @@
-"""In-process coordinator: membership and fire locks in memory.
+"""In-process coordinator: membership, fire locks and outcome marks in memory.
 
 Used by ``cronman standalone`` (one node, no Redis) and by tests that run
 several nodes in one process. The table lives in the coordinator object, not
@@ -33,6 +33,8 @@ class _Table:
         # key -> (holder, expires, started)
         self.locks: dict[tuple[str, int], tuple[str, float, bool]] = {}
         self.expiries: list[tuple[float, tuple[str, int]]] = []  # heap over locks
+        self.outcomes: dict[str, tuple[int, str, float]] = {}  # run id -> (attempt, mark, expires)
+        self.outcome_expiries: list[tuple[float, str]] = []  # heap over outcomes
         # Wall time of the clock's reading at creation, to date heartbeats.
         self.anchor = (clock(), utcnow())
 
@@ -47,6 +49,13 @@ class _Table:
             if held is not None and held[1] <= now:
                 del self.locks[key]
 
+    def purge_outcomes(self, now: float) -> None:
+        while self.outcome_expiries and self.outcome_expiries[0][0] <= now:
+            _, run_id = heapq.heappop(self.outcome_expiries)
+            held = self.outcomes.get(run_id)
+            if held is not None and held[2] <= now:
+                del self.outcomes[run_id]
+
 
 class InProcessCoordinator:
     """A ``Coordinator`` whose members and locks live in this process.
@@ -57,7 +66,8 @@ class InProcessCoordinator:
     ``claim_fires`` is held until ``ttl_ms`` after the claim, by this handle:
     claiming a key this handle already holds answers True again (a retried
     claim must not lose its own lock), any other handle gets False.
-    ``start_fires`` and ``take_over_fires`` follow the Redis coordinator's rules.
+    ``start_fires``, ``take_over_fires`` and the outcome marks follow the
+    Redis coordinator's rules.
     """
 
     def __init__(self, ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
@@ -77,6 +87,8 @@ class InProcessCoordinator:
             "claim_keys": 0,
             "start_batches": 0,
             "takeovers": 0,
+            "outcome_batches": 0,
+            "outcome_marks": 0,
             "unavailable": 0,
         }
 
@@ -201,6 +213,30 @@ class InProcessCoordinator:
                     out.append(True)
             self._counters["takeovers"] += sum(out)
         return out
+
+    def mark_outcomes(self, marks: Sequence[tuple[str, int, str]], ttl_ms: int) -> None:
+        self._check()
+        table = self._table
+        with table.lock:
+            now = table.clock()
+            table.purge_outcomes(now)
+            expires = now + max(1, int(ttl_ms)) / 1000.0
+            for run_id, attempt, mark in marks:
+                held = table.outcomes.get(run_id)
+                if held is not None and held[0] > attempt:
+                    continue
+                table.outcomes[run_id] = (attempt, mark, expires)
+                heapq.heappush(table.outcome_expiries, (expires, run_id))
+            self._counters["outcome_batches"] += 1
+            self._counters["outcome_marks"] += len(marks)
+
+    def read_outcomes(self, run_ids: Sequence[str]) -> list[str | None]:
+        self._check()
+        table = self._table
+        with table.lock:
+            table.purge_outcomes(table.clock())
+            found = [table.outcomes.get(run_id) for run_id in run_ids]
+        return [None if held is None else held[1] for held in found]
 
     def ping(self) -> bool:
         return not self._closed and self._available

@@ -1,4 +1,5 @@
-"""Redis coordinator: membership and fire locks on one or more Redis shards or Sentinel.
+"""Redis coordinator: membership, fire locks and outcome marks on one or more
+Redis shards or Sentinel.
 
 Key layout (``P`` = ``settings.redis_key_prefix``, ``cronman`` by default)::
 
@@ -10,11 +11,13 @@ Key layout (``P`` = ``settings.redis_key_prefix``, ``cronman`` by default)::
     P:lock:{job_id}:{fire_ms}    string       holder "{node_id}/{instance token}" once
                                               claimed (SET NX PX lock ttl), "!" + holder
                                               once started (start.lua, takeover.lua)
+    P:outcome:{run_id}           string       "{attempt}|{mark}": how the run's latest
+                                              attempt ended (outcome_marks), PX a few
+                                              leases (mark.lua keeps the latest attempt)
 
 The scripts beside this module (``heartbeat.lua``, ``members.lua``,
-``claim.lua``, ``start.lua``, ``takeover.lua``) make each operation one atomic
-round trip per shard. They touch
-keys they build from ARGV, so they suit plain Redis and Sentinel, not Redis
+``claim.lua``, ``start.lua``, ``takeover.lua``, ``mark.lua``) make each
+operation one atomic round trip per shard. They touch keys they build from ARGV, so they suit plain Redis and Sentinel, not Redis
 Cluster. Redis >= 5 is required (scripts that read TIME and then write).
 
 Clocks: every timestamp is the Redis server's ``TIME``, read inside the script.
@@ -26,7 +29,7 @@ Shards (several comma-separated URLs): membership is written to every
 reachable shard and read as the union, a member being live when any reachable
 shard holds a fresh heartbeat (the latest one wins). A node that left while a
 shard was down may show up there again until its deadline passes. Each lock
-goes to the highest-weighted reachable shard for its key (rendezvous hashing
+(and each outcome mark) goes to the highest-weighted reachable shard for its key (rendezvous hashing
 over the shard positions, so every node must list the same shards in the same
 order, and a dead shard's locks spread evenly over the others). When a shard
 is down its locks move to the next shard in the key's order: during that
@@ -45,7 +48,7 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from importlib.resources import files
 from typing import Any
 
@@ -70,6 +73,7 @@ log = logging.getLogger(__name__)
 MEMBERS_KEY = "{prefix}:members"
 MEMBER_KEY = "{prefix}:member:{node_id}"
 LOCK_KEY = "{prefix}:lock:{job_id}:{fire_ms}"
+OUTCOME_KEY = "{prefix}:outcome:{run_id}"
 
 #: Keys per claim script call; a bigger batch is split (in one pipeline) so
 #: that no single script keeps the server busy for long.
@@ -120,7 +124,7 @@ class RedisCoordinator:
         # Rendezvous weights of the shards by position, for lock placement.
         self._shard_hashes = [node_hash(f"shard-{s.index}") for s in self.shards]
         sources = {name: _script(f"{name}.lua")
-                   for name in ("heartbeat", "members", "claim", "start", "takeover")}
+                   for name in ("heartbeat", "members", "claim", "start", "takeover", "mark")}
         self._scripts = [
             {name: s.client.register_script(src) for name, src in sources.items()}
             for s in self.shards
@@ -134,6 +138,9 @@ class RedisCoordinator:
             "claim_failovers": 0,
             "start_batches": 0,
             "takeovers": 0,
+            "outcome_batches": 0,
+            "outcome_marks": 0,
+            "outcome_reads": 0,
             "shard_errors": 0,
             "unavailable": 0,
         }
@@ -162,6 +169,9 @@ class RedisCoordinator:
 
     def lock_key(self, job_id: str, fire_ms: int) -> str:
         return LOCK_KEY.format(prefix=self._prefix, job_id=job_id, fire_ms=int(fire_ms))
+
+    def outcome_key(self, run_id: str) -> str:
+        return OUTCOME_KEY.format(prefix=self._prefix, run_id=run_id)
 
     # -- membership ------------------------------------------------------
 
@@ -264,11 +274,23 @@ class RedisCoordinator:
 
     def _on_locks(self, script_name: str, keys: Sequence[tuple[str, int]], args: list[Any],
                   what: str) -> tuple[list[bool], int]:
-        """Run a lock script over the keys, each on the shard its lock lives on
-        (the next reachable one in the key's order when that shard is down).
+        """Run a lock script over the keys, each on the shard its lock lives on.
         Returns (the per-key answers == 1, keys placed off their first shard)."""
         names = [self.lock_key(job_id, fire_ms) for job_id, fire_ms in keys]
-        answers = [False] * len(names)
+
+        def call(shard: Shard, members: list[int]) -> list[Any]:
+            return self._script_on(shard, script_name, [names[i] for i in members], args)
+
+        replies, failovers = self._on_shards(names, call, what)
+        return [reply == 1 for reply in replies], failovers
+
+    def _on_shards(self, names: list[str], call: Callable[[Shard, list[int]], list[Any]],
+                   what: str) -> tuple[list[Any], int]:
+        """``call(shard, indexes)`` for the names placed on each shard (the next
+        reachable one in the name's order when that shard is down), one call
+        per shard. Returns (the replies by name, names placed off their
+        first shard)."""
+        answers: list[Any] = [None] * len(names)
         pending = list(range(len(names)))
         hashes = [job_hash(n) for n in names] if len(self.shards) > 1 else None
         tried: set[int] = set()
@@ -291,8 +313,7 @@ class RedisCoordinator:
             for index, members in groups.items():
                 shard = self.shards[index]
                 try:
-                    replies = self._script_on(shard, script_name, [names[i] for i in members],
-                                              args)
+                    replies = call(shard, members)
                 except _SHARD_ERRORS as e:
                     self._shard_failed(shard, e)
                     tried.add(index)
@@ -300,7 +321,7 @@ class RedisCoordinator:
                     continue
                 shard.succeeded()
                 for i, reply in zip(members, replies, strict=True):
-                    answers[i] = reply == 1
+                    answers[i] = reply
         return answers, failovers
 
     def _place(self, key_hash: int, candidates: Iterable[int]) -> int:
@@ -324,6 +345,44 @@ class RedisCoordinator:
         for part in pipe.execute():
             replies.extend(part)
         return replies
+
+    # -- outcome marks ---------------------------------------------------
+
+    def mark_outcomes(self, marks: Sequence[tuple[str, int, str]], ttl_ms: int) -> None:
+        if not marks:
+            return
+        names = [self.outcome_key(run_id) for run_id, _, _ in marks]
+        values = [f"{int(attempt)}|{mark}" for _, attempt, mark in marks]
+        ttl = max(1, int(ttl_ms))
+
+        def call(shard: Shard, members: list[int]) -> list[Any]:
+            script = self._scripts[shard.index]["mark"]
+            chunks = [members[i:i + CLAIM_CHUNK] for i in range(0, len(members), CLAIM_CHUNK)]
+            if len(chunks) == 1:
+                script(keys=[names[i] for i in members],
+                       args=[ttl, *[values[i] for i in members]])
+            else:
+                pipe = shard.client.pipeline(transaction=False)
+                for part in chunks:
+                    script(keys=[names[i] for i in part], args=[ttl, *[values[i] for i in part]],
+                           client=pipe)
+                pipe.execute()
+            return [1] * len(members)
+
+        self._on_shards(names, call, "the outcome marks")
+        self._count(outcome_batches=1, outcome_marks=len(marks))
+
+    def read_outcomes(self, run_ids: Sequence[str]) -> list[str | None]:
+        if not run_ids:
+            return []
+        names = [self.outcome_key(run_id) for run_id in run_ids]
+
+        def call(shard: Shard, members: list[int]) -> list[Any]:
+            return list(shard.client.mget([names[i] for i in members]))
+
+        values, _ = self._on_shards(names, call, "the outcome reads")
+        self._count(outcome_reads=len(names))
+        return [None if v is None else v.partition("|")[2] for v in values]
 
     # -- the rest --------------------------------------------------------
 
