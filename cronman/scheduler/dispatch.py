@@ -313,8 +313,11 @@ class Dispatcher:
                 self._finish(prev, "failed", error=reason)
             now = utcnow()
             for r in remote:
+                # The row becomes ours (as a sweeper's): the replaced run's node
+                # can no longer overwrite this record with its own outcome.
                 self.writer.update(RunUpdate(id=r.id, scheduled_for=r.scheduled_for,
-                                             status="failed", error=reason, finished_at=now))
+                                             status="failed", error=reason, finished_at=now,
+                                             extra={"node_id": self.node_id}))
                 self.metrics.runs_finished.labels("failed").inc()
         return True
 

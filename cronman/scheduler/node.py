@@ -151,7 +151,8 @@ class SchedulerNode:
         self._standby_wake: asyncio.Event | None = None
         self.writer = ResultWriter(store, self._write_pool, self.metrics,
                                    lease_seconds=settings.lease_seconds,
-                                   on_claims_written=self._claims_written)
+                                   on_claims_written=self._claims_written,
+                                   node_id=self.node_id)
         self.outcome_marks = OutcomeMarker(
             coordinator, self.node_id, int(MARK_TTL_LEASES * settings.lease_seconds * 1000),
             self.metrics)

@@ -85,8 +85,10 @@ class ResultWriter:
                  flush_interval: float = DEFAULT_FLUSH_INTERVAL,
                  max_batch: int = DEFAULT_MAX_BATCH,
                  max_pending: int = DEFAULT_MAX_PENDING,
-                 on_claims_written: Callable[[set[str], set[str]], None] | None = None) -> None:
+                 on_claims_written: Callable[[set[str], set[str]], None] | None = None,
+                 node_id: str | None = None) -> None:
         self._store = store
+        self.node_id = node_id  # updates are fenced on it (write_run_updates)
         self.lease_seconds = lease_seconds
         self.on_claims_written = on_claims_written
         self._executor = executor
@@ -363,7 +365,7 @@ class ResultWriter:
                                   "fired it too)", r.job_id, r.scheduled_for.isoformat(), r.id)
             updates = [u for u in updates if u.id not in foreign]
         if updates:
-            self._store.runs.write_run_updates(updates)
+            self._store.runs.write_run_updates(updates, self.node_id)
             written += 1
         if unreachable:
             self._store.runs.claim_runs(unreachable, ())

@@ -68,8 +68,13 @@ class RunStore(Protocol):
         and set ``skipped_pending`` per (job id, fire time, skipped) in the
         same transaction."""
 
-    def write_run_updates(self, updates: Sequence[RunUpdate]) -> None:
-        """Write a batch of run changes in one transaction."""
+    def write_run_updates(self, updates: Sequence[RunUpdate],
+                          node_id: str | None = None) -> None:
+        """Write a batch of run changes in one transaction. With ``node_id``
+        (a scheduler node writing its runs), only rows that node holds are
+        changed: a run taken from it (swept after its lease expired, taken
+        over) keeps what its new holder writes. An update whose ``extra``
+        sets ``node_id`` (it makes the row the writer's) is not fenced."""
 
     def renew_leases(
         self, node_id: str, keys: Sequence[tuple[str, datetime]], until: datetime

@@ -7,7 +7,9 @@ cursor UPDATE, ``write_run_updates`` one ``UPDATE ... FROM (VALUES ...)`` per
 round trip), ``renew_leases`` one UPDATE per 1000 keys; each call is one
 transaction. Every statement that targets known runs carries their
 ``scheduled_for`` (read back from the run id where needed) so PostgreSQL
-prunes the daily partitions at plan time.
+prunes the daily partitions at plan time. A node's updates are fenced on its
+node id: a run taken from it (by a sweeper, a takeover) keeps the outcome its
+new holder writes.
 
 API requests (trigger, replay, backfill) store runs with status ``claimed``
 and no node; ``take_requested_runs`` hands them to a node (``FOR UPDATE SKIP
@@ -92,7 +94,7 @@ UPDATE scheduled_jobs AS t SET
   next_attempt_at = COALESCE(v.next_attempt_at, t.next_attempt_at)
 FROM (VALUES {values}) AS v({columns})
 WHERE t.id = v.id AND t.scheduled_for = v.scheduled_for
-  AND t.scheduled_for BETWEEN {lo} AND {hi}
+  AND t.scheduled_for BETWEEN {lo} AND {hi}{fence}
 """
 # No conflict target: the run id is derived from (job_id, scheduled_for), so
 # a repeated claim collides on the primary key (id, scheduled_for) as well as
@@ -125,26 +127,26 @@ _PG_LAST_RUNS_SINCE = (text(_LAST_RUNS_SQL.format(extra="AND s.scheduled_for >= 
                        .columns(*sj.c))
 
 # SQLite: one executemany statement for the whole batch of updates.
-_SQLITE_UPDATE = (
-    update(sj)
-    .where(sj.c.id == bindparam("u_id"),
-           sj.c.scheduled_for == bindparam("u_scheduled_for", type_=UTCDateTime()))
-    .values(
-        status=bindparam("u_status", type_=String()),
-        attempt=func.coalesce(bindparam("u_attempt", type_=Integer()), sj.c.attempt),
-        started_at=func.coalesce(bindparam("u_started_at", type_=UTCDateTime()), sj.c.started_at),
-        finished_at=func.coalesce(bindparam("u_finished_at", type_=UTCDateTime()),
-                                  sj.c.finished_at),
-        lateness_ms=func.coalesce(bindparam("u_lateness_ms", type_=Integer()), sj.c.lateness_ms),
-        duration_ms=func.coalesce(bindparam("u_duration_ms", type_=Integer()), sj.c.duration_ms),
-        result=bindparam("u_result", type_=JsonType),
-        error=bindparam("u_error", type_=String()),
-        lease_expires_at=func.coalesce(bindparam("u_lease_expires_at", type_=UTCDateTime()),
-                                       sj.c.lease_expires_at),
-        next_attempt_at=func.coalesce(bindparam("u_next_attempt_at", type_=UTCDateTime()),
-                                      sj.c.next_attempt_at),
-    )
+_SQLITE_KEY = (sj.c.id == bindparam("u_id"),
+               sj.c.scheduled_for == bindparam("u_scheduled_for", type_=UTCDateTime()))
+_SQLITE_UPDATE_VALUES = dict(
+    status=bindparam("u_status", type_=String()),
+    attempt=func.coalesce(bindparam("u_attempt", type_=Integer()), sj.c.attempt),
+    started_at=func.coalesce(bindparam("u_started_at", type_=UTCDateTime()), sj.c.started_at),
+    finished_at=func.coalesce(bindparam("u_finished_at", type_=UTCDateTime()),
+                              sj.c.finished_at),
+    lateness_ms=func.coalesce(bindparam("u_lateness_ms", type_=Integer()), sj.c.lateness_ms),
+    duration_ms=func.coalesce(bindparam("u_duration_ms", type_=Integer()), sj.c.duration_ms),
+    result=bindparam("u_result", type_=JsonType),
+    error=bindparam("u_error", type_=String()),
+    lease_expires_at=func.coalesce(bindparam("u_lease_expires_at", type_=UTCDateTime()),
+                                   sj.c.lease_expires_at),
+    next_attempt_at=func.coalesce(bindparam("u_next_attempt_at", type_=UTCDateTime()),
+                                  sj.c.next_attempt_at),
 )
+_SQLITE_UPDATE = update(sj).where(*_SQLITE_KEY).values(**_SQLITE_UPDATE_VALUES)
+_SQLITE_UPDATE_FENCED = (update(sj).where(*_SQLITE_KEY, sj.c.node_id == bindparam("u_node_id"))
+                         .values(**_SQLITE_UPDATE_VALUES))
 _c_t = bindparam("c_t", type_=UTCDateTime())
 _SQLITE_CURSOR = (
     update(jobs)
@@ -232,7 +234,8 @@ class SqlRunStore:
 
     # -- write-back --------------------------------------------------------
 
-    def write_run_updates(self, updates: Sequence[RunUpdate]) -> None:
+    def write_run_updates(self, updates: Sequence[RunUpdate],
+                          node_id: str | None = None) -> None:
         if not updates:
             return
         merged = merge_updates(list(updates))
@@ -242,20 +245,26 @@ class SqlRunStore:
         def fn(tx: Tx) -> None:
             if plain:
                 if tx.dialect == "postgresql":
-                    self._pg_updates(tx, plain)
-                else:
+                    self._pg_updates(tx, plain, node_id)
+                elif node_id is None:
                     tx.conn.execute(_SQLITE_UPDATE, [_sqlite_update_params(u) for u in plain])
+                else:
+                    tx.conn.execute(_SQLITE_UPDATE_FENCED,
+                                    [{**_sqlite_update_params(u), "u_node_id": node_id}
+                                     for u in plain])
             for u in extra:  # rare: updates that also set other columns
                 values = {name: getattr(u, name) for name in _PG_UPDATE_COLUMNS[2:]
                           if getattr(u, name) is not None or name in ("result", "error")}
                 values.update(u.extra)
-                tx.conn.execute(update(sj).where(sj.c.id == u.id,
-                                                 sj.c.scheduled_for == u.scheduled_for)
-                                .values(**values))
+                where = [sj.c.id == u.id, sj.c.scheduled_for == u.scheduled_for]
+                if node_id is not None and "node_id" not in u.extra:
+                    where.append(sj.c.node_id == node_id)
+                tx.conn.execute(update(sj).where(*where).values(**values))
 
         self._db.write(fn)
 
-    def _pg_updates(self, tx: Tx, updates: list[RunUpdate]) -> None:
+    def _pg_updates(self, tx: Tx, updates: list[RunUpdate], node_id: str | None) -> None:
+        fence = "" if node_id is None else f"\n  AND t.node_id = {render_literal(tx.conn, node_id)}"
         updates.sort(key=lambda u: (u.scheduled_for, u.id))
         for chunk in _chunks(updates):
             rows = [(u.id, u.scheduled_for, u.status, u.attempt, u.started_at, u.finished_at,
@@ -267,6 +276,7 @@ class SqlRunStore:
                 columns=", ".join(_PG_UPDATE_COLUMNS),
                 lo=render_literal(tx.conn, chunk[0].scheduled_for),
                 hi=render_literal(tx.conn, chunk[-1].scheduled_for),
+                fence=fence,
             )
             execute_rendered(tx.conn, sql)
 

@@ -102,6 +102,39 @@ def test_write_run_updates_batch(store, job):
     assert (r3.status, r3.error, r3.node_id) == ("lost", "node died", "n9")
 
 
+def test_write_run_updates_fenced_on_the_node_holding_the_run(store, job):
+    t0 = base_time()
+    runs = [make_run(job.id, t0 + timedelta(seconds=i), node="n1") for i in range(4)]
+    store.runs.claim_runs(runs)
+    slow, ours, moved, unfenced = runs
+    # n2 took `slow` over (a sweeper): the late outcome of n1 must not land.
+    taken = store.runs.take_expired_runs("n2", t0 + timedelta(hours=1),
+                                         t0 + timedelta(hours=2), 1)
+    assert [r.id for r in taken] == [slow.id]
+    store.runs.write_run_updates([RunUpdate(slow.id, slow.scheduled_for, "succeeded", attempt=2,
+                                            result={"http_status": 201})], "n2")
+    store.runs.write_run_updates([
+        RunUpdate(slow.id, slow.scheduled_for, "failed", attempt=1, error="late"),
+        RunUpdate(ours.id, ours.scheduled_for, "succeeded", attempt=1),
+    ], "n1")
+    got = store.runs.get_run(slow.id)
+    assert (got.status, got.attempt, got.result, got.error, got.node_id) == (
+        "succeeded", 2, {"http_status": 201}, None, "n2")
+    assert store.runs.get_run(ours.id).status == "succeeded"
+    # An update that makes the row the writer's (extra node_id) is not fenced;
+    # other extra updates are.
+    store.runs.write_run_updates([
+        RunUpdate(moved.id, moved.scheduled_for, "running", extra={"node_id": "n3"}),
+        RunUpdate(slow.id, slow.scheduled_for, "lost", extra={"origin": "replay"}),
+    ], "n3")
+    assert (store.runs.get_run(moved.id).status, store.runs.get_run(moved.id).node_id) == (
+        "running", "n3")
+    assert store.runs.get_run(slow.id).status == "succeeded"
+    # Without a node id (API, tools) nothing is fenced.
+    store.runs.write_run_updates([RunUpdate(unfenced.id, unfenced.scheduled_for, "skipped")])
+    assert store.runs.get_run(unfenced.id).status == "skipped"
+
+
 def test_write_run_updates_large_batch(store, job):
     t0 = base_time()
     runs = [make_run(job.id, t0 + timedelta(seconds=i)) for i in range(2500)]
