@@ -771,6 +771,11 @@ class SchedulerNode:
                 break
             await asyncio.sleep(0.05)
         keys = self.dispatcher.hand_back()
+        # Outcomes still waiting in the writer go first: a pending update (a
+        # retry's next attempt) carries a lease that would undo the hand-back.
+        with contextlib.suppress(Exception):
+            await writer
+        await self.writer.drain(begun + STOP_BUDGET - 3.5)
         if keys:
             try:
                 n = await asyncio.wait_for(
@@ -780,7 +785,4 @@ class SchedulerNode:
             except Exception as exc:
                 log.error("could not hand back %d runs (they are recovered when their lease "
                           "expires): %r", len(keys), exc)
-        with contextlib.suppress(Exception):
-            await writer
-        await self.writer.drain(begun + STOP_BUDGET - 0.5)
         await self.dispatcher.wait_side_tasks(max(0.0, begun + STOP_BUDGET - time.monotonic()))
