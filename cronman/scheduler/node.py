@@ -371,7 +371,7 @@ class SchedulerNode:
         pending = loop.create_task(self.misc(next, it, None))
         while True:
             batch = await pending
-            if batch is None:
+            if batch is None or self.stopping:
                 break
             # Read the next batch while this one is applied.
             pending = loop.create_task(self.misc(next, it, None))

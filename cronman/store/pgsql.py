@@ -8,10 +8,14 @@ rendering the list with ``cursor.mogrify`` is exactly what it would send.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import uuid
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+import psycopg2
 from sqlalchemy.engine import Connection
+
+from cronman.errors import StoreUnavailable
 
 
 def render_values(conn: Connection, template: str, rows: Sequence[Sequence[Any]]) -> str:
@@ -55,3 +59,21 @@ def fetch_tuples(conn: Connection, sql: str, params: dict[str, Any]) -> list[tup
         return result.cursor.fetchall()  # type: ignore[union-attr]
     finally:
         result.close()
+
+
+def stream_tuples(conn: Connection, sql: str, batch_size: int) -> Iterator[list[tuple[Any, ...]]]:
+    """The rows of ``sql`` in batches, through a server-side cursor: one scan
+    of the table however large, in constant client memory (the transaction of
+    ``conn`` stays open until the last batch)."""
+    raw = conn.connection.dbapi_connection
+    try:
+        with raw.cursor(name=f"cronman_{uuid.uuid4().hex[:12]}") as cur:  # type: ignore[union-attr]
+            cur.itersize = batch_size
+            cur.execute(sql)
+            while True:
+                rows = cur.fetchmany(batch_size)
+                if not rows:
+                    return
+                yield rows
+    except (psycopg2.OperationalError, psycopg2.InterfaceError) as exc:
+        raise StoreUnavailable(f"database unavailable: {exc}") from exc

@@ -53,7 +53,7 @@ from cronman.store.codec import (
     job_from_row,
 )
 from cronman.store.engine import Database, Tx
-from cronman.store.pgsql import fetch_rendered, fetch_tuples, render_values
+from cronman.store.pgsql import fetch_rendered, fetch_tuples, render_values, stream_tuples
 from cronman.store.tables import jobs
 from cronman.timeutil import utcnow
 
@@ -83,8 +83,7 @@ LIVE_ROW_COLUMNS = ("id", "namespace", "name", "version", "schedule", "target", 
 _JSON_ROW_COLUMNS = frozenset({"schedule", "target", "retry", "misfire", "dead_letter"})
 _PG_LIVE_COLUMNS = ", ".join(f"{name}::text" if name in _JSON_ROW_COLUMNS else name
                              for name in LIVE_ROW_COLUMNS)
-_PG_LIVE_ROWS_AFTER = (f"SELECT {_PG_LIVE_COLUMNS} FROM jobs WHERE deleted_at IS NULL "
-                       "AND id > %(after)s ORDER BY id LIMIT %(limit)s")
+_PG_LIVE_ROWS = f"SELECT {_PG_LIVE_COLUMNS} FROM jobs WHERE deleted_at IS NULL"
 # unnest: a hash join; "= ANY(array)" makes PostgreSQL scan the table and
 # search the array for every row.
 _PG_LIVE_ROWS_IN = (f"SELECT {_PG_LIVE_COLUMNS} FROM jobs WHERE deleted_at IS NULL "
@@ -309,17 +308,20 @@ class SqlJobStore:
         """Live jobs in batches as lean tuples for a scheduler's initial load:
         ``LIVE_ROW_COLUMNS`` in that order, the JSON columns as their JSON
         text (no per-row decoding; callers decode each distinct text once)."""
+        if self._db.is_postgres:
+            # One sequential scan, whatever the planner knows: keyset pages
+            # ("id > last ORDER BY id LIMIT n") turn into a full scan and sort
+            # per page on a freshly loaded table whose statistics are missing.
+            with self._db.read() as conn:
+                yield from stream_tuples(conn, _PG_LIVE_ROWS, batch_size)
+            return
         after = ""
         while True:
             with self._db.read() as conn:
-                if self._db.is_postgres:
-                    batch = fetch_tuples(conn, _PG_LIVE_ROWS_AFTER,
-                                         {"after": after, "limit": batch_size})
-                else:
-                    batch = [tuple(r) for r in conn.execute(
-                        select(*self._lean_columns())
-                        .where(jobs.c.deleted_at.is_(None), jobs.c.id > after)
-                        .order_by(jobs.c.id).limit(batch_size))]
+                batch = [tuple(r) for r in conn.execute(
+                    select(*self._lean_columns())
+                    .where(jobs.c.deleted_at.is_(None), jobs.c.id > after)
+                    .order_by(jobs.c.id).limit(batch_size))]
             if not batch:
                 return
             yield batch
