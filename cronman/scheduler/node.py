@@ -58,6 +58,7 @@ from cronman.scheduler.claims import (
     claim_batch,
     take_over_batch,
 )
+from cronman.scheduler.coordination.memory import InProcessCoordinator
 from cronman.scheduler.coordinator import NodeInfo
 from cronman.scheduler.dispatch import (
     START_GO,
@@ -88,6 +89,8 @@ MAX_CLAIM_BATCH = 5000
 TAKEOVER_AFTER = 0.5
 LOAD_BATCH = 5000
 APPLY_CHUNK = 1000  # jobs applied per loop iteration before yielding
+MEMBERSHIP_SETTLE_STEP = 1.0  # start: how long the membership must hold still before loading
+MEMBERSHIP_SETTLE_MAX = 5.0  # start: the longest wait for it
 FREEZE_AFTER = 10_000  # gained jobs loaded at once past which the cyclic GC pauses
 RELOAD_CHUNK = 5000  # jobs read per query when reloading (gained jobs, announcements)
 WATERMARK_OVERLAP = 6.0  # seconds of change_seq history re-read by each poll
@@ -308,6 +311,21 @@ class SchedulerNode:
             await self.beat(self.coordinator.join, self.node_info())
             members = await self.beat(self.coordinator.live_members)
             self._set_members([m.id for m in members])
+            # Nodes of a cluster started together join within a moment of each
+            # other: wait until the membership holds still for a beat, so the
+            # first load reads only this node's share (not every job, to drop
+            # most of them again when the others show up).
+            step = 0.0 if isinstance(self.coordinator, InProcessCoordinator) \
+                else MEMBERSHIP_SETTLE_STEP  # in-process: every member is here already
+            settle_until = time.monotonic() + MEMBERSHIP_SETTLE_MAX
+            while step and time.monotonic() < settle_until:
+                if await self.sleep(step):
+                    return
+                before = self._members
+                members = await self.beat(self.coordinator.live_members)
+                self._set_members([m.id for m in members])
+                if self._members == before:
+                    break
         except CoordinatorUnavailable as exc:
             self.metrics.coordinator_errors.labels("join").inc()
             log.error("coordinator unreachable at start (%s): acting on a membership of one "
