@@ -33,8 +33,11 @@ from cronman.timeutil import utcnow
 # pg_advisory_xact_lock key serialising concurrent upgrades ("cmmigr").
 MIGRATION_LOCK_KEY = 0x636D_6D69_6772
 _PARTITION_CHILD_PREFIX = "scheduled_jobs_"
-# Alembic keeps its running context in module globals: one command per process at a time.
-_ALEMBIC_LOCK = threading.Lock()
+# One upgrade per process at a time, from its first connection to its last:
+# Alembic keeps its running context in module globals, and on a new SQLite
+# file two connections switching it to WAL at once can deadlock: one fails
+# at once with "database is locked" instead of waiting out the busy timeout.
+_UPGRADE_LOCK = threading.Lock()
 
 
 class SchemaNotCurrent(CronmanError):
@@ -103,14 +106,13 @@ def upgrade(database_url: str, *, days_ahead: int = DEFAULT_PARTITIONS_AHEAD_DAY
     for today .. today + ``days_ahead``."""
     from cronman.store.partitions import PgPartitions
 
-    before = current_revision(database_url)
-    cfg = alembic_config(database_url)
-    try:
-        with _ALEMBIC_LOCK:
-            command.upgrade(cfg, "head")
-    except CommandError as exc:  # e.g. a revision this code does not know
-        raise SchemaNotCurrent(f"cannot upgrade: {exc}") from exc
-    report = UpgradeReport(before=before, after=current_revision(database_url))
+    with _UPGRADE_LOCK:
+        before = current_revision(database_url)
+        try:
+            command.upgrade(alembic_config(database_url), "head")
+        except CommandError as exc:  # e.g. a revision this code does not know
+            raise SchemaNotCurrent(f"cannot upgrade: {exc}") from exc
+        report = UpgradeReport(before=before, after=current_revision(database_url))
     db = Database(database_url, pool_size=1)
     try:
         if db.is_postgres:
