@@ -15,7 +15,8 @@ Two more kinds of rows wait here while the database is down:
   was fired twice: logged, counted in ``cronman_double_fires_total``, and our
   updates for it are dropped (the existing row keeps its own record).
   Claims of fires *taken over* from a replica that never started them are
-  the exception: the replica's unstarted row is expected, and becomes ours.
+  the exception: the replica's unstarted row is expected, and becomes ours
+  (a row the replica did start is a double fire like any other).
 - *fires nobody could claim* (neither database nor coordinator reachable):
   recorded as ``skipped`` rows with an error, through the fence (so a replica
   that did fire keeps its row), some seconds after the database came back so
@@ -350,12 +351,18 @@ class ResultWriter:
                     r.lease_expires_at = lease_until
             inserted = self._store.runs.claim_runs(claims, cursors)
             written += 1
-            retaken = [r for r in claims if r.id not in inserted and r.id in self._takeovers]
-            if retaken:
-                updates = _take_rows(retaken, updates)
+            # A taken-over fire's existing row becomes ours only if its holder
+            # never started it (the same compare-and-set as a takeover with
+            # the database up); a started row means the holder fired it too.
+            retaken: set[str] = set()
+            keys = [(r.id, r.scheduled_for) for r in claims
+                    if r.id not in inserted and r.id in self._takeovers]
+            if keys:
+                retaken = self._store.runs.start_claimed_runs(self.node_id, keys, utcnow(),
+                                                              lease_until)
+                written += 1
             self._takeovers.difference_update(r.id for r in claims)
-            retaken_ids = {r.id for r in retaken}
-            foreign = {r.id for r in claims if r.id not in inserted and r.id not in retaken_ids}
+            foreign = {r.id for r in claims if r.id not in inserted and r.id not in retaken}
             if foreign:
                 self._metrics.double_fires.inc(len(foreign))
                 for r in claims:
@@ -371,17 +378,3 @@ class ResultWriter:
             self._store.runs.claim_runs(unreachable, ())
             written += 1
         return foreign, written
-
-
-def _take_rows(taken: list[Run], updates: list[RunUpdate]) -> list[RunUpdate]:
-    """Updates that move existing rows of taken-over fires to their new node
-    (merged with the updates queued for them)."""
-    by_id = {u.id: u for u in updates}
-    for r in taken:
-        u = by_id.get(r.id)
-        if u is None:
-            u = by_id[r.id] = RunUpdate(id=r.id, scheduled_for=r.scheduled_for, status=r.status,
-                                        attempt=r.attempt,
-                                        lease_expires_at=r.lease_expires_at)
-        u.extra = {**u.extra, "node_id": r.node_id}
-    return list(by_id.values())

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
@@ -20,10 +21,13 @@ from cronman.callbacks import TargetRegistry
 from cronman.callbacks.recording import RecordingTarget
 from cronman.config import Settings
 from cronman.errors import StoreUnavailable
-from cronman.models import RunFilter
+from cronman.models import RunFilter, RunUpdate
 from cronman.scheduler import writer as writer_module
+from cronman.scheduler.claims import Fire, claimed_run
 from cronman.scheduler.coordination.memory import InProcessCoordinator
+from cronman.scheduler.metrics import NodeMetrics
 from cronman.scheduler.node import SchedulerNode
+from cronman.scheduler.writer import ResultWriter
 from cronman.store import open_store
 from cronman.store.migrate import upgrade
 from cronman.timeutil import to_ms, utcnow
@@ -231,6 +235,32 @@ def test_a_fire_dispatched_twice_during_an_outage_is_detected(db, store):
     keys = [(r.job_id, to_ms(r.scheduled_for)) for r in runs]
     assert len(set(keys)) == len(keys)
     assert {r.node_id for r in runs if (r.job_id, to_ms(r.scheduled_for)) in both} == {"b"}
+
+
+def test_a_takeover_written_late_takes_only_a_row_its_holder_never_started(db, store):
+    # Node a took over two fires of b while its database was down; b started
+    # one of them (through its row: its coordinator was down) and not the other.
+    [job] = store.jobs.create_jobs(every_second(1))
+    now = utcnow().replace(microsecond=0)
+    lease_until = now + timedelta(seconds=30)
+    fires = [Fire(job, to_ms(now) + k * 1000, to_ms(now) + k * 1000) for k in (1, 2)]
+    store.runs.claim_runs([claimed_run(f, "b", now, lease_until) for f in fires])
+    started, unstarted = fires
+    assert store.runs.start_claimed_runs("b", [(started.run_id, started.scheduled_for)], now,
+                                         lease_until, "b") == {started.run_id}
+    metrics = NodeMetrics(CollectorRegistry())
+    with ThreadPoolExecutor(1) as pool:
+        writer = ResultWriter(store, pool, metrics, node_id="a")
+        writer.insert_later([claimed_run(f, "a", now, lease_until) for f in fires], [],
+                            takeover=True)
+        for f in fires:
+            writer.update(RunUpdate(id=f.run_id, scheduled_for=f.scheduled_for,
+                                    status="succeeded", started_at=now, finished_at=now))
+        assert asyncio.run(writer.flush())
+    rows = {r.id: r for r in all_runs(store, [job])}
+    assert (rows[started.run_id].node_id, rows[started.run_id].status) == ("b", "running")
+    assert (rows[unstarted.run_id].node_id, rows[unstarted.run_id].status) == ("a", "succeeded")
+    assert metrics.double_fires._value.get() == 1
 
 
 def test_both_down_nothing_is_dispatched_and_the_gap_is_recorded(db, store, monkeypatch):
