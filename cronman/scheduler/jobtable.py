@@ -193,6 +193,16 @@ def times_of(job_id: str, created_at: datetime, text: str | None,
     return times
 
 
+class Prepared:
+    """A job's state built ahead of a gain, with what admitting it needs."""
+
+    __slots__ = ("state", "created_at")
+
+    def __init__(self, state: JobState, created_at: datetime) -> None:
+        self.state = state
+        self.created_at = created_at
+
+
 class JobTable:
     """Owned jobs, their next fires, and the compact record of the others."""
 
@@ -467,6 +477,36 @@ class JobTable:
             return []
         mask = own.owned_mask([h for _, h in others])
         return [job_id for (job_id, _), gained in zip(others, mask, strict=True) if gained]
+
+    def gained_without(self, member: str) -> list[str]:
+        """The ids this node would gain if ``member`` left (nothing changes)."""
+        own = Ownership([m for m in self.ownership.nodes if m != member], self.node_id,
+                        self.replicas)
+        others = list(self.others.items())
+        if not others or own == self.ownership:
+            return []
+        mask = own.owned_mask([h for _, h in others])
+        return [job_id for (job_id, _), gained in zip(others, mask, strict=True) if gained]
+
+    def prepare_row(self, row: tuple[Any, ...]) -> Prepared | None:
+        """A job's state built from a lean row but not held: a standby for a
+        gain expected soon (see ``admit_prepared``)."""
+        st = self._state_from_row(row, job_hash(row[0]))
+        return None if st is None else Prepared(st, row[16])
+
+    def admit_prepared(self, prepared: Prepared, version: int, paused: bool,
+                       last_fire_ms: int | None, skipped_pending: int, now_ms: int) -> bool:
+        """Hold a prepared job given its current version, pause state and cursor
+        (read just now). False when it is stale (changed since it was
+        prepared), already held, or not owned: the caller loads it instead."""
+        st = prepared.state
+        if (version != st.version or paused != st.paused or st.id in self.jobs
+                or not self.ownership.owns(st.hash)):
+            return False
+        self.others.pop(st.id, None)
+        st.skipped_pending = skipped_pending
+        self._admit(st, last_fire_ms, prepared.created_at, now_ms)
+        return True
 
     # -- the heap ---------------------------------------------------------
 

@@ -68,7 +68,7 @@ from cronman.scheduler.dispatch import (
     Dispatcher,
 )
 from cronman.scheduler.heap_trim import release_free_memory
-from cronman.scheduler.jobtable import JobTable
+from cronman.scheduler.jobtable import JobTable, Prepared
 from cronman.scheduler.metrics import NodeMetrics
 from cronman.scheduler.outcome_marks import MARK_TTL_LEASES, OutcomeMarker
 from cronman.scheduler.ratelog import RateLimitedLog
@@ -91,6 +91,8 @@ LOAD_BATCH = 5000
 APPLY_CHUNK = 1000  # jobs applied per loop iteration before yielding
 MEMBERSHIP_SETTLE_STEP = 1.0  # start: how long the membership must hold still before loading
 MEMBERSHIP_SETTLE_MAX = 5.0  # start: the longest wait for it
+SILENT_BEATS = 2.5  # heartbeat intervals without a beat before a member counts as silent
+PREPARE_MAX = 250_000  # jobs prepared at most ahead of a gain (they cost memory meanwhile)
 FREEZE_AFTER = 10_000  # gained jobs loaded at once past which the cyclic GC pauses
 RELOAD_CHUNK = 5000  # jobs read per query when reloading (gained jobs, announcements)
 WATERMARK_OVERLAP = 6.0  # seconds of change_seq history re-read by each poll
@@ -137,6 +139,8 @@ class SchedulerNode:
         self._announced: set[str] = set()
         self._to_load: set[str] = set()
         self._reconcile_from = time.monotonic()  # when the gained jobs waiting in _to_load came
+        self._prepared_for: str | None = None  # the silent member whose jobs are prepared
+        self._prepared: dict[str, Prepared] = {}
         self._watermarks: deque[tuple[float, int]] = deque()
         self._watermark = 0
         self._feed_stop = threading.Event()
@@ -363,7 +367,78 @@ class SchedulerNode:
                 continue
             self._ratelog.clear("heartbeat")
             self._set_members([m.id for m in members])
+            self._watch_for_silence(members, interval)
             self.metrics.owned_jobs.set(len(self.table.jobs))
+
+    # -- jobs prepared ahead of an expected gain ------------------------------
+
+    def _watch_for_silence(self, members: list[NodeInfo], interval: float) -> None:
+        """When exactly one other member has missed heartbeats, prepare the jobs
+        its departure would hand to this node, so that the gain is a matter of
+        pushing timers; forget them when it beats again."""
+        now = utcnow()
+        silent = [m.id for m in members if m.id != self.node_id and m.last_heartbeat is not None
+                  and (now - m.last_heartbeat).total_seconds() > SILENT_BEATS * interval]
+        if len(silent) != 1:
+            # Forget the standby when its member beats again (not when it is
+            # gone: then the gain being loaded consumes it).
+            if self._prepared_for is not None and self._prepared_for in {m.id for m in members}:
+                self._prepared_for, self._prepared = None, {}
+            return
+        if silent[0] == self._prepared_for:
+            return
+        self._prepared_for, self._prepared = silent[0], {}
+        assert self._loop is not None
+        task = self._loop.create_task(self._prepare_gain(silent[0]))
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    async def _prepare_gain(self, member: str) -> None:
+        ids = self.table.gained_without(member)
+        if not ids or len(ids) > PREPARE_MAX:
+            return
+        prepared: dict[str, Prepared] = {}
+        try:
+            for start in range(0, len(ids), RELOAD_CHUNK):
+                rows = await self.misc(self.store.jobs.live_job_rows,
+                                       ids[start:start + RELOAD_CHUNK])
+                if self._prepared_for != member:
+                    return
+                for k in range(0, len(rows), APPLY_CHUNK):
+                    for row in rows[k:k + APPLY_CHUNK]:
+                        got = self.table.prepare_row(row)
+                        if got is not None:
+                            prepared[row[0]] = got
+                    await asyncio.sleep(0)
+        except StoreUnavailable:
+            return
+        if self._prepared_for == member:
+            self._prepared = prepared
+            log.info("member %s is silent: %d jobs it would hand over are prepared",
+                     member, len(prepared))
+
+    async def _admit_prepared(self, ids: list[str]) -> list[str]:
+        """Hold the prepared ones of ``ids`` still current; the rest to load."""
+        ahead, self._prepared, self._prepared_for = self._prepared, {}, None
+        ready = [i for i in ids if i in ahead]
+        if not ready:
+            return ids
+        t0 = time.perf_counter()
+        states = await self.misc(self.store.jobs.live_job_states, ready)
+        t1 = time.perf_counter()
+        now = now_ms()
+        rest = [i for i in ids if i not in ahead]
+        for n, job_id in enumerate(ready):
+            fresh = states.get(job_id)
+            if fresh is None or not self.table.admit_prepared(ahead[job_id], *fresh, now):
+                rest.append(job_id)
+            if n % APPLY_CHUNK == APPLY_CHUNK - 1:
+                await asyncio.sleep(0)
+        if self._wake is not None:
+            self._wake.set()
+        log.info("held %d prepared jobs (%.0f ms checking them, %.0f ms scheduling them); "
+                 "%d to load", len(ids) - len(rest), (t1 - t0) * 1000,
+                 (time.perf_counter() - t1) * 1000, len(rest))
+        return rest
 
     # -- sync -------------------------------------------------------------
 
@@ -503,7 +578,7 @@ class SchedulerNode:
         if bulk:  # the cyclic GC would walk the new records again and again
             gc.disable()
         try:
-            await self._reload(ids)
+            await self._reload(await self._admit_prepared(ids))
         finally:
             if bulk:
                 gc.freeze()  # they are long-lived, like the first load's (see main)

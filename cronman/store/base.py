@@ -51,6 +51,10 @@ class JobStore(Protocol):
     def live_job_rows(self, job_ids: Sequence[str]) -> list[tuple[Any, ...]]:
         """The live ones of the listed jobs as lean rows (a node's reloads)."""
 
+    def live_job_states(self, job_ids: Sequence[str]
+                        ) -> dict[str, tuple[int, bool, int | None, int]]:
+        """(version, paused, last_fire_at in Unix ms, skipped_pending) of the live listed jobs."""
+
     def jobs_changed_since(self, change_seq: int, limit: int = 10_000) -> list[Job]:
         """Jobs (tombstones included) whose change_seq is greater, ascending."""
 

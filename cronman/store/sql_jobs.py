@@ -55,7 +55,7 @@ from cronman.store.codec import (
 from cronman.store.engine import Database, Tx
 from cronman.store.pgsql import fetch_rendered, fetch_tuples, render_values, stream_tuples
 from cronman.store.tables import jobs
-from cronman.timeutil import utcnow
+from cronman.timeutil import to_ms, utcnow
 
 # Advisory lock key guarding change_seq allocation ("cmjobs"): writers shared,
 # watermark readers exclusive (see module doc).
@@ -84,6 +84,10 @@ _JSON_ROW_COLUMNS = frozenset({"schedule", "target", "retry", "misfire", "dead_l
 _PG_LIVE_COLUMNS = ", ".join(f"{name}::text" if name in _JSON_ROW_COLUMNS else name
                              for name in LIVE_ROW_COLUMNS)
 _PG_LIVE_ROWS = f"SELECT {_PG_LIVE_COLUMNS} FROM jobs WHERE deleted_at IS NULL"
+_PG_LIVE_STATES_IN = ("SELECT id, version, paused, "
+                      "(extract(epoch FROM last_fire_at) * 1000)::bigint, skipped_pending "
+                      "FROM jobs WHERE deleted_at IS NULL "
+                      "AND id IN (SELECT unnest(%(ids)s::text[]))")
 # unnest: a hash join; "= ANY(array)" makes PostgreSQL scan the table and
 # search the array for every row.
 _PG_LIVE_ROWS_IN = (f"SELECT {_PG_LIVE_COLUMNS} FROM jobs WHERE deleted_at IS NULL "
@@ -345,6 +349,28 @@ class SqlJobStore:
                         select(*self._lean_columns())
                         .where(jobs.c.deleted_at.is_(None), jobs.c.id.in_(part))))
         return found
+
+    def live_job_states(self, job_ids: Sequence[str]
+                        ) -> dict[str, tuple[int, bool, int | None, int]]:
+        """(version, paused, last_fire_at in Unix ms, skipped_pending) of the live
+        ones of ``job_ids``: what a node checks before holding jobs it prepared ahead."""
+        ids = list(dict.fromkeys(job_ids))
+        out: dict[str, tuple[int, bool, int | None, int]] = {}
+        cols = (jobs.c.id, jobs.c.version, jobs.c.paused, jobs.c.last_fire_at,
+                jobs.c.skipped_pending)
+        chunk = 10_000 if self._db.is_postgres else 500
+        with self._db.read() as conn:
+            for start in range(0, len(ids), chunk):
+                part = ids[start:start + chunk]
+                if self._db.is_postgres:
+                    rows = fetch_tuples(conn, _PG_LIVE_STATES_IN, {"ids": part})
+                else:
+                    rows = [(r[0], r[1], r[2], None if r[3] is None else to_ms(r[3]), r[4])
+                            for r in conn.execute(select(*cols).where(
+                                jobs.c.deleted_at.is_(None), jobs.c.id.in_(part)))]
+                for job_id, version, paused, last, skipped in rows:
+                    out[job_id] = (version, bool(paused), last, skipped)
+        return out
 
     @staticmethod
     def _lean_columns() -> list[Any]:

@@ -226,3 +226,11 @@ def test_live_job_rows_are_lean_and_leave_out_deleted_and_unknown(store):
     assert isinstance(first["schedule"], str) and isinstance(first["target"], str)
     assert first["version"] == jobs[0].version and first["change_seq"] == jobs[0].change_seq
     assert sorted(r for b in store.jobs.iter_live_job_rows(1) for r in b) == sorted(rows)
+
+
+def test_live_job_states_give_version_pause_and_cursor(store):
+    jobs = store.jobs.create_jobs([job_spec(f"v{i}") for i in range(3)])
+    store.jobs.delete_job(jobs[2].id)
+    states = store.jobs.live_job_states([j.id for j in jobs] + ["no-such-id"])
+    assert set(states) == {jobs[0].id, jobs[1].id}
+    assert states[jobs[0].id] == (jobs[0].version, False, None, 0)

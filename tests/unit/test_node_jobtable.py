@@ -271,3 +271,40 @@ def test_a_lean_row_loads_like_the_job(tmp_path):
     for row in rows:
         by_row.load_row(row, now)
     assert all(by_row.jobs[k] is v for k, v in held.items())
+
+
+def test_jobs_prepared_ahead_of_a_gain_are_held_only_while_current(tmp_path):
+    """``gained_without`` names what a member's departure would hand over;
+    prepared states are admitted only with the current version and cursor,
+    and only once the departure made them owned."""
+    from cronman.store import open_store
+    from cronman.store.migrate import upgrade
+    from tests.support.store_data import job_spec
+
+    url = f"sqlite:///{tmp_path / 'standby.db'}"
+    upgrade(url)
+    store = open_store(url)
+    try:
+        jobs = store.jobs.create_jobs([job_spec(f"s{i}", schedule={"kind": "interval",
+                                                                    "every": 60})
+                                       for i in range(60)])
+        rows = [r for b in store.jobs.iter_live_job_rows() for r in b]
+    finally:
+        store.close()
+    now = to_ms(jobs[0].created_at) + 1
+    table = JobTable("n1", 2, ["n1", "n2", "n3"])
+    for row in rows:
+        table.load_row(row, now)
+    expected = set(table.gained_without("n3"))
+    assert expected and not expected & set(table.jobs)
+    by_id = {r[0]: r for r in rows}
+    prepared = {i: table.prepare_row(by_id[i]) for i in expected}
+    stale = sorted(expected)[0]
+    assert not table.admit_prepared(prepared[sorted(expected)[1]], 1, False, None, 0, now), \
+        "not owned before the departure"
+    assert set(table.set_members(["n1", "n2"])) == expected
+    for job_id, p in prepared.items():
+        version = 2 if job_id == stale else 1
+        assert table.admit_prepared(p, version, False, None, 0, now) == (job_id != stale)
+    assert expected - {stale} <= set(table.jobs) and stale not in table.jobs
+    assert table.heap.peek_due() is not None
