@@ -7,7 +7,7 @@ milliseconds): a finer ``at`` or ``anchor`` is truncated to the millisecond.
 from __future__ import annotations
 
 import math
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from cronman.errors import ValidationError
@@ -27,6 +27,10 @@ def parse_time(value: Any, field: str) -> datetime:
     except (ValueError, OverflowError) as exc:
         raise ValidationError(f"is not a valid RFC 3339 timestamp: {exc}", field=field) from None
     return t.replace(microsecond=t.microsecond // 1000 * 1000)
+
+
+# The last epoch millisecond a datetime can hold, less a second of margin.
+_MAX_MS = to_ms(datetime.max.replace(tzinfo=UTC)) - 1000
 
 
 class OnceSchedule:
@@ -67,6 +71,11 @@ class IntervalSchedule:
             return from_ms(self.anchor_ms + k * self.every_ms)
         except OverflowError:
             return None
+
+    def next_ms_after(self, ms: int) -> int | None:
+        """``next_after`` in epoch milliseconds: plain arithmetic (hot path)."""
+        fire = self.anchor_ms + ((ms - self.anchor_ms) // self.every_ms + 1) * self.every_ms
+        return fire if fire <= _MAX_MS else None
 
     def to_dict(self) -> dict[str, Any]:
         every: int | float = self.every_ms // 1000 if self.every_ms % 1000 == 0 \

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
 from cronman.schedules.simple import IntervalSchedule
@@ -14,7 +14,6 @@ if TYPE_CHECKING:
 
 _MICROSECOND = timedelta(microseconds=1)
 _ZERO = timedelta(0)
-_MAX_MS = to_ms(datetime.max.replace(tzinfo=UTC)) - 1000
 
 
 class Schedule(Protocol):
@@ -67,11 +66,8 @@ class JobTimes:
         """``next_fire_after`` in epoch milliseconds (plain arithmetic for
         unbounded interval schedules: the scheduler's hot path)."""
         s = self.schedule
-        if s.kind == "interval" and self.start_at is None and self.end_at is None:
-            every = s.every_ms  # type: ignore[attr-defined]
-            anchor = s.anchor_ms  # type: ignore[attr-defined]
-            fire = anchor + ((ms - anchor) // every + 1) * every
-            return fire if fire <= _MAX_MS else None
+        if isinstance(s, IntervalSchedule) and self.start_at is None and self.end_at is None:
+            return s.next_ms_after(ms)
         nxt = self.next_fire_after(from_ms(ms))
         return None if nxt is None else to_ms(nxt)
 
@@ -137,8 +133,7 @@ class IntervalTimes(IntervalSchedule):
         return self.next_after(t)
 
     def next_fire_ms_after(self, ms: int) -> int | None:
-        fire = self.anchor_ms + ((ms - self.anchor_ms) // self.every_ms + 1) * self.every_ms
-        return fire if fire <= _MAX_MS else None
+        return self.next_ms_after(ms)
 
     def due_ms(self, fire_ms: int) -> int:
         return fire_ms
