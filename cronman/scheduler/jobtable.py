@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -253,6 +254,15 @@ class JobTable:
         shared text is decoded once."""
         job_id = row[0]
         h = job_hash(job_id)
+        return self._hold(job_id, h, row[3], row[14], lambda: self._state_from_row(row, h),
+                          row[18], row[16], now_ms)
+
+    def _hold(self, job_id: str, h: int, version: int, paused: bool,
+              build: Callable[[], JobState | None], last_fire_at: datetime | None,
+              created_at: datetime, now_ms: int) -> bool:
+        """``load``'s common part: note an unowned job, admit a new one, replace
+        a held one whose version or pause state changed (``build`` makes its
+        state, only when needed)."""
         if not self.ownership.owns(h):
             if job_id in self.jobs:
                 self._drop(job_id, h)
@@ -261,15 +271,13 @@ class JobTable:
             return False
         self.others.pop(job_id, None)
         st = self.jobs.get(job_id)
-        if st is not None and row[3] == st.version and row[14] == st.paused:
-            return True
-        new = self._state_from_row(row, h)
         if st is None:
+            new = build()
             if new is not None:
-                last = row[18]
-                self._admit(new, None if last is None else to_ms(last), row[16], now_ms)
-        else:
-            self._change(st, new, now_ms)
+                self._admit(new, None if last_fire_at is None else to_ms(last_fire_at),
+                            created_at, now_ms)
+        elif version != st.version or paused != st.paused:
+            self._change(st, build(), now_ms)
         return True
 
     def _state_from_row(self, row: tuple[Any, ...], h: int) -> JobState | None:
@@ -306,23 +314,8 @@ class JobTable:
             self._forget(job.id, now_ms)
             return False
         h = job_hash(job.id)
-        if not self.ownership.owns(h):
-            if job.id in self.jobs:
-                self._drop(job.id, h)
-            else:
-                self.others[job.id] = h
-            return False
-        self.others.pop(job.id, None)
-        st = self.jobs.get(job.id)
-        if st is None:
-            new = self._new_state(job, h)
-            if new is not None:
-                last = job.last_fire_at
-                self._admit(new, None if last is None else to_ms(last), job.created_at,
-                            now_ms)
-        elif job.version != st.version or job.paused != st.paused:
-            self._change(st, self._new_state(job, h), now_ms)
-        return True
+        return self._hold(job.id, h, job.version, job.paused, lambda: self._new_state(job, h),
+                          job.last_fire_at, job.created_at, now_ms)
 
     def _forget(self, job_id: str, now_ms: int) -> None:
         self.jobs.pop(job_id, None)
