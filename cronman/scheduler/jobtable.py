@@ -154,21 +154,18 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def times_of(job_id: str, created_at: datetime, text: str | None,
-             spec: dict[str, Any] | None, start_at: datetime | None, end_at: datetime | None,
-             jitter: float | None) -> Times:
+def times_of(job_id: str, created_at: datetime, text: str, start_at: datetime | None,
+             end_at: datetime | None, jitter: float | None) -> Times:
     """The JobTimes of a job, from its schedule's JSON ``text`` (decoded only
-    when needed) or, without a text, its ``spec``. Cron schedules are shared
-    between jobs with the same text and window (and, where ``H`` appears, the
-    same resolved seconds and minutes) when there is no jitter; other
-    schedules are small and parsed per job."""
-    if not jitter and text is not None:
+    when needed). Cron schedules are shared between jobs with the same text
+    and window (and, where ``H`` appears, the same resolved seconds and
+    minutes) when there is no jitter; other schedules are small and parsed
+    per job."""
+    if not jitter:
         times = _TIMES.get((text, start_at, end_at))
         if times is not None:
             return times
-    if spec is None:
-        assert text is not None
-        spec = json.loads(text)
+    spec = json.loads(text)
     if jitter or spec.get("kind") != "cron":
         schedule = parse_schedule(spec, job_id=job_id, created_at=created_at)
         if (isinstance(schedule, IntervalSchedule) and not jitter and start_at is None
@@ -177,7 +174,7 @@ def times_of(job_id: str, created_at: datetime, text: str | None,
         return JobTimes(schedule, job_id=job_id, start_at=start_at, end_at=end_at,
                         jitter=jitter)
     cron = spec.get("cron")
-    key: tuple[Any, ...] = (text or _dumps(spec), start_at, end_at)
+    key: tuple[Any, ...] = (text, start_at, end_at)
     schedule = None
     if isinstance(cron, str) and _uses_job_id(cron):
         schedule = parse_schedule(spec, job_id=job_id, created_at=created_at)
@@ -287,7 +284,7 @@ class JobTable:
         if dead_letter == "null":
             dead_letter = None
         try:
-            times = times_of(job_id, created_at, schedule, None, start_at, end_at, jitter)
+            times = times_of(job_id, created_at, schedule, start_at, end_at, jitter)
         except Exception as exc:  # a stored job the schedule code refuses: never crash
             return self._refused(job_id, exc)
         key = ("common", namespace, retry, misfire, delivery, concurrency, start_at, end_at,
@@ -339,23 +336,14 @@ class JobTable:
         return got
 
     def _new_state(self, job: Job, h: int) -> JobState | None:
-        """The state of a job given as a :class:`Job` (API-side objects, tests)."""
-        retry, misfire = _dumps(job.retry), _dumps(job.misfire)
-        dead_letter = None if job.dead_letter is None else _dumps(job.dead_letter)
-        try:
-            times = times_of(job.id, job.created_at, None, job.schedule, job.start_at,
-                             job.end_at, job.jitter)
-        except Exception as exc:  # a stored job the schedule code refuses: never crash
-            return self._refused(job.id, exc)
-        key = ("common", job.namespace, retry, misfire, job.delivery, job.concurrency,
-               job.start_at, job.end_at, job.jitter, dead_letter)
-        common = self._interned.get(key)
-        if common is None:
-            common = self._intern_as(key, Common(
-                self._intern(job.namespace), job.retry, job.misfire, job.delivery,
-                job.concurrency, job.start_at, job.end_at, job.jitter, job.dead_letter))
-        return JobState(job.id, job.name, job.version, job.priority, job.paused, common,
-                        self._intern(_dumps(job.target)), times, h, job.skipped_pending)
+        """The state of a job given as a :class:`Job` (changes read by polling,
+        tests): built from the lean row it would have been read as."""
+        return self._state_from_row((
+            job.id, job.namespace, job.name, job.version, _dumps(job.schedule),
+            _dumps(job.target), _dumps(job.retry), _dumps(job.misfire), job.delivery,
+            job.concurrency, job.priority, job.start_at, job.end_at, job.jitter, job.paused,
+            None if job.dead_letter is None else _dumps(job.dead_letter), job.created_at,
+            job.change_seq, job.last_fire_at, job.skipped_pending), h)
 
     def _intern_as(self, key: Any, value: Any) -> Any:
         if len(self._interned) >= INTERN_MAX:
