@@ -336,6 +336,24 @@ class SqlJobStore:
     def live_job_rows(self, job_ids: Sequence[str]) -> list[tuple[Any, ...]]:
         """The live ones of ``job_ids`` as lean tuples (see ``iter_live_job_rows``);
         deleted and unknown ids are left out."""
+        return self._live_by_ids(job_ids, _PG_LIVE_ROWS_IN, self._lean_columns())
+
+    def live_job_states(self, job_ids: Sequence[str]
+                        ) -> dict[str, tuple[int, bool, int | None, int]]:
+        """(version, paused, last_fire_at in Unix ms, skipped_pending) of the live
+        ones of ``job_ids``: what a node checks before holding jobs it prepared ahead."""
+        rows = self._live_by_ids(job_ids, _PG_LIVE_STATES_IN,
+                                 [jobs.c.id, jobs.c.version, jobs.c.paused,
+                                  jobs.c.last_fire_at, jobs.c.skipped_pending])
+        # PostgreSQL computes the cursor's milliseconds itself; SQLite gives a datetime.
+        return {job_id: (version, bool(paused),
+                         last if last is None or isinstance(last, int) else to_ms(last), skipped)
+                for job_id, version, paused, last, skipped in rows}
+
+    def _live_by_ids(self, job_ids: Sequence[str], pg_sql: str,
+                     columns: list[Any]) -> list[tuple[Any, ...]]:
+        """``columns`` of the live ones of ``job_ids``, in chunks: on PostgreSQL
+        ``pg_sql`` (an ``%(ids)s`` array statement) read as driver tuples."""
         ids = list(dict.fromkeys(job_ids))
         found: list[tuple[Any, ...]] = []
         chunk = 10_000 if self._db.is_postgres else 500
@@ -343,34 +361,12 @@ class SqlJobStore:
             for start in range(0, len(ids), chunk):
                 part = ids[start:start + chunk]
                 if self._db.is_postgres:
-                    found.extend(fetch_tuples(conn, _PG_LIVE_ROWS_IN, {"ids": part}))
+                    found.extend(fetch_tuples(conn, pg_sql, {"ids": part}))
                 else:
                     found.extend(tuple(r) for r in conn.execute(
-                        select(*self._lean_columns())
-                        .where(jobs.c.deleted_at.is_(None), jobs.c.id.in_(part))))
+                        select(*columns).where(jobs.c.deleted_at.is_(None),
+                                               jobs.c.id.in_(part))))
         return found
-
-    def live_job_states(self, job_ids: Sequence[str]
-                        ) -> dict[str, tuple[int, bool, int | None, int]]:
-        """(version, paused, last_fire_at in Unix ms, skipped_pending) of the live
-        ones of ``job_ids``: what a node checks before holding jobs it prepared ahead."""
-        ids = list(dict.fromkeys(job_ids))
-        out: dict[str, tuple[int, bool, int | None, int]] = {}
-        cols = (jobs.c.id, jobs.c.version, jobs.c.paused, jobs.c.last_fire_at,
-                jobs.c.skipped_pending)
-        chunk = 10_000 if self._db.is_postgres else 500
-        with self._db.read() as conn:
-            for start in range(0, len(ids), chunk):
-                part = ids[start:start + chunk]
-                if self._db.is_postgres:
-                    rows = fetch_tuples(conn, _PG_LIVE_STATES_IN, {"ids": part})
-                else:
-                    rows = [(r[0], r[1], r[2], None if r[3] is None else to_ms(r[3]), r[4])
-                            for r in conn.execute(select(*cols).where(
-                                jobs.c.deleted_at.is_(None), jobs.c.id.in_(part)))]
-                for job_id, version, paused, last, skipped in rows:
-                    out[job_id] = (version, bool(paused), last, skipped)
-        return out
 
     @staticmethod
     def _lean_columns() -> list[Any]:
