@@ -14,6 +14,8 @@ then a server in crash recovery), not a proxy's idea of it.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from sqlalchemy import create_engine, text
 
@@ -35,20 +37,26 @@ def private_pg():
         yield pg
 
 
-def _rows(url: str, start_ms: int, end_ms: int) -> dict[str, int]:
+@contextlib.contextmanager
+def _connection(url: str):
     engine = create_engine(url)
     try:
         with engine.connect() as conn:
-            found = conn.execute(text(
-                "SELECT status, count(*) FROM scheduled_jobs "
-                "WHERE scheduled_for >= to_timestamp(:lo / 1000.0) "
-                "AND scheduled_for < to_timestamp(:hi / 1000.0) GROUP BY status"),
-                {"lo": start_ms, "hi": end_ms}).all()
-            dup = conn.execute(text(
-                "SELECT count(*) FROM (SELECT job_id, scheduled_for FROM scheduled_jobs "
-                "GROUP BY job_id, scheduled_for HAVING count(*) > 1) d")).scalar_one()
+            yield conn
     finally:
         engine.dispose()
+
+
+def _rows(url: str, start_ms: int, end_ms: int) -> dict[str, int]:
+    with _connection(url) as conn:
+        found = conn.execute(text(
+            "SELECT status, count(*) FROM scheduled_jobs "
+            "WHERE scheduled_for >= to_timestamp(:lo / 1000.0) "
+            "AND scheduled_for < to_timestamp(:hi / 1000.0) GROUP BY status"),
+            {"lo": start_ms, "hi": end_ms}).all()
+        dup = conn.execute(text(
+            "SELECT count(*) FROM (SELECT job_id, scheduled_for FROM scheduled_jobs "
+            "GROUP BY job_id, scheduled_for HAVING count(*) > 1) d")).scalar_one()
     out = {status: n for status, n in found}
     out["_duplicates"] = dup
     return out
@@ -56,16 +64,12 @@ def _rows(url: str, start_ms: int, end_ms: int) -> dict[str, int]:
 
 def _fires_without_rows(url: str, fires, start_ms: int, end_ms: int) -> list[tuple[int, int]]:
     """Fires owed in the window (job index, ms) that have no run row."""
-    engine = create_engine(url)
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(text(
-                "SELECT job_id, (extract(epoch from scheduled_for) * 1000)::bigint "
-                "FROM scheduled_jobs WHERE scheduled_for >= to_timestamp(:lo / 1000.0) "
-                "AND scheduled_for < to_timestamp(:hi / 1000.0)"),
-                {"lo": start_ms, "hi": end_ms}).all()
-    finally:
-        engine.dispose()
+    with _connection(url) as conn:
+        rows = conn.execute(text(
+            "SELECT job_id, (extract(epoch from scheduled_for) * 1000)::bigint "
+            "FROM scheduled_jobs WHERE scheduled_for >= to_timestamp(:lo / 1000.0) "
+            "AND scheduled_for < to_timestamp(:hi / 1000.0)"),
+            {"lo": start_ms, "hi": end_ms}).all()
     index = {j: i for i, j in enumerate(fires.job_ids)}
     have = {(index.get(j), int(ms)) for j, ms in rows}
     return sorted(set(fires.workload.expected(start_ms, end_ms)) - have, key=lambda k: k[1])
