@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from cronman.errors import CoordinatorUnavailable
 from cronman.scheduler.coordinator import NodeInfo
@@ -43,18 +44,21 @@ class _Table:
         return wall + timedelta(seconds=t - mono)
 
     def purge_locks(self, now: float) -> None:
-        while self.expiries and self.expiries[0][0] <= now:
-            expires, key = heapq.heappop(self.expiries)
-            held = self.locks.get(key)
-            if held is not None and held[1] <= now:
-                del self.locks[key]
+        _purge(self.expiries, self.locks, 1, now)
 
     def purge_outcomes(self, now: float) -> None:
-        while self.outcome_expiries and self.outcome_expiries[0][0] <= now:
-            _, run_id = heapq.heappop(self.outcome_expiries)
-            held = self.outcomes.get(run_id)
-            if held is not None and held[2] <= now:
-                del self.outcomes[run_id]
+        _purge(self.outcome_expiries, self.outcomes, 2, now)
+
+
+def _purge(expiries: list[tuple[float, Any]], entries: dict[Any, tuple[Any, ...]],
+           expires_at: int, now: float) -> None:
+    """Drop the entries whose expiry (field ``expires_at``) has passed, walking
+    the heap of (expiry, key); a key renewed since its heap item stays."""
+    while expiries and expiries[0][0] <= now:
+        _, key = heapq.heappop(expiries)
+        held = entries.get(key)
+        if held is not None and held[expires_at] <= now:
+            del entries[key]
 
 
 class InProcessCoordinator:
