@@ -28,7 +28,9 @@ def test_a_run_replaced_from_another_node_keeps_its_record(tmp_path):
     store = open_store(url)
     jobs = store.jobs.create_jobs([
         job_spec(f"replace-{i}", schedule={"kind": "interval", "every": 1},
-                 concurrency="replace") for i in range(6)])
+                 concurrency="replace") for i in range(16)])
+    # Both nodes own every job and race for each fire's lock; with enough jobs
+    # some job's consecutive fires go to different nodes (a cross-node replace).
     coord = InProcessCoordinator(ttl=5.0)
     # Every attempt outlasts the next fire; the long lease keeps B's renewal
     # from noticing the replacement before its attempt answers.
