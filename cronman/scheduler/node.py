@@ -380,8 +380,8 @@ class SchedulerNode:
         silent = [m.id for m in members if m.id != self.node_id and m.last_heartbeat is not None
                   and (now - m.last_heartbeat).total_seconds() > SILENT_BEATS * interval]
         if len(silent) != 1:
-            # Forget the standby when its member beats again (not when it is
-            # gone: then the gain being loaded consumes it).
+            # Forget the prepared jobs when their member beats again (not when
+            # it is gone: then the gain being loaded consumes them).
             if self._prepared_for is not None and self._prepared_for in {m.id for m in members}:
                 self._prepared_for, self._prepared = None, {}
             return
