@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from cronman.api.app import create_app
+from cronman.processes.api import make_app
 
-app = create_app()
+app = make_app()

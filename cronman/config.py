@@ -6,11 +6,14 @@ Every default is a named constant below.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
+
+from cronman.eventloop import DEFAULT_EVENT_LOOP, EVENT_LOOPS
 
 DEFAULT_DATABASE_URL = "sqlite:///cronman.db"
 DEFAULT_REPLICAS = 2
@@ -22,6 +25,20 @@ DEFAULT_SYNC_POLL_INTERVAL = 2.0
 DEFAULT_MAX_IN_FLIGHT = 2000
 DEFAULT_PARTITIONS_AHEAD_DAYS = 7
 DEFAULT_REDIS_KEY_PREFIX = "cronman"
+DEFAULT_MAX_CLOCK_SKEW = 1.0
+# CRONMAN_AUTH: unset means "required once a token has been created, or when
+# the API listens beyond loopback" (see cronman.api.auth).
+AUTH_REQUIRED = "required"
+AUTH_OFF = "off"
+AUTH_MODES = (AUTH_REQUIRED, AUTH_OFF)
+DEFAULT_CONTAINERD_ADDRESS = "/run/containerd/containerd.sock"
+DEFAULT_CONTAINERD_NAMESPACE = "cronman"
+DEFAULT_AGENT_SLOTS = 64
+DEFAULT_AGENT_PLACEMENT_TIMEOUT = 60.0
+DEFAULT_AGENT_STATE_DIR = "/run/cronman-agent"
+DEFAULT_SMTP_PORT = 587
+DEFAULT_NOTIFY_POLL_INTERVAL = 2.0
+DEFAULT_NOTIFY_MAX_ATTEMPTS = 10
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -44,12 +61,35 @@ class Settings:
     signing_secret: str | None = None
     allow_private_targets: bool = False
     api_bind: str = DEFAULT_API_BIND
+    auth: str | None = None
     # Tuning knobs, not part of the public contract (documented in README).
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     sync_poll_interval: float = DEFAULT_SYNC_POLL_INTERVAL
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     partitions_ahead_days: int = DEFAULT_PARTITIONS_AHEAD_DAYS
     redis_key_prefix: str = DEFAULT_REDIS_KEY_PREFIX
+    max_clock_skew: float = DEFAULT_MAX_CLOCK_SKEW
+    event_loop: str = DEFAULT_EVENT_LOOP
+    # Worker agent (``cronman agent``) and container placement.
+    agent_id: str = field(default_factory=default_node_id)
+    agent_labels: str | None = None  # "k=v,k=v", matched by a container target's selector
+    agent_cpu: float | None = None  # cores offered; None: the host's
+    agent_memory_mb: int | None = None  # MiB offered; None: the host's
+    agent_slots: int = DEFAULT_AGENT_SLOTS  # containers at once
+    agent_placement_timeout: float = DEFAULT_AGENT_PLACEMENT_TIMEOUT
+    agent_state_dir: str = DEFAULT_AGENT_STATE_DIR  # log FIFOs of the containerd runtime
+    containerd_address: str = DEFAULT_CONTAINERD_ADDRESS
+    containerd_namespace: str = DEFAULT_CONTAINERD_NAMESPACE
+    # Notifications (cronman.notify): the outgoing mail server, and the notifier.
+    smtp_host: str | None = None
+    smtp_port: int = DEFAULT_SMTP_PORT
+    smtp_starttls: bool = True
+    smtp_username: str | None = None
+    smtp_password: str | None = field(default=None, repr=False)
+    smtp_from: str | None = None
+    notify: bool = True
+    notify_poll_interval: float = DEFAULT_NOTIFY_POLL_INTERVAL
+    notify_max_attempts: int = DEFAULT_NOTIFY_MAX_ATTEMPTS
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -60,12 +100,44 @@ class Settings:
             raise ValueError("CRONMAN_HISTORY_RETENTION_DAYS must be >= 1")
         if self.lease_seconds <= 0:
             raise ValueError("CRONMAN_LEASE_SECONDS must be > 0")
+        if self.max_clock_skew <= 0:
+            raise ValueError("CRONMAN_MAX_CLOCK_SKEW must be > 0")
         if ":" not in self.api_bind:
             raise ValueError("CRONMAN_API_BIND must be host:port")
+        if self.event_loop not in EVENT_LOOPS:
+            raise ValueError(f"CRONMAN_EVENT_LOOP must be one of {', '.join(EVENT_LOOPS)}")
+        if self.auth is not None and self.auth not in AUTH_MODES:
+            raise ValueError(f"CRONMAN_AUTH must be one of {', '.join(AUTH_MODES)} "
+                             f"(or unset), not {self.auth!r}")
+        if self.agent_cpu is not None and self.agent_cpu <= 0:
+            raise ValueError("CRONMAN_AGENT_CPU must be > 0")
+        if self.agent_memory_mb is not None and self.agent_memory_mb <= 0:
+            raise ValueError("CRONMAN_AGENT_MEMORY_MB must be > 0")
+        if self.agent_slots < 1:
+            raise ValueError("CRONMAN_AGENT_SLOTS must be >= 1")
+        if self.agent_placement_timeout <= 0:
+            raise ValueError("CRONMAN_AGENT_PLACEMENT_TIMEOUT must be > 0")
+        parse_labels(self.agent_labels)
+        if not 0 < self.smtp_port < 65536:
+            raise ValueError("CRONMAN_SMTP_PORT must be a TCP port (1-65535)")
+        if self.smtp_username and not self.smtp_starttls:
+            # Fail closed: credentials never cross the network in the clear.
+            raise ValueError("CRONMAN_SMTP_USERNAME needs CRONMAN_SMTP_STARTTLS=true")
+        if bool(self.smtp_username) != bool(self.smtp_password):
+            raise ValueError("CRONMAN_SMTP_USERNAME and CRONMAN_SMTP_PASSWORD go together")
+        if self.notify_poll_interval <= 0:
+            raise ValueError("CRONMAN_NOTIFY_POLL_INTERVAL must be > 0")
+        if self.notify_max_attempts < 1:
+            raise ValueError("CRONMAN_NOTIFY_MAX_ATTEMPTS must be >= 1")
 
     @property
-    def is_sqlite(self) -> bool:
-        return self.database_url.startswith("sqlite")
+    def agent_label_map(self) -> dict[str, str]:
+        return parse_labels(self.agent_labels)
+
+    @property
+    def api_on_loopback(self) -> bool:
+        """Whether ``api_bind`` names a loopback address (or a Unix socket) only."""
+        return is_loopback_bind(self.api_bind)
 
     @property
     def redis_urls(self) -> list[str]:
@@ -102,7 +174,43 @@ class Settings:
         return replace(self, **changes)
 
 
+def is_loopback_bind(bind: str) -> bool:
+    """Whether a ``host:port`` (or gunicorn ``unix:PATH``) listens on loopback only.
+
+    Only literal loopback addresses and ``localhost`` count; any other name,
+    an empty host and the wildcard addresses do not (fail closed).
+    """
+    if bind.startswith("unix:"):
+        return True
+    host = bind.rpartition(":")[0].strip().strip("[]")
+    if host.lower() == "localhost":
+        return True
+    return is_loopback_address(host)
+
+
+def is_loopback_address(host: str) -> bool:
+    """Whether ``host`` is a loopback IP address literal."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+def parse_labels(text: str | None) -> dict[str, str]:
+    """``k=v,k=v`` (CRONMAN_AGENT_LABELS) as a dict; ValueError when malformed."""
+    labels: dict[str, str] = {}
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"CRONMAN_AGENT_LABELS: {item!r} is not key=value")
+        labels[key.strip()] = value.strip()
+    return labels
+
+
 def _convert(name: str, type_name: Any, raw: str) -> Any:
+    if name == "auth":
+        return raw.strip().lower() or None
     t = str(type_name)
     try:
         if t.startswith("bool"):

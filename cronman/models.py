@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,58 @@ class Job:
     change_seq: int = 0
     last_fire_at: datetime | None = None
     skipped_pending: int = 0
+    # The job's own notification rules (cronman.notify.rules), None for none.
+    notify: list[dict[str, Any]] | None = None
+    # Upstream jobs whose fresh success a fire waits for: [{"job": <id>,
+    # "within": s, "wait": s}], None for none (cronman.api.workflow_validation).
+    depends_on: list[dict[str, Any]] | None = None
+    # Named exclusion calendars whose dates skip a fire: names in the job's
+    # namespace or namespace/name, None for none.
+    calendars: list[str] | None = None
+
+
+class JobRow(NamedTuple):
+    """A live job as a scheduler node reads it: the columns it needs, the
+    JSON ones as their text (each distinct text is decoded once, however
+    many jobs share it)."""
+
+    id: str
+    namespace: str
+    name: str
+    version: int
+    schedule: str
+    target: str
+    retry: str
+    misfire: str
+    delivery: str
+    concurrency: str
+    priority: int
+    start_at: datetime | None
+    end_at: datetime | None
+    jitter: float | None
+    paused: bool
+    dead_letter: str | None
+    created_at: datetime
+    change_seq: int
+    last_fire_at: datetime | None
+    skipped_pending: int
+    depends_on: str | None = None
+    calendars: str | None = None
+
+    @classmethod
+    def of_job(cls, job: Job) -> JobRow:
+        """The row ``job`` would have been read as."""
+        return cls(job.id, job.namespace, job.name, job.version, _dumps(job.schedule),
+                   _dumps(job.target), _dumps(job.retry), _dumps(job.misfire), job.delivery,
+                   job.concurrency, job.priority, job.start_at, job.end_at, job.jitter,
+                   job.paused, None if job.dead_letter is None else _dumps(job.dead_letter),
+                   job.created_at, job.change_seq, job.last_fire_at, job.skipped_pending,
+                   None if job.depends_on is None else _dumps(job.depends_on),
+                   None if job.calendars is None else _dumps(job.calendars))
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 @dataclass(slots=True)
@@ -61,6 +114,9 @@ class Run:
     lease_expires_at: datetime | None = None
     next_attempt_at: datetime | None = None
     skipped_before: int = 0
+    # What gated the run (cronman.scheduler.gates): the upstream runs it
+    # consumed or found fresh, what it waited for, the calendar that skipped it.
+    gate: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +133,7 @@ class JobFilter:
     namespaces: tuple[str, ...] | None = None  # restriction from the caller's token
     labels: tuple[tuple[str, str], ...] = ()
     paused: bool | None = None
+    name_prefix: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +141,54 @@ class RunFilter:
     since: datetime | None = None
     until: datetime | None = None
     statuses: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RunSearch:
+    """What ``RunStore.search_runs`` looks for: runs across jobs.
+
+    ``since`` is required: every query names the partition key, so PostgreSQL
+    reads only the daily partitions of the window. ``namespaces`` is the
+    caller's token restriction (None: every namespace); ``namespace``,
+    ``job_ids`` and ``target_kinds`` narrow further.
+    """
+
+    since: datetime
+    until: datetime | None = None
+    statuses: tuple[str, ...] = ()
+    namespace: str | None = None
+    namespaces: tuple[str, ...] | None = None
+    job_ids: tuple[str, ...] = ()
+    target_kinds: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RunStatsQuery:
+    """The window and scope of ``RunStore.run_stats``: [since, until) in steps
+    of ``step_seconds``; ``since`` should be a multiple of the step."""
+
+    since: datetime
+    until: datetime
+    step_seconds: int
+    namespace: str | None = None
+    namespaces: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunStatsBucket:
+    """One time step of the run history.
+
+    ``fires``: runs scheduled in the step that were dispatched (every status
+    but ``skipped``); ``failures``: those that ended ``failed`` or ``lost``;
+    lateness percentiles (nearest rank, over runs whose first attempt
+    started) in milliseconds, None when no run started.
+    """
+
+    start: datetime
+    fires: int
+    failures: int
+    lateness_p50_ms: int | None
+    lateness_p99_ms: int | None
 
 
 @dataclass(slots=True)
@@ -106,4 +211,26 @@ class RunUpdate:
     error: str | None = None
     lease_expires_at: datetime | None = None
     next_attempt_at: datetime | None = None
+    gate: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def absorb(self, newer: RunUpdate) -> None:
+        """Apply ``newer`` (a later change of the same run) on top of this one:
+        status, error and result come from ``newer``; the other fields from
+        ``newer`` where set, else stay."""
+        self.status = newer.status
+        self.error = newer.error
+        self.result = newer.result
+        for name in _MERGED_FIELDS:
+            value = getattr(newer, name)
+            if value is not None:
+                setattr(self, name, value)
+        if newer.extra:
+            self.extra = {**self.extra, **newer.extra}
+
+    def copy(self) -> RunUpdate:
+        return replace(self, extra=dict(self.extra))
+
+
+_MERGED_FIELDS = ("attempt", "started_at", "finished_at", "lateness_ms", "duration_ms",
+                  "lease_expires_at", "next_attempt_at", "gate")

@@ -73,13 +73,19 @@ def _truncate_pg(url: str) -> None:
 
     engine = create_engine(url)
     with engine.begin() as conn:
-        conn.execute(text("TRUNCATE jobs, scheduled_jobs, api_tokens, maintenance"))
+        conn.execute(text("TRUNCATE jobs, scheduled_jobs, api_tokens, token_history, maintenance, job_history, notification_rules, notifications, notification_events, notification_groups, notification_failing_jobs, notifier_cursors, job_edges, trigger_events, calendars"))
     engine.dispose()
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Soak runs (``@pytest.mark.soak``) are left out unless ``-m`` names them
-    (``pytest -m soak``): the default suite stays short."""
+    """Multi-process cluster tests are ``serial`` (``ops/test`` runs them
+    after the rest, one at a time: their timing bounds assume the machine's
+    cores are theirs). Soak runs (``@pytest.mark.soak``) are left out unless
+    ``-m`` names them (``pytest -m soak``): the default suite stays short."""
+    for item in items:
+        if item.nodeid.startswith("tests/cluster/") or item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.serial)
     if "soak" in (config.getoption("markexpr") or ""):
         return
     kept, dropped = [], []

@@ -1,36 +1,57 @@
 """The Flask app factory of the cronman API.
 
-``create_app()`` reads ``Settings.from_env()``; ``cronman standalone`` hands in
-the store (and coordinator) its scheduler uses. ``wsgi.py`` at the top of the
-repository is ``app = create_app()`` for gunicorn.
+``create_app`` takes the settings and how to reach the store and the
+coordinator; the processes wire them (``cronman.processes.api.make_app`` for
+gunicorn and ``wsgi.py``, ``cronman.processes.standalone`` sharing its
+scheduler's).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from cronman.api import cluster, dashboard, health, jobs, metrics, openapi, runs
+from cronman.api import (
+    audit,
+    calendars,
+    cluster,
+    dashboard,
+    health,
+    history,
+    jobs,
+    metrics,
+    notifications,
+    openapi,
+    request_ids,
+    runs,
+    tokens,
+)
+from cronman.api.auth import EXTENSION_KEY as AUTH_KEY
 from cronman.api.auth import TokenAuth
 from cronman.api.common import MAX_BODY_BYTES, error_response, json_response
+from cronman.api.console import CONSOLE_BLUEPRINTS, require_write_access
 from cronman.api.context import EXTENSION_KEY, ApiContext
 from cronman.config import Settings
+from cronman.coordination.base import Coordinator
 from cronman.errors import CronmanError
-from cronman.scheduler.coordinator import Coordinator
+from cronman.store.base import Store
 
 log = logging.getLogger(__name__)
 
-AUTH_KEY = "cronman_auth"
 V1_PREFIX = "/v1/"
 
 
-def create_app(settings: Settings | None = None, *, store: Any = None,
-               coordinator: Coordinator | None = None) -> Flask:
-    """The API app. ``store``/``coordinator``, when given, are shared and not closed."""
-    settings = settings or Settings.from_env()
+def create_app(settings: Settings, *, store: Store | None = None,
+               coordinator: Coordinator | None = None,
+               open_store: Callable[[], Store] | None = None,
+               open_coordinator: Callable[[], Coordinator | None] | None = None) -> Flask:
+    """The API app. ``store``/``coordinator``, when given, are shared and not
+    closed; otherwise they are opened on first use by ``open_store`` /
+    ``open_coordinator`` (no coordinator without the latter)."""
     app = Flask("cronman.api", static_folder=None)
     app.config.update(MAX_CONTENT_LENGTH=MAX_BODY_BYTES)
     app.json.sort_keys = False  # type: ignore[attr-defined]
@@ -38,22 +59,40 @@ def create_app(settings: Settings | None = None, *, store: Any = None,
     app.url_map.strict_slashes = True
     app.url_map.converters["id"] = jobs.IdConverter
 
-    ctx = ApiContext(settings, store=store, coordinator=coordinator)
+    ctx = ApiContext(settings, store=store, coordinator=coordinator, open_store=open_store,
+                     open_coordinator=open_coordinator)
     app.extensions[EXTENSION_KEY] = ctx
-    auth = TokenAuth(lambda: ctx.store.tokens)
+    auth = TokenAuth(settings, lambda: ctx.store.tokens)
     app.extensions[AUTH_KEY] = auth
 
-    metrics.install(app, metrics.count_live_jobs(lambda: ctx.store))
-    for bp in (jobs.bp, runs.bp, cluster.bp, health.bp, metrics.bp, openapi.bp, dashboard.bp):
+    metrics.install(app, lambda: ctx.store.jobs.count_live_jobs())
+    request_ids.install(app)
+    for bp in (jobs.bp, runs.bp, history.bp, audit.bp, cluster.bp, health.bp, metrics.bp,
+               openapi.bp, dashboard.bp, notifications.bp, tokens.bp, calendars.bp):
+        app.register_blueprint(bp)
+    for bp in CONSOLE_BLUEPRINTS:
         app.register_blueprint(bp)
 
     @app.before_request
     def _authenticate() -> None:
+        auth.note_local_address(local_address(request.environ))
         if request.path.startswith(V1_PREFIX) or request.path == "/v1":
             g.principal = auth.authenticate(request.headers.get("Authorization"))
+            require_write_access(g.principal, request.method)
 
     _install_error_handlers(app)
     return app
+
+
+def local_address(environ: dict[str, Any]) -> str | None:
+    """The address this end of the request's connection is bound to, when the
+    server tells (gunicorn and werkzeug hand the socket over)."""
+    sock = environ.get("gunicorn.socket") or environ.get("werkzeug.socket")
+    try:
+        name = sock.getsockname() if sock is not None else None
+    except OSError:
+        return None
+    return name[0] if isinstance(name, tuple) and name else None
 
 
 def _install_error_handlers(app: Flask) -> None:
@@ -68,7 +107,7 @@ def _install_error_handlers(app: Flask) -> None:
 
     @app.errorhandler(RequestEntityTooLarge)
     def _too_large(exc: RequestEntityTooLarge) -> Response:
-        limit = request.max_content_length
+        limit = g.get("body_limit", request.max_content_length)
         return json_response({"error": {
             "code": "too_large",
             "message": f"the request body is larger than {limit} bytes",

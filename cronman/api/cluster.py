@@ -1,20 +1,32 @@
-"""``GET /v1/cluster``: the scheduler nodes the coordinator sees, and the worker agents."""
+"""``GET /v1/cluster``: the scheduler nodes the coordinator sees, and the worker agents.
+
+Agents come from the agent directory (``coordination.agents``): the one the
+app was given (``cronman standalone`` puts its in-process one in
+``app.extensions[AGENTS_KEY]``), else a Redis one made on first use when
+Redis is configured.
+"""
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime
 from typing import Any
 
-from flask import Blueprint, Response
+from flask import Blueprint, Response, current_app
 
 from cronman.api.common import ApiView, json_response
 from cronman.api.context import api_context
-from cronman.scheduler.coordinator import NodeInfo
+from cronman.coordination.agents import AgentDirectory, AgentInfo
+from cronman.coordination.base import OVERLOADED_BEHIND_MS, NodeInfo
 from cronman.timeutil import format_rfc3339, utcnow
+
+AGENTS_KEY = "cronman.agents"
+_agents_lock = threading.Lock()
 
 bp = Blueprint("cluster", __name__, url_prefix="/v1")
 
-NODE_STATS = ("owned_jobs", "fires_last_minute", "lock_wins", "lock_losses")
+NODE_STATS = ("owned_jobs", "fires_last_minute", "lock_wins", "lock_losses", "backlog",
+              "behind_ms", "saturation_pct")
 
 
 def node_json(node: NodeInfo, now: datetime) -> dict[str, Any]:
@@ -31,7 +43,48 @@ def node_json(node: NodeInfo, now: datetime) -> dict[str, Any]:
     for key in NODE_STATS:
         value = node.stats.get(key, 0)
         out[key] = int(value) if isinstance(value, (int, float)) else 0
+    out["state"] = "overloaded" if out["behind_ms"] >= OVERLOADED_BEHIND_MS else "ok"
     return out
+
+
+def agent_json(agent: AgentInfo, now: datetime) -> dict[str, Any]:
+    age = None
+    if agent.last_heartbeat is not None:
+        age = round(max(0.0, (now - agent.last_heartbeat).total_seconds()), 3)
+    free = agent.free
+    return {
+        "id": agent.id,
+        "address": agent.address,
+        "runtime": agent.runtime,
+        "labels": ",".join(f"{k}={v}" for k, v in sorted(agent.labels.items())),
+        "started_at": format_rfc3339(agent.started_at),
+        "last_heartbeat": format_rfc3339(agent.last_heartbeat),
+        "heartbeat_age_s": age,
+        "cpu": round(agent.capacity.cpu, 3),
+        "cpu_used": round(agent.used.cpu, 3),
+        "cpu_free": round(free.cpu, 3),
+        "memory_mb": agent.capacity.memory_mb,
+        "memory_mb_used": agent.used.memory_mb,
+        "memory_mb_free": free.memory_mb,
+        "slots": agent.capacity.slots,
+        "slots_used": agent.used.slots,
+        "slots_free": free.slots,
+        "running": len(agent.running),
+        "running_runs": list(agent.running),
+    }
+
+
+def agent_directory() -> AgentDirectory | None:
+    """The app's agent directory (made on first use when Redis is configured)."""
+    extensions = current_app.extensions
+    if AGENTS_KEY not in extensions:
+        with _agents_lock:
+            if AGENTS_KEY not in extensions:
+                from cronman.coordination import make_agent_directory
+
+                extensions[AGENTS_KEY] = make_agent_directory(api_context().settings)
+    directory: AgentDirectory | None = extensions[AGENTS_KEY]
+    return directory
 
 
 def cluster_json() -> dict[str, Any]:
@@ -39,16 +92,13 @@ def cluster_json() -> dict[str, Any]:
     ctx = api_context()
     coordinator = ctx.coordinator
     nodes: list[NodeInfo] = coordinator.live_members() if coordinator is not None else []
-    agents: list[dict[str, Any]] = []
-    # Worker agents are listed by coordinators that track them.
-    live_agents = getattr(coordinator, "live_agents", None)
-    if callable(live_agents):
-        agents = [dict(a) for a in live_agents()]
+    directory = agent_directory()
+    agents = directory.live_agents() if directory is not None else []
     now = utcnow()
     return {
         "replicas": ctx.settings.replicas,
         "nodes": [node_json(n, now) for n in sorted(nodes, key=lambda n: n.id)],
-        "agents": agents,
+        "agents": [agent_json(a, now) for a in agents],
     }
 
 

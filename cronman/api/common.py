@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 from flask import Response, current_app, g, request
 from flask.views import MethodView
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from cronman.api.auth import OPEN, Principal
 from cronman.errors import CronmanError, ValidationError
@@ -30,10 +31,17 @@ def read_json(*, max_bytes: int | None = None, required: bool = True) -> Any:
     """The request body parsed as JSON; 400 when it is not, 413 when too large.
 
     The content type is not checked: a body is read as JSON whatever it says.
+    A body sent without a length (chunked) is held to the same limit: werkzeug
+    stops reading such a stream at the limit without a word, so one byte more
+    is let through to see whether the body goes on.
     """
-    if max_bytes is not None:
-        request.max_content_length = max_bytes
+    limit = max_bytes if max_bytes is not None else request.max_content_length
+    if limit is not None:
+        g.body_limit = limit
+        request.max_content_length = limit + 1
     data = request.get_data(cache=False)
+    if limit is not None and len(data) > limit:
+        raise RequestEntityTooLarge()
     if not data.strip():
         if required:
             raise ValidationError("the request body must be a JSON object")
@@ -83,7 +91,8 @@ def error_response(exc: CronmanError, status: int | None = None) -> Response:
 
 
 def principal() -> Principal:
-    return g.get("principal", OPEN)
+    who: Principal = g.get("principal", OPEN)
+    return who
 
 
 class ApiView(MethodView):

@@ -1,22 +1,25 @@
 """What the API's views work with: settings, the store and the coordinator.
 
-One ``ApiContext`` per app, kept in ``app.extensions["cronman"]``. The store
-is opened on first use (so the API starts, and ``/readyz`` reports, while the
-database is down); a store handed in by ``cronman standalone`` is shared with
-the scheduler and not closed by the API.
+One ``ApiContext`` per app, kept in ``app.extensions["cronman"]``. The
+process that makes the app (``cronman.processes.api``) says how to open the
+store and the coordinator; they are opened on first use (so the API starts,
+and ``/readyz`` reports, while the database is down). A store or coordinator
+handed in (``cronman standalone`` shares its scheduler's) is not closed by
+the API.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from collections.abc import Callable
 
 from flask import Flask, current_app
 
 from cronman.config import Settings
+from cronman.coordination.base import Coordinator
 from cronman.errors import CronmanError, StoreUnavailable
-from cronman.scheduler.coordinator import Coordinator
+from cronman.store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -24,26 +27,30 @@ EXTENSION_KEY = "cronman"
 
 
 class ApiContext:
-    def __init__(self, settings: Settings, *, store: Any = None,
-                 coordinator: Coordinator | None = None) -> None:
+    def __init__(self, settings: Settings, *, store: Store | None = None,
+                 coordinator: Coordinator | None = None,
+                 open_store: Callable[[], Store] | None = None,
+                 open_coordinator: Callable[[], Coordinator | None] | None = None) -> None:
+        if store is None and open_store is None:
+            raise TypeError("ApiContext needs a store or a way to open one")
         self.settings = settings
         self._store = store
+        self._open_store = open_store
         self._owns_store = store is None
         self._coordinator = coordinator
+        self._open_coordinator = open_coordinator
         self._owns_coordinator = coordinator is None
-        self._coordinator_made = coordinator is not None
+        self._coordinator_made = coordinator is not None or open_coordinator is None
         self._lock = threading.Lock()
 
     @property
-    def store(self) -> Any:
+    def store(self) -> Store:
         if self._store is None:
             with self._lock:
                 if self._store is None:
-                    from cronman.store import open_store
-
+                    assert self._open_store is not None
                     try:
-                        self._store = open_store(self.settings.database_url,
-                                                 settings=self.settings)
+                        self._store = self._open_store()
                     except CronmanError:
                         raise
                     except Exception as exc:
@@ -53,14 +60,13 @@ class ApiContext:
 
     @property
     def coordinator(self) -> Coordinator | None:
-        """The injected coordinator; else a Redis one when Redis is configured; else None."""
+        """The coordinator handed in, else the one opened on first use (None
+        without Redis)."""
         if not self._coordinator_made:
             with self._lock:
                 if not self._coordinator_made:
-                    if self.settings.redis_urls:
-                        from cronman.scheduler.coordination.redis import RedisCoordinator
-
-                        self._coordinator = RedisCoordinator(self.settings)
+                    assert self._open_coordinator is not None
+                    self._coordinator = self._open_coordinator()
                     self._coordinator_made = True
         return self._coordinator
 
@@ -71,8 +77,9 @@ class ApiContext:
         if self._owns_coordinator and self._coordinator is not None:
             self._coordinator.close()
             self._coordinator = None
-            self._coordinator_made = False
+            self._coordinator_made = self._open_coordinator is None
 
 
 def api_context(app: Flask | None = None) -> ApiContext:
-    return (app or current_app).extensions[EXTENSION_KEY]
+    context: ApiContext = (app or current_app).extensions[EXTENSION_KEY]
+    return context

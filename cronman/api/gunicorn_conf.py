@@ -2,19 +2,36 @@
 
 They keep prometheus_client's multiprocess directory right: emptied at start,
 a dead worker's live gauges dropped, and a directory ``cronman api`` made for
-this server removed at exit.
+this server removed at exit. Logging is cronman's (``logconfig_dict``: text
+or CRONMAN_LOG_FORMAT=json, gunicorn's own boot lines held at WARNING), with
+one line when the server is ready.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
+from cronman.observability import logs
+
 METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 # Set by ``cronman api`` when it created the directory itself (so it may delete it).
 OWNED_METRICS_DIR_ENV = "CRONMAN_API_OWNED_METRICS_DIR"
+# Set by ``cronman api --access-log``.
+ACCESS_LOG_ENV = "CRONMAN_API_ACCESS_LOG"
+
+
+logconfig_dict = logs.dict_config(access_log=os.environ.get(ACCESS_LOG_ENV) == "1")
+
+
+def when_ready(server: Any) -> None:
+    cfg = server.cfg
+    logging.getLogger("cronman.api").info(
+        "cronman api listening on %s (%d workers x %d threads, pid %d)",
+        ", ".join(str(b) for b in cfg.bind), cfg.workers, cfg.threads, os.getpid())
 
 
 def on_starting(server: Any) -> None:
@@ -29,7 +46,7 @@ def child_exit(server: Any, worker: Any) -> None:
     if os.environ.get(METRICS_DIR_ENV):
         from prometheus_client import multiprocess
 
-        multiprocess.mark_process_dead(worker.pid)
+        multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
 
 
 def on_exit(server: Any) -> None:

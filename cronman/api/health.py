@@ -1,11 +1,21 @@
-"""``/healthz`` (the process answers) and ``/readyz`` (database and Redis reachable)."""
+"""``/healthz`` (the process answers) and ``/readyz`` (ready to serve).
+
+``/readyz`` reports each check: the database and Redis reachable, plus any
+check the process registers (``cronman standalone`` adds its node's run
+writes), and the auth state (``required``, ``off`` or ``open``; see
+``cronman.api.auth``), which is shown, not checked. Redis is "not
+configured" where no CRONMAN_REDIS_URL is set (standalone coordinates in
+process): it is never reported ``ok`` without a Redis behind it.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
-from flask import Blueprint, Response
+from flask import Blueprint, Flask, Response, current_app
 
+from cronman.api.auth import token_auth
 from cronman.api.common import ApiView, json_response
 from cronman.api.context import api_context
 from cronman.errors import CronmanError
@@ -13,6 +23,15 @@ from cronman.errors import CronmanError
 log = logging.getLogger(__name__)
 
 bp = Blueprint("health", __name__)
+
+CHECKS_KEY = "cronman_readiness"
+# A readiness check: None when fine, else what is wrong.
+ReadinessCheck = Callable[[], str | None]
+
+
+def add_readiness_check(app: Flask, name: str, check: ReadinessCheck) -> None:
+    """Make ``/readyz`` answer 503 while ``check()`` returns a problem."""
+    app.extensions.setdefault(CHECKS_KEY, {})[name] = check
 
 
 class Healthz(ApiView):
@@ -33,8 +52,8 @@ class Readyz(ApiView):
         except Exception as exc:  # any driver error means "not ready", not a 500
             checks["database"] = f"unreachable: {exc}"
         if checks["database"] != "ok":
-            failed.append("database")
-        coordinator = ctx.coordinator
+            failed.append("database unreachable")
+        coordinator = ctx.coordinator if ctx.settings.redis_urls else None
         if coordinator is None:
             checks["redis"] = "not configured"
         else:
@@ -45,16 +64,32 @@ class Readyz(ApiView):
                 reachable = False
             checks["redis"] = "ok" if reachable else "unreachable"
             if not reachable:
-                failed.append("redis")
+                failed.append("redis unreachable")
+        extra: dict[str, ReadinessCheck] = current_app.extensions.get(CHECKS_KEY, {})
+        for name, check in extra.items():
+            try:
+                problem = check()
+            except Exception as exc:  # a failing check means "not ready"
+                problem = f"check failed: {exc}"
+            checks[name] = "ok" if problem is None else problem
+            if problem is not None:
+                failed.append(f"{name}: {problem}")
+        body: dict[str, object] = {"status": "ready", "checks": checks,
+                                   "auth": self._auth_state()}
         if failed:
             log.warning("not ready: %s", checks)
-            return json_response({
-                "status": "unavailable",
-                "checks": checks,
-                "error": {"code": "unavailable", "field": None,
-                          "message": f"{' and '.join(failed)} unreachable"},
-            }, 503)
-        return json_response({"status": "ready", "checks": checks})
+            body["status"] = "unavailable"
+            body["error"] = {"code": "unavailable", "field": None,
+                             "message": "; ".join(failed)}
+            return json_response(body, 503)
+        return json_response(body)
+
+    @staticmethod
+    def _auth_state() -> dict[str, str]:
+        try:
+            return token_auth().state().to_dict()
+        except Exception as exc:  # the token table could not be read
+            return {"mode": "unknown", "reason": f"cannot read the API tokens: {exc}"}
 
 
 bp.add_url_rule("/healthz", view_func=Healthz.as_view("healthz"))

@@ -1,20 +1,25 @@
 """The ``/v1/jobs`` resources.
 
 Create, bulk create, list, read, replace (PUT), merge (PATCH), delete, pause,
-resume, trigger, next fire times, run history and backfill of jobs. Each write
+resume, trigger, next fire times (and which of them an exclusion calendar
+skips), run history, backfill and the upstream and downstream jobs of jobs. Each write
 is one store call, i.e. one transaction (a bulk request included).
 """
 
 from __future__ import annotations
 
+import random
 import re
+import time
 from datetime import datetime
 from typing import Any
 
 from flask import Blueprint, Response, request
 from werkzeug.routing import BaseConverter
 
+from cronman.api import job_search, references
 from cronman.api import validation as v
+from cronman.api.changes import change
 from cronman.api.common import (
     MAX_BODY_BYTES,
     MAX_BULK_BODY_BYTES,
@@ -25,13 +30,22 @@ from cronman.api.common import (
     reject_bad_strings,
 )
 from cronman.api.context import api_context
-from cronman.api.serialize import job_definition, job_json, restore_redacted, run_json
+from cronman.api.serialize import (
+    edges_json,
+    excluded_fire_times,
+    job_definition,
+    job_json,
+    restore_redacted,
+    restore_redacted_notify,
+    run_json,
+)
 from cronman.errors import Conflict, NotFound, ValidationError
 from cronman.ids import new_job_id
 from cronman.models import Job, JobFilter, RunFilter
 from cronman.schedules import Schedule, job_times
-from cronman.store.tables import RUN_STATUSES
+from cronman.store.dag import DependentsExist, dependents_message
 from cronman.timeutil import format_rfc3339, utcnow
+from cronman.vocabulary import RUN_STATUSES, JobAction
 
 bp = Blueprint("jobs", __name__, url_prefix="/v1/jobs")
 
@@ -40,6 +54,11 @@ LIST_LIMIT_MAX = 1000
 NEXT_COUNT_DEFAULT = 10
 NEXT_COUNT_MAX = 100
 BACKFILL_MAX = 10_000
+# PUT/PATCH without a version: how often a write lost to a concurrent one is
+# applied again to the job as it then is, after a random pause of up to
+# WRITE_BACKOFF * 2^attempt seconds (so that racing writers spread out).
+WRITE_ATTEMPTS = 10
+WRITE_BACKOFF = 0.005
 # Job and run ids are UUIDs; anything else cannot exist (and must not reach SQL).
 ID_PATTERN = r"[0-9a-fA-F-]{1,36}"
 ID_RE = re.compile(f"^{ID_PATTERN}$")
@@ -57,7 +76,7 @@ def _store() -> Any:
 
 def load_job(job_id: str) -> Job:
     """The live job ``job_id`` the caller may see; 404 / 403 otherwise."""
-    job = _store().jobs.get_job(job_id) if ID_RE.match(job_id) else None
+    job: Job | None = _store().jobs.get_job(job_id) if ID_RE.match(job_id) else None
     if job is None:
         raise NotFound(f"no job {job_id!r}")
     principal().require(job.namespace)
@@ -70,7 +89,8 @@ def store_spec(spec: dict[str, Any], job_id: str) -> dict[str, Any]:
 
 
 class JobCollection(ApiView):
-    query_params = {"get": ("namespace", "label", "paused", "limit", "cursor")}
+    query_params = {"get": ("namespace", "label", "paused", "limit", "cursor",
+                            *job_search.QUERY_PARAMS)}
 
     def get(self) -> Response:
         args = request.args
@@ -91,10 +111,7 @@ class JobCollection(ApiView):
             reject_bad_strings(cursor, "cursor")
         flt = JobFilter(namespace=namespace, namespaces=principal().restriction(),
                         labels=labels, paused=paused)
-        page = _store().jobs.list_jobs(flt, limit, cursor)
-        now = utcnow()
-        return json_response({"items": [job_json(j, now=now) for j in page.items],
-                              "next_cursor": page.next_cursor})
+        return job_search.list_answer(_store(), flt, limit, cursor)
 
     def post(self) -> Response:
         body = read_json(max_bytes=MAX_BODY_BYTES)
@@ -102,7 +119,9 @@ class JobCollection(ApiView):
         job_id = new_job_id()
         spec, schedule = v.validate_job_parsed(body, job_id=job_id, now=now)
         principal().require(spec["namespace"], field="namespace")
-        (job,) = _store().jobs.create_jobs([store_spec(spec, job_id)])
+        references.resolve(_store(), [references.Pending(job_id, spec)], principal())
+        (job,) = _store().jobs.create_jobs([store_spec(spec, job_id)],
+                                           change(JobAction.CREATE))
         return json_response(job_json(job, now=now, schedule=schedule), 201,
                              {"Location": f"/v1/jobs/{job.id}"})
 
@@ -129,8 +148,10 @@ class JobBulk(ApiView):
                                field=f"jobs[{i}].name")
             seen[key] = i
             specs.append(store_spec(spec, job_id))
+        references.resolve(_store(), [references.Pending(s["id"], s, f"jobs[{i}]")
+                                      for i, s in enumerate(specs)], who)
         try:
-            jobs = _store().jobs.create_jobs(specs)
+            jobs = _store().jobs.create_jobs(specs, change(JobAction.CREATE))
         except Conflict as exc:
             if len(specs) == 1 and exc.field == "name":
                 raise Conflict(exc.message, field="jobs[0].name") from None
@@ -139,25 +160,36 @@ class JobBulk(ApiView):
                                         for j, s in zip(jobs, schedules, strict=True)]}, 201)
 
 
-def _replacement(job: Job, body: Any, *, merge: bool) -> tuple[dict[str, Any], Schedule]:
-    """The validated new definition of ``job`` from a PUT (or, merged, PATCH) body."""
+def _replacement(job: Job, body: Any, *, merge: bool
+                 ) -> tuple[dict[str, Any], Schedule, dict[str, Any]]:
+    """The validated new definition of ``job`` from a PUT (or, merged, PATCH)
+    body, its schedule, and the changes to write: the whole definition for a
+    PUT, only the keys it names for a PATCH."""
     obj = v.require_object(body, None)
     v.check_read_only(obj, job_id=job.id, version=job.version, created_at=job.created_at)
     given = v.strip_read_only(obj)
+    named = [key for key in given if key in v.DEFINITION_KEYS]
     if merge:
         given = {**job_definition(job), **given}
     if "target" in given:
-        given["target"] = restore_redacted(given["target"], job.target)
+        given["target"] = restore_redacted(given["target"], job.target, "target")
     if "dead_letter" in given:
-        given["dead_letter"] = restore_redacted(given["dead_letter"], job.dead_letter)
+        given["dead_letter"] = restore_redacted(given["dead_letter"], job.dead_letter,
+                                                "dead_letter")
+    if "notify" in given:
+        given["notify"] = restore_redacted_notify(given["notify"], job.notify)
     spec, schedule = v.validate_job_parsed(given, job_id=job.id, now=utcnow(),
                                            created_at=job.created_at,
                                            previous_schedule=job.schedule)
     principal().require(spec["namespace"], field="namespace")
-    return spec, schedule
+    references.resolve(_store(), [references.Pending(job.id, spec)], principal())
+    changes = {key: spec[key] for key in named} if merge else spec
+    return spec, schedule, changes
 
 
 class JobItem(ApiView):
+    query_params = {"delete": ("force",)}
+
     def get(self, job_id: str) -> Response:
         job = load_job(job_id)
         last = _store().runs.last_runs([job.id]).get(job.id)
@@ -170,17 +202,44 @@ class JobItem(ApiView):
         return self._replace(job_id, merge=True)
 
     def delete(self, job_id: str) -> Response:
+        raw = request.args.get("force")
+        force = False if raw is None else v.parse_bool_param(raw, "force")
         load_job(job_id)
-        if not _store().jobs.delete_job(job_id):
+        try:
+            deleted = _store().jobs.delete_job(job_id, change(JobAction.DELETE), force=force)
+        except DependentsExist as exc:  # name only the dependents the caller may see
+            who = principal()
+            seen = [d for d in exc.dependents if who.allows(d[0])]
+            raise Conflict(dependents_message(seen, exc.more, len(exc.dependents) - len(seen))
+                           ) from None
+        if not deleted:
             raise NotFound(f"no job {job_id!r}")
         return Response(status=204)
 
     def _replace(self, job_id: str, *, merge: bool) -> Response:
+        """PUT/PATCH: validated against the job as read, written only if it is
+        still that version (``WHERE version = :v``). A body with ``version``
+        gets 409 when another write came first; without, the body is applied
+        again to the job as it now is (a concurrent pause stays paused)."""
         body = read_json(max_bytes=MAX_BODY_BYTES)
-        job = load_job(job_id)
-        spec, schedule = _replacement(job, body, merge=merge)
-        updated = _store().jobs.update_job(job.id, spec)
-        return json_response(job_json(updated, now=utcnow(), schedule=schedule))
+        sent_version = body.get("version") if isinstance(body, dict) else None
+        for attempt in range(WRITE_ATTEMPTS):
+            if attempt:
+                time.sleep(random.uniform(0, WRITE_BACKOFF * 2 ** min(attempt, 5)))
+            job = load_job(job_id)
+            _, schedule, changes = _replacement(job, body, merge=merge)
+            expected = job.version if sent_version is None else int(sent_version)
+            try:
+                updated = _store().jobs.update_job(
+                    job.id, changes, expected_version=expected,
+                    change=change(JobAction.PATCH if merge else JobAction.UPDATE))
+            except Conflict as exc:
+                if sent_version is not None or exc.field != "version":
+                    raise
+                continue
+            return json_response(job_json(updated, now=utcnow(), schedule=schedule))
+        raise Conflict(f"the job changed {WRITE_ATTEMPTS} times while this write was "
+                       "applied to it; try again", field="version")
 
 
 class JobPause(ApiView):
@@ -189,7 +248,8 @@ class JobPause(ApiView):
     def post(self, job_id: str) -> Response:
         job = load_job(job_id)
         if job.paused != self.paused:
-            job = _store().jobs.update_job(job.id, {"paused": self.paused})
+            job = _store().jobs.update_job(job.id, {"paused": self.paused}, change=change(
+                JobAction.PAUSE if self.paused else JobAction.RESUME))
         return json_response(job_json(job, now=utcnow()))
 
 
@@ -201,7 +261,7 @@ class JobTrigger(ApiView):
     def post(self, job_id: str) -> Response:
         job = load_job(job_id)
         try:
-            run = _store().runs.request_trigger(job, utcnow())
+            run = _store().runs.request_trigger(job, utcnow(), change(JobAction.TRIGGER))
         except Conflict as exc:  # a fire at this very millisecond exists already
             raise Conflict(exc.message) from None
         return json_response(run_json(run), 202)
@@ -215,7 +275,20 @@ class JobNext(ApiView):
                                   default=NEXT_COUNT_DEFAULT, lo=1, hi=NEXT_COUNT_MAX)
         job = load_job(job_id)
         times = job_times(job).fire_times(utcnow(), count)
-        return json_response({"fire_times": [_fmt(t) for t in times]})
+        excluded = excluded_fire_times(_store(), job, times)
+        return json_response({"fire_times": [_fmt(t) for t in times],
+                              "excluded": [{"fire_time": _fmt(t), "calendar": name}
+                                           for t, name in excluded]})
+
+
+class JobDependencies(ApiView):
+    def get(self, job_id: str) -> Response:
+        """The job's upstream jobs (it depends on them or is fired after them)
+        and downstream jobs (they depend on it or are fired after it)."""
+        job = load_job(job_id)
+        upstream, downstream = _store().dependencies.edges(job.id)
+        return json_response({"upstream": edges_json(upstream, principal()),
+                              "downstream": edges_json(downstream, principal())})
 
 
 class JobRuns(ApiView):
@@ -259,7 +332,9 @@ class JobBackfill(ApiView):
             raise ValidationError(
                 f"the range holds more than {BACKFILL_MAX} fire times; backfill it in parts",
                 field="until")
-        requested = _store().runs.request_backfill(job, times) if times else 0
+        requested = _store().runs.request_backfill(
+            job, times, change(JobAction.BACKFILL, since=_fmt(since), until=_fmt(until))
+        ) if times else 0
         return json_response({"requested": requested, "fire_times": len(times)}, 202)
 
 
@@ -276,6 +351,7 @@ def _register() -> None:
     bp.add_url_rule("/<id:job_id>/trigger", view_func=JobTrigger.as_view("trigger"))
     bp.add_url_rule("/<id:job_id>/next", view_func=JobNext.as_view("next"))
     bp.add_url_rule("/<id:job_id>/runs", view_func=JobRuns.as_view("runs"))
+    bp.add_url_rule("/<id:job_id>/dependencies", view_func=JobDependencies.as_view("deps"))
     bp.add_url_rule("/<id:job_id>/backfill", view_func=JobBackfill.as_view("backfill"))
 
 

@@ -14,7 +14,6 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, g, request
 from prometheus_client import (
@@ -26,10 +25,9 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
-from sqlalchemy import func, select
 
 from cronman.api.common import ApiView
-from cronman.store.tables import jobs
+from cronman.observability.build_info import BuildInfoCollector
 
 log = logging.getLogger(__name__)
 
@@ -79,15 +77,18 @@ class ApiMetrics:
             "cronman_api_request_duration_seconds", "Time to answer an API request",
             ("method", "route"), buckets=LATENCY_BUCKETS, registry=own)
         self.job_count = JobCountCollector(count_jobs)
+        self.build_info = BuildInfoCollector("api")
         if own is not None:
-            own.register(self.job_count)  # type: ignore[arg-type]
+            own.register(self.job_count)
+            own.register(self.build_info)
 
     def registry(self) -> CollectorRegistry:
         if self._own is not None:
             return self._own
         registry = CollectorRegistry()
-        MultiProcessCollector(registry)
-        registry.register(self.job_count)  # type: ignore[arg-type]
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        registry.register(self.job_count)
+        registry.register(self.build_info)
         return registry
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
@@ -126,17 +127,6 @@ class Metrics(ApiView):
     def get(self) -> Response:
         metrics: ApiMetrics = current_app.extensions[METRICS_KEY]
         return Response(generate_latest(metrics.registry()), content_type=CONTENT_TYPE_LATEST)
-
-
-def count_live_jobs(store_of: Callable[[], Any]) -> Callable[[], int | None]:
-    """A counter of live jobs on the store's engine (one indexed count query)."""
-    stmt = select(func.count()).select_from(jobs).where(jobs.c.deleted_at.is_(None))
-
-    def count() -> int | None:
-        with store_of().engine.connect() as conn:
-            return int(conn.execute(stmt).scalar_one())
-
-    return count
 
 
 bp.add_url_rule("/metrics", view_func=Metrics.as_view("metrics"))

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from flask import Blueprint, Response
 
+from cronman.api.changes import change
 from cronman.api.common import ApiView, json_response, principal
 from cronman.api.context import api_context
 from cronman.api.jobs import ID_RE
 from cronman.api.serialize import run_json
 from cronman.errors import Conflict, NotFound
 from cronman.models import Job, Run
+from cronman.vocabulary import JobAction
 
 bp = Blueprint("runs", __name__, url_prefix="/v1/runs")
 
@@ -42,7 +44,7 @@ class RunReplay(ApiView):
         _, job = load_run(run_id)
         if job is None or job.deleted_at is not None:
             raise Conflict("the run's job was deleted; it cannot be replayed")
-        run = api_context().store.runs.request_replay(run_id)
+        run = api_context().store.runs.request_replay(run_id, change(JobAction.REPLAY))
         return json_response(run_json(run), 202)
 
 

@@ -10,7 +10,10 @@ Rules (the API documentation repeats them):
   ``namespace`` "default", ``retry`` {max_attempts 3, min_backoff 1,
   max_backoff 60}, ``misfire`` {policy fire_once, grace 300}, ``delivery``
   at_least_once, ``concurrency`` allow, ``priority`` 0, ``paused`` false,
-  ``labels`` {}, ``start_at``/``end_at``/``jitter``/``dead_letter`` null.
+  ``labels`` {}, ``start_at``/``end_at``/``jitter``/``dead_letter``/``notify``/
+  ``depends_on``/``calendars`` null (``notify``: the job's notification
+  rules, :mod:`cronman.notify.rules`; the workflow keys:
+  :mod:`cronman.api.workflow_validation`).
   ``retry`` and ``misfire`` may be given in part; the rest take the defaults.
 - Unknown keys are rejected at every level whose schema the API owns (the job
   object, ``retry``, ``misfire``); ``schedule`` and ``target`` are checked by
@@ -36,22 +39,26 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from cronman.api.workflow_validation import check_calendar_refs, check_depends_on
 from cronman.callbacks import validate_dead_letter, validate_target
 from cronman.errors import Conflict, ValidationError
+from cronman.notify.rules import validate_job_notify
 from cronman.schedules import Schedule, parse_schedule
 from cronman.timeutil import ensure_utc, parse_rfc3339
+from cronman.vocabulary import (
+    CONCURRENCY_POLICIES,
+    DEFAULT_CONCURRENCY,
+    DEFAULT_DELIVERY,
+    DEFAULT_NAMESPACE,
+    DELIVERY_MODES,
+    MISFIRE_POLICIES,
+    TARGET_KINDS,
+    default_misfire,
+    default_retry,
+)
 
-DEFAULT_NAMESPACE = "default"
-DEFAULT_RETRY: dict[str, Any] = {"max_attempts": 3, "min_backoff": 1, "max_backoff": 60}
-DEFAULT_MISFIRE: dict[str, Any] = {"policy": "fire_once", "grace": 300}
-DEFAULT_DELIVERY = "at_least_once"
-DEFAULT_CONCURRENCY = "allow"
-
-DELIVERY_MODES = ("at_least_once", "at_most_once")
-CONCURRENCY_POLICIES = ("allow", "forbid", "replace")
-MISFIRE_POLICIES = ("fire_once", "fire_all", "skip")
-TARGET_KINDS = ("http", "sqs", "container")
-DEAD_LETTER_KINDS = ("http", "sqs")
+DEFAULT_RETRY: dict[str, Any] = default_retry()
+DEFAULT_MISFIRE: dict[str, Any] = default_misfire()
 
 NAME_MAX = 256
 NAMESPACE_MAX = 128
@@ -77,12 +84,13 @@ TIME_MAX = datetime(9000, 1, 1, tzinfo=UTC)
 DEFINITION_KEYS = (
     "name", "namespace", "schedule", "target", "retry", "misfire", "delivery",
     "concurrency", "priority", "start_at", "end_at", "jitter", "paused", "labels",
-    "dead_letter",
+    "dead_letter", "notify", "depends_on", "calendars",
 )
 READ_ONLY_KEYS = ("id", "version", "created_at", "updated_at", "next_fire_at", "last_run")
 REQUIRED_KEYS = ("name", "schedule", "target")
 # Keys that may be null (meaning: not set).
-NULLABLE_KEYS = ("start_at", "end_at", "jitter", "dead_letter")
+NULLABLE_KEYS = ("start_at", "end_at", "jitter", "dead_letter", "notify", "depends_on",
+                 "calendars")
 
 
 def _path(prefix: str, name: str) -> str:
@@ -143,7 +151,8 @@ def check_int(value: Any, field: str, *, lo: int, hi: int) -> int:
             raise ValidationError(f"must be an integer, not {type_name(value)}", field=field)
     if not lo <= value <= hi:
         raise ValidationError(f"must be between {lo} and {hi}", field=field)
-    return value
+    number: int = value
+    return number
 
 
 def check_number(value: Any, field: str, *, lo: float, hi: float) -> int | float:
@@ -165,7 +174,7 @@ def check_bool(value: Any, field: str) -> bool:
 def check_choice(value: Any, field: str, choices: tuple[str, ...]) -> str:
     if not isinstance(value, str) or value not in choices:
         raise ValidationError(f"must be one of {', '.join(choices)}", field=field)
-    return value
+    return str.__str__(value)  # the plain string, never an enum member
 
 
 def check_time(value: Any, field: str, *, bounded: bool = True) -> datetime:
@@ -341,6 +350,10 @@ def validate_job_parsed(
     dead_letter = obj.get("dead_letter")
     out["dead_letter"] = None if dead_letter is None else check_target(
         dead_letter, _path(prefix, "dead_letter"), dead_letter=True)
+    out["notify"] = validate_job_notify(obj.get("notify"), _path(prefix, "notify"))
+    out["depends_on"] = check_depends_on(obj.get("depends_on"), _path(prefix, "depends_on"))
+    out["calendars"] = check_calendar_refs(obj.get("calendars"), _path(prefix, "calendars"),
+                                           out["namespace"])
     return out, schedule
 
 
@@ -350,6 +363,8 @@ def check_read_only(body: Mapping[str, Any], *, job_id: str, version: int,
 
     ``id`` and ``created_at`` must match (400); ``version`` must be the stored
     version, else ``Conflict`` (409): the job changed since the client read it.
+    ``updated_at``, ``next_fire_at`` (times) and ``last_run`` (an object) are
+    ignored, but must have the form the API gives them (400 otherwise).
     """
     if "id" in body and body["id"] != job_id:
         raise ValidationError("does not match the job id of the URL", field="id")
@@ -357,6 +372,12 @@ def check_read_only(body: Mapping[str, Any], *, job_id: str, version: int,
         if check_time(body["created_at"], "created_at", bounded=False) != ensure_utc(created_at):
             raise ValidationError("is read-only and does not match the stored job",
                                   field="created_at")
+    for key in ("updated_at", "next_fire_at"):  # ignored, but only as the API wrote them
+        if body.get(key) is not None:
+            check_time(body[key], key, bounded=False)
+    if body.get("last_run") is not None and not isinstance(body["last_run"], dict):
+        raise ValidationError(f"must be an object or null, not {type_name(body['last_run'])}",
+                              field="last_run")
     if "version" in body and body["version"] is not None:
         given = check_int(body["version"], "version", lo=0, hi=2**62)
         if given != version:

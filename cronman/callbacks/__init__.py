@@ -2,10 +2,11 @@
 
 - :func:`validate_target` / :func:`validate_dead_letter`: pure validation and
   normalisation (used by the API); importing this package does not import
-  aiohttp or boto3.
+  the HTTP client or boto3.
 - :func:`build_targets`: the :class:`TargetRegistry` a scheduler node's
   dispatcher fires through (``await registry.deliver(delivery)``).
-- One module per kind: :mod:`.http`, :mod:`.sqs`; :mod:`.recording` is the
+- One module per kind: :mod:`.http` (over the :mod:`.httpclient` package), :mod:`.sqs`, :mod:`.container` (runs
+  handed to worker agents through an ``AgentDirectory``); :mod:`.recording` is the
   in-process twin for tests; :mod:`.signing` signs and verifies callbacks;
   :mod:`.dead_letter` builds dead-letter deliveries.
 """
@@ -17,11 +18,17 @@ from typing import TYPE_CHECKING
 
 from cronman.callbacks.base import Delivery, Outcome, Target
 from cronman.callbacks.dead_letter import dead_letter_delivery, run_record, validate_dead_letter
-from cronman.callbacks.validation import TARGET_KINDS, validate_target
+from cronman.callbacks.validation import validate_target
 from cronman.config import Settings
+from cronman.vocabulary import TARGET_KINDS, TargetKind
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
+
+    from cronman.coordination.agents import AgentDirectory
+
+NO_AGENT_ERROR = ("container targets need a worker agent (cronman agent); "
+                  "none is available to this scheduler")
 
 __all__ = [
     "Delivery",
@@ -63,12 +70,21 @@ class TargetRegistry(Mapping[str, Target]):
         kind = delivery.target.get("kind")
         target = self._targets.get(kind) if isinstance(kind, str) else None
         if target is None:
-            return Outcome(
-                False,
-                error=f"target kind {kind!r} is not available on this node",
-                retryable=False,
-            )
+            error = (NO_AGENT_ERROR if kind == TargetKind.CONTAINER
+                     else f"target kind {kind!r} is not available on this node")
+            return Outcome(False, error=error, retryable=False)
         return await target.deliver(delivery)
+
+    def hand_back(self) -> None:
+        """The node stops: targets whose work outlives it leave it running
+        for whoever takes its runs over (see ``Target.hand_back``)."""
+        for target in self._targets.values():
+            target.hand_back()
+
+    def pool_limit(self) -> int | None:
+        """The smallest of the targets' pool limits (None: none has one)."""
+        limits = [t.pool_limit for t in self._targets.values() if t.pool_limit]
+        return min(limits) if limits else None
 
     async def close(self) -> None:
         """Close every target (their sessions, clients and thread pools)."""
@@ -80,9 +96,11 @@ def build_targets(
     settings: Settings,
     *,
     sqs_executor: ThreadPoolExecutor | None = None,
+    agents: AgentDirectory | None = None,
     extra: Iterable[Target] = (),
 ) -> TargetRegistry:
-    """The targets of a scheduler node: http and sqs, plus ``extra`` (e.g. container).
+    """The targets of a scheduler node: http and sqs, container when ``agents``
+    (the directory worker agents are members of) is given, plus ``extra``.
 
     Call from the process that runs the dispatcher; the http target opens its
     session lazily on the loop that first uses it. ``extra`` targets replace
@@ -92,6 +110,10 @@ def build_targets(
     from cronman.callbacks.sqs import SqsTarget
 
     registry = TargetRegistry([HttpTarget(settings), SqsTarget(settings, executor=sqs_executor)])
+    if agents is not None:
+        from cronman.callbacks.container import ContainerTarget
+
+        registry.register(ContainerTarget(agents, settings))
     for target in extra:
         registry.register(target)
     return registry

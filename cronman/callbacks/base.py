@@ -22,24 +22,45 @@ class Delivery:
     target: dict[str, Any]  # the job's normalised target object (SPEC §3)
     namespace: str = ""
     job_name: str = ""
+    priority: int = 0  # the job's: where runs wait for room, higher goes first
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """The result of one attempt. ``retryable`` False means retrying is pointless
-    (a rejected URL, an SSRF refusal); the run then fails at once."""
+    (a rejected URL, an SSRF refusal); the run then fails at once. ``lost``
+    means that whether the attempt ran is unknown (the worker agent holding it
+    vanished): the run's ``delivery`` decides, as for a run whose node died
+    (``at_least_once``: a new attempt now; ``at_most_once``: ``lost``)."""
 
     ok: bool
     result: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     retryable: bool = True
+    lost: bool = False
 
 
 class Target(Protocol):
+    """Fires one kind of target. A target whose work outlives the node (a
+    container on a worker agent) may also define ``hand_back()``: the node
+    calls it when it hands its runs back (graceful stop), before it cancels
+    their attempts, and the target then leaves that work running for the
+    runs' next holder instead of stopping it."""
+
     kind: str
+
+    @property
+    def pool_limit(self) -> int | None:
+        """How many attempts the target can carry at once (its connection
+        pool); None when it does not limit them. The dispatcher never starts more."""
 
     async def deliver(self, delivery: Delivery) -> Outcome:
         """Fire one attempt. Runs on the dispatcher's event loop; blocking work
         (boto3) must be pushed to a thread."""
+
+    def hand_back(self) -> None:
+        """The node stops and hands its runs back: work that outlives an
+        attempt's delivery (a container on an agent) is left running, for
+        whichever node takes the run over to adopt. Most targets have none."""
 
     async def close(self) -> None: ...

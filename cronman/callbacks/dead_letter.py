@@ -33,8 +33,8 @@ from cronman.callbacks.validation import (
 )
 from cronman.models import Job, Run
 from cronman.timeutil import format_rfc3339, parse_rfc3339
+from cronman.vocabulary import DEAD_LETTER_KINDS
 
-DEAD_LETTER_KINDS = ("http", "sqs")
 MAX_ERROR_CHARS = 4096
 
 _RUN_FIELDS = (

@@ -1,4 +1,4 @@
-"""The ``http`` target: one HTTP request per attempt, over a pooled aiohttp session.
+"""The ``http`` target: one HTTP request per attempt, over a pooled keep-alive client.
 
 Behaviour (SPEC §3): a 2xx answer is success; any other status, a redirect
 (never followed: a 3xx is a failed attempt naming its ``Location``), a
@@ -9,35 +9,49 @@ timeout or a connection error is a failed attempt. Every request carries
 when the answer had a body, ``response_snippet`` (its first KiB, decoded as
 UTF-8 with replacement; no more than that is read).
 
-The private-address guard (:mod:`cronman.callbacks.ssrf`) runs at connect
-time through the session's resolver and, for IP-literal URLs, before the
-request. Cookies are never stored (one target's cookies must not reach
-another), proxies from the environment are ignored (a proxy would bypass the
-guard).
+Requests go through :mod:`cronman.callbacks.httpclient` (asyncio protocols,
+llhttp parsing, a bounded keep-alive pool by scheme, host and port). The
+private-address guard (:mod:`cronman.callbacks.ssrf`) runs in that client at
+connect time, on the resolved addresses it connects to, and, for IP-literal
+URLs, here before the request. Cookies are never stored (one target's
+cookies must not reach another), proxies from the environment are ignored (a
+proxy would bypass the guard).
 
 The per-call path is kept lean, since the client's CPU per call bounds how
 many fires a node dispatches: the parts of a request that depend only on the
-job's target object (parsed URL, method, static headers, encoded body,
-timeout, the IP-literal check) are prepared once per target object and
-reused; target objects are treated as immutable (a job change yields a new
-one). Only the per-run headers, and the signature, are built per call.
+job's target object (encoded request line and headers, body, timeout, the
+IP-literal check) are prepared once per target object and reused; target
+objects are treated as immutable (a job change yields a new one). Only the
+per-run headers, and the signature, are built per call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import ssl
 import time
 from datetime import datetime
 from typing import Any
 
-import aiohttp
-from aiohttp.resolver import DefaultResolver
-from yarl import URL
-
 from cronman.callbacks.base import Delivery, Outcome
+from cronman.callbacks.httpclient import (
+    ClientClosed,
+    ConnectError,
+    ConnectTimeout,
+    HttpClient,
+    HttpClientError,
+    InvalidResponse,
+    InvalidURL,
+    PoolTimeout,
+    PreparedRequest,
+    RequestTimeout,
+    Resolver,
+    ServerDisconnected,
+)
 from cronman.callbacks.signing import Signer
-from cronman.callbacks.ssrf import GuardedResolver, PrivateAddressError, literal_refusal
+from cronman.callbacks.ssrf import PrivateAddressError, literal_refusal
 from cronman.config import Settings
 from cronman.timeutil import format_rfc3339
 
@@ -46,42 +60,41 @@ log = logging.getLogger(__name__)
 SNIPPET_BYTES = 1024
 DEFAULT_POOL_LIMIT = 512
 DEFAULT_KEEPALIVE = 30.0
-DNS_CACHE_TTL = 10
+DEFAULT_CONNECT_TIMEOUT = 10.0
 PREPARED_CACHE_SIZE = 8192
 SCHEDULED_TEXT_CACHE_SIZE = 4096
 USER_AGENT = "cronman/0.1"
+DEFAULT_HEADERS = {"User-Agent": USER_AGENT, "Accept": "*/*"}
 
 
 class _Prepared:
     """The parts of a request that depend only on the target object."""
 
-    __slots__ = (
-        "target",
-        "url",
-        "method",
-        "headers",
-        "body",
-        "timeout",
-        "timeout_label",
-        "refusal",
-    )
+    __slots__ = ("target", "request", "body", "timeout", "timeout_label", "refusal")
 
     def __init__(self, target: dict[str, Any], allow_private: bool) -> None:
         self.target = target  # kept so the cache key (its id) cannot be reused
-        self.url = URL(target["url"])
-        self.method: str = target.get("method") or "POST"
-        self.headers: dict[str, str] = dict(target.get("headers") or {})
         body = target.get("body") or ""
-        self.body: bytes | None = body.encode("utf-8") if body else None
+        self.body: bytes = body.encode("utf-8") if body else b""
+        self.request = PreparedRequest(
+            target.get("method") or "POST",
+            target["url"],
+            headers=target.get("headers") or {},
+            body=self.body or None,
+            default_headers=DEFAULT_HEADERS,
+        )
         seconds = target.get("timeout") or 10
-        self.timeout = aiohttp.ClientTimeout(total=seconds)
+        self.timeout = float(seconds)
         self.timeout_label = f"{seconds:g}s"
-        host = self.url.raw_host or ""
-        self.refusal = None if allow_private else literal_refusal(host)
+        self.refusal = None if allow_private else literal_refusal(self.request.origin.host)
 
 
 class HttpTarget:
-    """Fires ``http`` targets. One instance per process, used from one event loop."""
+    """Fires ``http`` targets. One instance per process, used from one event loop.
+
+    ``resolver`` and ``ssl_context`` replace the system resolver and the
+    default TLS context (certificates checked against the system's CAs).
+    """
 
     kind = "http"
 
@@ -91,37 +104,32 @@ class HttpTarget:
         *,
         pool_limit: int = DEFAULT_POOL_LIMIT,
         keepalive_timeout: float = DEFAULT_KEEPALIVE,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        resolver: Resolver | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._signer = Signer(settings.signing_secret) if settings.signing_secret else None
         self._allow_private = settings.allow_private_targets
-        self._pool_limit = pool_limit
+        self.pool_limit = pool_limit
         self._keepalive_timeout = keepalive_timeout
-        self._session: aiohttp.ClientSession | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._connect_timeout = connect_timeout
+        self._resolver = resolver
+        self._ssl_context = ssl_context
+        self._client: HttpClient | None = None
         self._prepared: dict[int, _Prepared] = {}
         self._scheduled_text: dict[datetime, str] = {}
 
-    def _open_session(self) -> aiohttp.ClientSession:
-        loop = asyncio.get_running_loop()
-        resolver: Any = DefaultResolver()
-        if not self._allow_private:
-            resolver = GuardedResolver(resolver)
-        connector = aiohttp.TCPConnector(
-            limit=self._pool_limit,
-            limit_per_host=0,
+    def _open_client(self) -> HttpClient:
+        self._client = HttpClient(
+            guard=not self._allow_private,
+            pool_limit=self.pool_limit,
             keepalive_timeout=self._keepalive_timeout,
-            ttl_dns_cache=DNS_CACHE_TTL,
-            resolver=resolver,
+            connect_timeout=self._connect_timeout,
+            body_limit=SNIPPET_BYTES,
+            resolver=self._resolver,
+            ssl_context=self._ssl_context,
         )
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            cookie_jar=aiohttp.DummyCookieJar(),
-            headers={"User-Agent": USER_AGENT},
-            trust_env=False,
-            raise_for_status=False,
-        )
-        self._loop = loop
-        return self._session
+        return self._client
 
     def _prepare(self, target: dict[str, Any]) -> _Prepared:
         key = id(target)
@@ -152,39 +160,32 @@ class HttpTarget:
         if prepared.refusal is not None:
             return Outcome(False, error=prepared.refusal, retryable=False)
 
-        headers = prepared.headers.copy()
-        headers["Cronman-Job-Id"] = delivery.job_id
-        headers["Cronman-Run-Id"] = delivery.run_id
-        headers["Cronman-Scheduled-For"] = self._format_scheduled_for(delivery.scheduled_for)
-        headers["Cronman-Attempt"] = str(delivery.attempt)
+        headers = [
+            ("Cronman-Job-Id", delivery.job_id),
+            ("Cronman-Run-Id", delivery.run_id),
+            ("Cronman-Scheduled-For", self._format_scheduled_for(delivery.scheduled_for)),
+            ("Cronman-Attempt", str(delivery.attempt)),
+        ]
         if self._signer is not None:
-            headers["Cronman-Signature"] = self._signer(prepared.body or b"", int(time.time()))
+            headers.append(("Cronman-Signature", self._signer(prepared.body, int(time.time()))))
 
-        session = self._session
-        if session is None or self._loop is not asyncio.get_running_loop():
-            session = self._open_session()
+        client = self._client
+        if client is None or client.loop is not asyncio.get_running_loop():
+            client = self._open_client()
         try:
-            async with session.request(
-                prepared.method,
-                prepared.url,
-                headers=headers,
-                data=prepared.body,
-                timeout=prepared.timeout,
-                allow_redirects=False,
-            ) as resp:
-                status = resp.status
-                snippet = "" if resp.content.at_eof() else await _read_snippet(resp)
-                location = resp.headers.get("Location") if 300 <= status < 400 else None
+            response = await client.request(prepared.request, headers, timeout=prepared.timeout)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            return _failure(exc, prepared)
+            return _failure(exc, prepared, self._connect_timeout)
 
+        status = response.status
         result: dict[str, Any] = {"http_status": status}
-        if snippet:
-            result["response_snippet"] = snippet
+        if response.body:
+            result["response_snippet"] = response.body.decode("utf-8", errors="replace")
         if 200 <= status < 300:
             return Outcome(True, result)
+        location = response.header("Location") if 300 <= status < 400 else None
         if location is not None:
             result["location"] = location
             return Outcome(
@@ -194,71 +195,61 @@ class HttpTarget:
             )
         return Outcome(False, result, f"HTTP {status}")
 
+    def hand_back(self) -> None:
+        """Nothing outlives a delivery here."""
+
     async def close(self) -> None:
-        session, self._session = self._session, None
+        client, self._client = self._client, None
         self._prepared.clear()
-        if session is not None and not session.closed:
-            try:
-                await session.close()
-            except RuntimeError:  # its loop is gone
-                pass
+        if client is not None and not client.loop.is_closed():
+            await client.close()
 
 
-async def _read_snippet(resp: aiohttp.ClientResponse) -> str:
-    """Up to SNIPPET_BYTES of the body; never reads more than that."""
-    content = resp.content
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        while size < SNIPPET_BYTES:
-            chunk = await content.read(SNIPPET_BYTES - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
-        pass  # the status is what counts; keep what arrived
-    if not chunks:
-        return ""
-    return b"".join(chunks).decode("utf-8", errors="replace")
-
-
-def _failure(exc: BaseException, prepared: _Prepared) -> Outcome:
+def _failure(exc: BaseException, prepared: _Prepared, connect_timeout: float) -> Outcome:
     """A failed Outcome with a clear message for a client exception."""
-    url = prepared.url
-    where = f"{url.host}:{url.port}"
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        os_error = exc.os_error
-        if isinstance(os_error, PrivateAddressError):
-            return Outcome(False, error=str(os_error), retryable=False)
-        if isinstance(exc, aiohttp.ClientConnectorDNSError):
-            return Outcome(False, error=f"DNS lookup failed for {url.host}: {_reason(os_error)}")
-        if isinstance(exc, aiohttp.ClientConnectorCertificateError):
-            return Outcome(
-                False, error=f"TLS certificate error for {where}: {exc.certificate_error}"
-            )
-        if isinstance(exc, aiohttp.ClientConnectorSSLError):
-            return Outcome(False, error=f"TLS error connecting to {where}: {_reason(os_error)}")
-        if isinstance(os_error, ConnectionRefusedError):
+    where = prepared.request.origin.where
+    if isinstance(exc, ConnectError):
+        cause = exc.cause
+        if isinstance(cause, PrivateAddressError):
+            return Outcome(False, error=str(cause), retryable=False)
+        if isinstance(exc, ConnectTimeout) or isinstance(cause, TimeoutError):
+            label = prepared.timeout_label
+            if connect_timeout < prepared.timeout:
+                label = f"{connect_timeout:g}s"
+            return Outcome(False, error=f"timeout after {label} (connecting to {where})")
+        if isinstance(cause, socket.gaierror):
+            host = prepared.request.origin.host
+            return Outcome(False, error=f"DNS lookup failed for {host}: {_reason(cause)}")
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            reason = cause.verify_message or _reason(cause)
+            return Outcome(False, error=f"TLS certificate error for {where}: {reason}")
+        if isinstance(cause, ssl.SSLError):
+            return Outcome(False, error=f"TLS error connecting to {where}: {_reason(cause)}")
+        if isinstance(cause, ConnectionRefusedError):
             return Outcome(False, error=f"connection refused: {where}")
-        if isinstance(os_error, TimeoutError):
-            return Outcome(
-                False, error=f"timeout after {prepared.timeout_label} (connecting to {where})"
-            )
-        return Outcome(False, error=f"cannot connect to {where}: {_reason(os_error)}")
-    if isinstance(exc, TimeoutError):
+        return Outcome(False, error=f"cannot connect to {where}: {_reason(cause)}")
+    if isinstance(exc, PoolTimeout):
+        return Outcome(
+            False,
+            error=f"timeout after {prepared.timeout_label} "
+            f"(waiting for a free connection; pool limit {exc.limit})",
+        )
+    if isinstance(exc, (RequestTimeout, TimeoutError)):
         return Outcome(False, error=f"timeout after {prepared.timeout_label}")
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
+    if isinstance(exc, ServerDisconnected):
         return Outcome(False, error=f"server {where} disconnected before answering")
-    if isinstance(exc, aiohttp.InvalidURL):
+    if isinstance(exc, InvalidURL):
         return Outcome(False, error=f"invalid URL: {exc}", retryable=False)
-    if isinstance(exc, aiohttp.ClientResponseError):
-        return Outcome(False, error=f"invalid HTTP response from {where}: {exc.message}")
-    if isinstance(exc, aiohttp.ClientError):
+    if isinstance(exc, InvalidResponse):
+        return Outcome(False, error=f"invalid HTTP response from {where}: {exc}")
+    if isinstance(exc, ClientClosed):
+        return Outcome(False, error="the HTTP client was closed")
+    if isinstance(exc, HttpClientError):
         return Outcome(False, error=f"{type(exc).__name__}: {str(exc) or 'request failed'}")
-    log.warning("http target: unexpected error for %s", url, exc_info=exc)
+    log.warning("http target: unexpected error for %s", prepared.request.url, exc_info=exc)
     return Outcome(False, error=f"unexpected error: {type(exc).__name__}: {exc}")
 
 
 def _reason(err: BaseException) -> str:
-    return getattr(err, "strerror", None) or str(err) or type(err).__name__
+    reason = getattr(err, "strerror", None) or getattr(err, "reason", None)
+    return str(reason or err) or type(err).__name__

@@ -43,6 +43,7 @@ class RecordingTarget:
         delay: float | Callable[[Delivery], float] = 0.0,
     ) -> None:
         self.kind = kind
+        self.pool_limit: int | None = None
         self._outcome = outcome
         self._delay = delay
         self._script: deque[Outcome] = deque()
@@ -57,12 +58,6 @@ class RecordingTarget:
     def script(self, *outcomes: Outcome) -> None:
         """Answer the next deliveries with these outcomes, in order, then the default."""
         self._script.extend(outcomes)
-
-    def set_outcome(self, outcome: Outcome | Callable[[Delivery], Outcome]) -> None:
-        self._outcome = outcome
-
-    def set_delay(self, delay: float | Callable[[Delivery], float]) -> None:
-        self._delay = delay
 
     # -- inspection -----------------------------------------------------------
 
@@ -98,6 +93,9 @@ class RecordingTarget:
             return self._outcome(delivery) if callable(self._outcome) else self._outcome
         finally:
             self.in_flight -= 1
+
+    def hand_back(self) -> None:
+        """Nothing outlives a delivery here."""
 
     async def close(self) -> None:
         self.closed = True

@@ -21,6 +21,13 @@ boto3's standard chain (environment, config files, instance role). Connect
 failed call once in its ``standard`` mode, and one attempt is cut off after
 10 s; the run's own retry policy does the rest. ``result`` is ``{"message_id": ...}`` (plus ``sequence_number`` on
 FIFO queues).
+
+Unless ``CRONMAN_ALLOW_PRIVATE_TARGETS`` is true (or no settings are given:
+fail closed), every connection goes through the private-address guard
+(:mod:`.guarded_sockets`): an ``endpoint_url`` (or any host boto3 connects
+to) that resolves to a loopback, private, link-local or metadata address
+fails the attempt with a clear error, not retried, and nothing -- no signed
+request, no credentials -- is sent there.
 """
 
 from __future__ import annotations
@@ -43,14 +50,13 @@ from botocore.exceptions import (
 )
 
 from cronman.callbacks.base import Delivery, Outcome
+from cronman.callbacks.guarded_sockets import PrivateAddressRefused, guard_client
 from cronman.config import Settings
+from cronman.protocol import ATTR_JOB_ID, ATTR_RUN_ID, ATTR_SCHEDULED_FOR
 from cronman.timeutil import format_rfc3339
 
 log = logging.getLogger(__name__)
 
-ATTR_JOB_ID = "cronman-job-id"
-ATTR_RUN_ID = "cronman-run-id"
-ATTR_SCHEDULED_FOR = "cronman-scheduled-for"
 
 DEFAULT_MAX_WORKERS = 16
 DEFAULT_CONNECT_TIMEOUT = 3.0
@@ -111,6 +117,7 @@ class SqsTarget:
     """Fires ``sqs`` targets with boto3 on a thread pool."""
 
     kind = "sqs"
+    pool_limit: int | None = None  # calls wait for a thread of the executor instead
 
     def __init__(
         self,
@@ -124,6 +131,7 @@ class SqsTarget:
         deadline: float = DEFAULT_DEADLINE,
     ) -> None:
         self._deadline = deadline
+        self._guarded = settings is None or not settings.allow_private_targets
         self._own_executor = executor is None
         self._executor = executor or ThreadPoolExecutor(
             max_workers=max_workers, thread_name_prefix="cronman-sqs"
@@ -151,13 +159,16 @@ class SqsTarget:
                     client = self._session.client(
                         "sqs", region_name=region, endpoint_url=endpoint_url, config=self._config
                     )
+                    if self._guarded:
+                        guard_client(client)
                     self._clients[key] = client
         return client
 
     def _send(self, delivery: Delivery) -> dict[str, Any]:
         target = delivery.target
         client = self.client(target["region"], target.get("endpoint_url"))
-        return client.send_message(**build_send_kwargs(delivery))
+        response: dict[str, Any] = client.send_message(**build_send_kwargs(delivery))
+        return response
 
     async def deliver(self, delivery: Delivery) -> Outcome:
         """Send one message; never raises for a delivery failure."""
@@ -180,6 +191,9 @@ class SqsTarget:
             result["sequence_number"] = response["SequenceNumber"]
         return Outcome(True, result)
 
+    def hand_back(self) -> None:
+        """Nothing outlives a delivery here."""
+
     async def close(self) -> None:
         with self._lock:
             clients = list(self._clients.values())
@@ -193,8 +207,29 @@ class SqsTarget:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
 
+def _refusal(exc: BaseException) -> PrivateAddressRefused | None:
+    """The guard's refusal behind a botocore error, if that is what it is."""
+    seen: list[BaseException] = []
+    pending: list[Any] = [exc]
+    while pending and len(seen) < 10:
+        current = pending.pop()
+        if not isinstance(current, BaseException) or current in seen:
+            continue
+        if isinstance(current, PrivateAddressRefused):
+            return current
+        seen.append(current)
+        kwargs = getattr(current, "kwargs", None)  # botocore keeps the cause here
+        if isinstance(kwargs, dict):
+            pending.append(kwargs.get("error"))
+        pending += [current.__cause__, current.__context__]
+    return None
+
+
 def _failure(exc: BaseException, delivery: Delivery) -> Outcome:
     queue = delivery.target.get("queue_url")
+    refused = _refusal(exc)
+    if refused is not None:
+        return Outcome(False, error=f"SQS endpoint {refused}", retryable=False)
     if isinstance(exc, ClientError):
         error = exc.response.get("Error", {})
         code = error.get("Code") or "Unknown"

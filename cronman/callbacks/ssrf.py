@@ -11,19 +11,20 @@ those IPv4 addresses (IPv4-mapped ``::ffff:a.b.c.d``, NAT64 ``64:ff9b::/96``,
 
 Where the check happens -- at connect time, on the addresses actually used:
 
-- Host names: :class:`GuardedResolver` wraps aiohttp's resolver and drops
-  every refused address from each lookup; a lookup left with none fails the
-  connection with :class:`PrivateAddressError`. aiohttp connects only to the
-  addresses its resolver returned, so a name that resolves to a public
-  address at validation time and to ``10.0.0.1`` later (DNS rebinding) is
-  caught when it matters. aiohttp's DNS cache stores the *filtered* result,
-  so a cached entry was checked when it was stored. Pooled keep-alive
-  connections were opened to checked addresses.
-- IP literals (``http://10.0.0.1/``, ``http://[::1]/``): aiohttp does not
-  call the resolver for them, so :func:`literal_refusal` checks them before
-  the request is made; nothing is sent.
-- Non-canonical numeric hosts (``2130706433``) are refused by validation and
-  by aiohttp; any other spelling goes through the resolver and is caught there.
+- Host names: the HTTP client (:mod:`cronman.callbacks.httpclient.connect`)
+  resolves the name, keeps only the addresses :func:`allowed_addresses`
+  allows (a lookup left with none fails the connection with
+  :class:`PrivateAddressError`) and connects to one of those by number. A name
+  that resolves to a public address at validation time and to ``10.0.0.1``
+  later (DNS rebinding) is caught when it matters; a cached lookup is screened
+  again at every new connection. Pooled keep-alive connections were opened
+  to checked addresses.
+- IP literals (``http://10.0.0.1/``, ``http://[::1]/``): :func:`literal_refusal`
+  checks them before the request is made; nothing is sent.
+- Non-canonical numeric hosts (``2130706433``) are refused by validation; any
+  other spelling goes through the resolver and is caught there.
+- :class:`GuardedResolver` does the same filtering for an aiohttp resolver
+  (aiohttp itself is not needed to import this module).
 
 A refusal is a failed attempt with ``retryable=False``.
 """
@@ -32,9 +33,11 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from aiohttp.abc import AbstractResolver, ResolveResult
+if TYPE_CHECKING:
+    from aiohttp.abc import AbstractResolver, ResolveResult
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -150,8 +153,30 @@ def literal_refusal(host: str) -> str | None:
     return None if category is None else refusal_message(_show(ip), category)
 
 
-class GuardedResolver(AbstractResolver):
-    """An aiohttp resolver that drops refused addresses from every lookup."""
+def allowed_addresses(host: str, addresses: Iterable[str]) -> list[str]:
+    """The addresses (IP strings ``host`` resolved to) that may be connected to, in order.
+
+    Raises :class:`PrivateAddressError` naming the first refused address when
+    none is allowed, and ``OSError`` when there were no addresses at all.
+    Anything that does not parse as an IP address is refused (fail closed).
+    """
+    allowed: list[str] = []
+    first_refused: tuple[str, str] | None = None
+    for address in addresses:
+        category = _category_of_text(address)
+        if category is None:
+            allowed.append(address)
+        elif first_refused is None:
+            first_refused = (_show_text(address), category)
+    if not allowed:
+        if first_refused is None:
+            raise OSError(f"no address found for {host}")
+        raise PrivateAddressError(host, *first_refused)
+    return allowed
+
+
+class GuardedResolver:
+    """An aiohttp resolver (``AbstractResolver`` by its methods) that drops refused addresses."""
 
     def __init__(self, inner: AbstractResolver) -> None:
         self._inner = inner
@@ -160,19 +185,8 @@ class GuardedResolver(AbstractResolver):
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
         results = await self._inner.resolve(host, port, family)
-        allowed: list[ResolveResult] = []
-        first_refused: tuple[str, str] | None = None
-        for result in results:
-            category = _category_of(result)
-            if category is None:
-                allowed.append(result)
-            elif first_refused is None:
-                first_refused = (_show_text(result["host"]), category)
-        if not allowed:
-            if first_refused is None:
-                raise OSError(f"no address found for {host}")
-            raise PrivateAddressError(host, *first_refused)
-        return allowed
+        allowed = set(allowed_addresses(host, [result["host"] for result in results]))
+        return [result for result in results if result["host"] in allowed]
 
     async def close(self) -> None:
         await self._inner.close()
@@ -185,9 +199,9 @@ def _show_text(address: str) -> str:
         return address
 
 
-def _category_of(result: Any) -> str | None:
+def _category_of_text(address: str) -> str | None:
     try:
-        ip = ipaddress.ip_address(result["host"])
+        ip = ipaddress.ip_address(address)
     except ValueError:
         return "unrecognised"
     return classify(ip)

@@ -25,6 +25,11 @@ Decisions this module makes (and the README documents):
   most 7 of the 10 SQS allows; names starting with ``cronman-``, ``AWS.`` or
   ``Amazon.`` are refused.
 - container: validated here; placement and running belong to the worker agent.
+  ``selector`` is a map of agent labels (an agent must carry every one);
+  ``network`` is ``none`` (default: the container has loopback only) or
+  ``host``; ``user`` is ``root``, ``nobody``, ``UID`` or ``UID:GID`` (null:
+  the agent's default non-root user), numeric because the agent does not
+  read the image's ``/etc/passwd``.
 """
 
 from __future__ import annotations
@@ -38,8 +43,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from cronman.errors import ValidationError
+from cronman.vocabulary import TARGET_KINDS
 
-TARGET_KINDS = ("http", "sqs", "container")
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 DEFAULT_HTTP_METHOD = "POST"
 DEFAULT_HTTP_TIMEOUT = 10
@@ -92,7 +97,18 @@ _SQS_ATTRIBUTE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
 _SQS_REGION = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _MESSAGE_GROUP_ID = re.compile(r"^[A-Za-z0-9!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~]{1,128}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_IMAGE = re.compile(r"^[^\s\x00]{1,512}$")
+# Python's whitespace (str.isspace), spelled out: the OpenAPI document repeats
+# the pattern, and JSON Schema's \s (ECMAScript's) is another set.
+WHITESPACE = (r"\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f"
+              r"\u205f\u3000")
+_IMAGE = re.compile(f"^[^{WHITESPACE}\\x00]{{1,512}}$")
+# Those the OpenAPI document states (cronman.api.openapi_schemas).
+HEADER_NAME_PATTERN = _TOKEN.pattern
+SQS_REGION_PATTERN = _SQS_REGION.pattern
+SQS_ATTRIBUTE_NAME_PATTERN = _SQS_ATTRIBUTE_NAME.pattern
+MESSAGE_GROUP_ID_PATTERN = _MESSAGE_GROUP_ID.pattern
+ENV_NAME_PATTERN = _ENV_NAME.pattern
+IMAGE_PATTERN = _IMAGE.pattern
 
 _HTTP_KEYS = ("kind", "url", "method", "headers", "body", "timeout")
 _SQS_KEYS = (
@@ -104,7 +120,17 @@ _SQS_KEYS = (
     "endpoint_url",
     "message_group_id",
 )
-_CONTAINER_KEYS = ("kind", "image", "command", "env", "cpu", "memory_mb", "timeout")
+_CONTAINER_KEYS = ("kind", "image", "command", "env", "cpu", "memory_mb", "timeout",
+                   "selector", "network", "user")
+CONTAINER_NETWORKS = ("none", "host")
+DEFAULT_CONTAINER_NETWORK = "none"
+MAX_SELECTOR_LABELS = 32
+SELECTOR_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,127}$"
+SELECTOR_VALUE_PATTERN = r"^[^\x00-\x1f,=]{0,256}$"
+CONTAINER_USER_PATTERN = r"^(root|nobody|[0-9]{1,10}(:[0-9]{1,10})?)$"
+_LABEL_KEY = re.compile(SELECTOR_KEY_PATTERN)
+_LABEL_VALUE = re.compile(SELECTOR_VALUE_PATTERN)
+_USER = re.compile(CONTAINER_USER_PATTERN)
 
 
 def validate_target(spec: Any, *, allowed_kinds: tuple[str, ...] = TARGET_KINDS) -> dict[str, Any]:
@@ -211,11 +237,12 @@ def _validate_sqs(spec: Mapping[str, Any], *, dead_letter: bool) -> dict[str, An
         _body(spec, MAX_SQS_MESSAGE_BYTES, dead_letter=True)
         body = ""
     else:
-        body = spec.get("body")
-        if body is None:
+        given = spec.get("body")
+        if given is None:
             raise ValidationError("is required (SQS does not accept empty messages)", field="body")
-        if not isinstance(body, str):
+        if not isinstance(given, str):
             raise ValidationError("must be a string", field="body")
+        body = given
         if body == "":
             raise ValidationError(
                 "must not be empty (SQS does not accept empty messages)", field="body"
@@ -336,6 +363,9 @@ def _validate_container(spec: Mapping[str, Any]) -> dict[str, Any]:
     memory_mb = spec.get("memory_mb")
     if memory_mb is None:
         memory_mb = DEFAULT_CONTAINER_MEMORY_MB
+    # 512.0 is 512: JSON does not tell integers from floats.
+    if isinstance(memory_mb, float) and math.isfinite(memory_mb) and memory_mb.is_integer():
+        memory_mb = int(memory_mb)
     if isinstance(memory_mb, bool) or not isinstance(memory_mb, int):
         raise ValidationError("must be an integer (MiB)", field="memory_mb")
     if not 0 < memory_mb <= MAX_CONTAINER_MEMORY_MB:
@@ -348,6 +378,15 @@ def _validate_container(spec: Mapping[str, Any]) -> dict[str, Any]:
         default=DEFAULT_CONTAINER_TIMEOUT,
         maximum=MAX_CONTAINER_TIMEOUT,
     )
+    network = spec.get("network")
+    if network is None:
+        network = DEFAULT_CONTAINER_NETWORK
+    if network not in CONTAINER_NETWORKS:
+        raise ValidationError(f"must be one of: {', '.join(CONTAINER_NETWORKS)}",
+                              field="network")
+    user = spec.get("user")
+    if user is not None and (not isinstance(user, str) or not _USER.match(user)):
+        raise ValidationError("must be root, nobody, UID or UID:GID", field="user")
     return {
         "kind": "container",
         "image": image,
@@ -356,7 +395,27 @@ def _validate_container(spec: Mapping[str, Any]) -> dict[str, Any]:
         "cpu": cpu,
         "memory_mb": memory_mb,
         "timeout": timeout,
+        "selector": _selector(spec.get("selector")),
+        "network": network,
+        "user": user,
     }
+
+
+def _selector(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValidationError("must be an object of agent label names to values",
+                              field="selector")
+    if len(value) > MAX_SELECTOR_LABELS:
+        raise ValidationError(f"at most {MAX_SELECTOR_LABELS} labels", field="selector")
+    for name, val in value.items():
+        if not isinstance(name, str) or not _LABEL_KEY.match(name):
+            raise ValidationError("is not a valid label name", field=f"selector.{name}")
+        if not isinstance(val, str) or not _LABEL_VALUE.match(val):
+            raise ValidationError("must be a string without control characters, ',' or '='",
+                                  field=f"selector.{name}")
+    return dict(value)
 
 
 # -- shared -------------------------------------------------------------------

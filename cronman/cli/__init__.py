@@ -1,14 +1,20 @@
-"""The ``cronman`` command. Each module below attaches its commands to ``cli``."""
+"""The ``cronman`` command. Each module below attaches its commands to ``cli``.
+
+Only the client commands are imported here; the server commands (api,
+scheduler, standalone, migrate, bench, agent, audit) are imported by the
+group when called (``SERVER_COMMANDS`` in :mod:`cronman.cli.group`), and so
+are the database-side ``tokens`` subcommands (by their group).
+"""
 
 from __future__ import annotations
 
 from cronman.cli import (  # noqa: F401  (imported for their commands)
-    api_server,  # cronman api
-    bench,  # cronman bench
-    client,  # cronman jobs ..., cronman cluster
-    migrate,  # cronman migrate
-    scheduler,  # cronman scheduler, cronman standalone
-    tokens,  # cronman tokens ...
+    apply,  # cronman jobs apply
+    jobs,  # cronman jobs ...
+    notifications,  # cronman notifications ...
+    runs,  # cronman runs ..., cronman cluster
+    tokens_client,  # cronman tokens (api ... here; the database side on demand)
+    workflows,  # cronman jobs deps, cronman calendars ...
 )
 from cronman.cli.group import cli
 

@@ -3,6 +3,11 @@
 Settings reach the workers through the environment (CRONMAN_*); ``--bind``
 defaults to CRONMAN_API_BIND. The worker class is gthread: a request spends
 most of its time waiting on the database, which threads overlap cheaply.
+
+Workers: ``--workers`` / ``CRONMAN_API_WORKERS``; by default 2 per core, but
+no more than the memory limit of the process's cgroup holds (a container's
+limit: each worker takes ~65 MB once warm; ``WORKER_MEMORY_MB`` leaves room
+for larger answers), so a pod on a many-core node is not killed for memory.
 """
 
 from __future__ import annotations
@@ -15,16 +20,45 @@ from pathlib import Path
 import click
 
 import cronman
-from cronman.api.gunicorn_conf import METRICS_DIR_ENV, OWNED_METRICS_DIR_ENV
+from cronman.api.gunicorn_conf import ACCESS_LOG_ENV, METRICS_DIR_ENV, OWNED_METRICS_DIR_ENV
 from cronman.cli.group import RET_UNAVAILABLE, cli
 from cronman.config import DEFAULT_API_BIND, Settings
 
 DEFAULT_THREADS = 4
 DEFAULT_TIMEOUT = 30
+WORKERS_ENV = "CRONMAN_API_WORKERS"
+WORKER_MEMORY_MB = 96  # a warm worker is ~65 MB (RSS); room for large answers
+MASTER_MEMORY_MB = 64  # gunicorn's master (~25 MB) and headroom
+CGROUP_MEMORY_FILES = ("/sys/fs/cgroup/memory.max",  # cgroup v2
+                       "/sys/fs/cgroup/memory/memory.limit_in_bytes")  # cgroup v1
+_NO_LIMIT = 1 << 60
 
 
-def default_workers() -> int:
-    return 2 * (os.cpu_count() or 1)
+def memory_limit_bytes(paths: tuple[str, ...] = CGROUP_MEMORY_FILES) -> int | None:
+    """The memory limit of this process's cgroup, or None when there is none."""
+    for path in paths:
+        try:
+            raw = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if raw == "max":
+            return None
+        try:
+            value = int(raw)
+        except ValueError:
+            continue
+        return None if value >= _NO_LIMIT else value
+    return None
+
+
+def default_workers(cpus: int | None = None, limit_bytes: int | None = None) -> int:
+    """2 per core, at most what the memory limit holds, at least 1."""
+    workers = 2 * (cpus or os.cpu_count() or 1)
+    limit = memory_limit_bytes() if limit_bytes is None else limit_bytes
+    if limit:
+        fits = (limit // (1024 * 1024) - MASTER_MEMORY_MB) // WORKER_MEMORY_MB
+        workers = min(workers, int(fits))
+    return max(1, workers)
 
 
 def app_spec() -> tuple[str, str | None]:
@@ -32,7 +66,7 @@ def app_spec() -> tuple[str, str | None]:
     root = Path(cronman.__file__).resolve().parent.parent
     if (root / "wsgi.py").is_file():
         return "wsgi:app", str(root)
-    return "cronman.api.app:create_app()", None
+    return "cronman.processes.api:make_app()", None
 
 
 def gunicorn_argv(*, bind: str, workers: int, threads: int, timeout: int,
@@ -77,8 +111,9 @@ def _check_schema(url: str) -> None:
 @cli.command("api")
 @click.option("--bind", envvar="CRONMAN_API_BIND", default=DEFAULT_API_BIND,
               show_default=True, help="HOST:PORT to listen on [env CRONMAN_API_BIND]")
-@click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="worker processes [default: 2 x cores]")
+@click.option("--workers", type=click.IntRange(min=1), default=None, envvar=WORKERS_ENV,
+              help="worker processes [env CRONMAN_API_WORKERS; default: 2 x cores, as many "
+                   "as the cgroup's memory limit holds at ~96 MB each]")
 @click.option("--threads", type=click.IntRange(min=1), default=DEFAULT_THREADS,
               show_default=True, help="threads per worker (gthread)")
 @click.option("--timeout", type=click.IntRange(min=1), default=DEFAULT_TIMEOUT,
@@ -97,6 +132,7 @@ def api(bind: str, workers: int | None, threads: int, timeout: int,
     if redis_url:
         os.environ["CRONMAN_REDIS_URL"] = redis_url
     os.environ["CRONMAN_API_BIND"] = bind
+    os.environ[ACCESS_LOG_ENV] = "1" if access_log else "0"
     try:
         settings = Settings.from_env()
     except ValueError as exc:

@@ -1,6 +1,16 @@
-"""The root ``cronman`` click group; each command module attaches itself to it."""
+"""The root ``cronman`` click group; each command module attaches itself to it.
+
+Client commands (``jobs``, ``runs``, ``cluster``, ``tokens``) are imported with the CLI:
+they need only the light side of cronman. Server commands are imported when
+they are called or listed, so the CLI starts without the server's
+dependencies; without them, a server command says which extra to install.
+"""
 
 from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import Any
 
 import click
 
@@ -12,8 +22,69 @@ RET_ERROR = 1
 RET_USAGE = 2
 RET_UNAVAILABLE = 3
 
+# Server command -> (the module that attaches it, a one-line description).
+SERVER_COMMANDS: dict[str, tuple[str, str]] = {
+    "api": ("cronman.cli.api_server", "Serve the HTTP API with gunicorn (wsgi:app)."),
+    "scheduler": ("cronman.cli.scheduler", "Run one scheduler node until SIGTERM/SIGINT."),
+    "standalone": ("cronman.cli.scheduler", "API + one scheduler node on SQLite, in one "
+                                            "process, no Redis."),
+    "migrate": ("cronman.cli.migrate", "Create or upgrade the database schema."),
+    "bench": ("cronman_bench.cli", "The reproducible side-by-side benchmark."),
+    "agent": ("cronman.cli.agent", "Run a worker agent (containers for container targets)."),
+    "audit": ("cronman.cli.audit", "The audit trail: export the change stream, query it."),
+}
+# Top-level modules the server commands import; one missing means no server extra.
+SERVER_MODULES = ("flask", "gunicorn", "sqlalchemy", "alembic", "psycopg2", "redis", "boto3",
+                  "aiohttp", "prometheus_client")
+SERVER_EXTRA_HINT = "pip install 'cronman[server]'"
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+def missing_server_modules() -> list[str]:
+    """The server's top-level modules that cannot be imported here."""
+    return [name for name in SERVER_MODULES if importlib.util.find_spec(name) is None]
+
+
+class CronmanGroup(click.Group):
+    """A group that imports server commands on demand (see the module docstring)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        names = set(self.commands)
+        names.update(name for name, (module, _) in SERVER_COMMANDS.items() if _exists(module))
+        return sorted(names)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in SERVER_COMMANDS:
+            module, description = SERVER_COMMANDS[cmd_name]
+            if not _exists(module):
+                return None
+            missing = missing_server_modules()
+            if missing:
+                return _needs_server(cmd_name, description, missing)
+            importlib.import_module(module)
+        return self.commands.get(cmd_name)
+
+
+def _exists(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def _needs_server(name: str, description: str, missing: list[str]) -> click.Command:
+    def refuse(**_: Any) -> None:
+        click.echo(f"error: `cronman {name}` is part of the cronman server, which is not "
+                   f"installed here (missing: {', '.join(missing)}).\n"
+                   f"Install it with: {SERVER_EXTRA_HINT}", err=True)
+        raise SystemExit(RET_ERROR)
+
+    return click.Command(
+        name, callback=refuse, help=f"{description} [needs {SERVER_EXTRA_HINT}]",
+        short_help=f"[server] {description}", add_help_option=False,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+
+
+@click.group(cls=CronmanGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="cronman")
 def cli() -> None:
     """cronman: a distributed cron and delayed-callback service."""

@@ -4,27 +4,32 @@
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import click
 
 from cronman.cli.group import RET_ERROR, RET_UNAVAILABLE, cli
 from cronman.config import Settings
 
+if TYPE_CHECKING:
+    pass
+
 log = logging.getLogger("cronman.scheduler")
 
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 SCHEMA_WAIT_SECONDS = 60.0
 
 
 def setup_logging(level: str) -> None:
-    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), format=LOG_FORMAT,
-                        stream=sys.stderr)
-    # The access log of the embedded API server would drown the node's lines.
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    """Text or JSON (CRONMAN_LOG_FORMAT) to stderr; libraries held at WARNING
+    (the embedded API server's access log would drown the node's lines)."""
+    from cronman.observability import logs
+
+    try:
+        logs.configure(level)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def wait_for_schema(url: str, timeout: float = SCHEMA_WAIT_SECONDS) -> None:
@@ -75,33 +80,12 @@ def scheduler(node_id: str | None, database_url: str | None, redis_url: str | No
     except ValueError as exc:
         click.echo(f"cronman scheduler: {exc}", err=True)
         sys.exit(RET_ERROR)
+    _log_as_node(settings.node_id)
     wait_for_schema(settings.database_url)
 
-    from cronman.callbacks import build_targets
-    from cronman.scheduler.coordination import make_coordinator
-    from cronman.scheduler.node import SchedulerNode
-    from cronman.store import open_store
+    from cronman.processes.scheduler import run_scheduler
 
-    if not settings.redis_urls:
-        log.warning("CRONMAN_REDIS_URL is not set: this node coordinates with no other node "
-                    "(fires are deduplicated by the database alone)")
-    address = socket.gethostname()
-    if metrics_port is not None:
-        from prometheus_client import start_http_server
-
-        start_http_server(metrics_port, addr=metrics_host)
-        address = f"{address}:{metrics_port}"
-        log.info("metrics on http://%s:%d/metrics", metrics_host, metrics_port)
-    store = open_store(settings.database_url, settings=settings)
-    coordinator = make_coordinator(settings)
-    try:
-        node = SchedulerNode(settings, store, coordinator, build_targets(settings),
-                             address=address)
-        log.info("scheduler node %s (pid %d) starting", settings.node_id, os.getpid())
-        node.run()
-    finally:
-        coordinator.close()
-        store.close()
+    run_scheduler(settings, metrics_port=metrics_port, metrics_host=metrics_host)
 
 
 @cli.command("standalone")
@@ -114,7 +98,7 @@ def scheduler(node_id: str | None, database_url: str | None, redis_url: str | No
 def standalone(database_url: str | None, bind: str | None, node_id: str | None,
                log_level: str) -> None:
     """API + one scheduler node on SQLite, in one process, no Redis."""
-    from cronman.scheduler.standalone import Standalone, standalone_settings
+    from cronman.processes.standalone import Standalone, standalone_settings
 
     setup_logging(log_level)
     try:
@@ -123,8 +107,15 @@ def standalone(database_url: str | None, bind: str | None, node_id: str | None,
     except ValueError as exc:
         click.echo(f"cronman standalone: {exc}", err=True)
         sys.exit(RET_ERROR)
+    _log_as_node(settings.node_id)
     try:
         Standalone(settings).run()
     except OSError as exc:  # the port is taken, the database file cannot be opened...
         click.echo(f"cronman standalone: {exc}", err=True)
         sys.exit(RET_UNAVAILABLE)
+
+
+def _log_as_node(node_id: str) -> None:
+    from cronman.observability import logs
+
+    logs.set_process_fields(node_id=node_id)

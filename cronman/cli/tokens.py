@@ -1,12 +1,19 @@
 """``cronman tokens create | list | revoke``: API tokens, straight in the database.
 
-The secret is printed once, at creation; the database keeps only its hash.
-Once any token exists the API requires one on every /v1 call.
+The way to make the first admin token: the API manages tokens for admin
+tokens only (``cronman tokens api ...``, :mod:`cronman.cli.tokens_client`,
+which also holds the ``tokens`` group these commands attach to). The secret
+is printed once, at creation; the database keeps only its hash. Once any
+token exists the API requires one on every /v1 call. Each creation and
+revocation is recorded in the token history as made by
+``database:<user>@<host>``.
 """
 
 from __future__ import annotations
 
+import getpass
 import json
+import socket
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,11 +23,22 @@ from typing import Any
 import click
 
 from cronman.api.validation import check_namespace
-from cronman.cli.client import format_table
-from cronman.cli.group import RET_ERROR, RET_UNAVAILABLE, cli
+from cronman.cli.group import RET_ERROR, RET_UNAVAILABLE
+from cronman.cli.tokens_client import DATABASE_COMMANDS, SECRET_WARNING, tokens, tokens_table
 from cronman.config import Settings
 from cronman.errors import CronmanError, StoreUnavailable, ValidationError
+from cronman.store.tokens import TokenActor
 from cronman.timeutil import format_rfc3339
+from cronman.vocabulary import DATABASE_ACTOR
+
+
+def database_actor() -> TokenActor:
+    """Who makes a change with database access, as the token history names them."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (containers)
+        user = "unknown"
+    return TokenActor(name=f"{DATABASE_ACTOR}:{user}@{socket.gethostname()}")
 
 
 def _jsonable(record: dict[str, Any]) -> dict[str, Any]:
@@ -53,21 +71,22 @@ database_option = click.option(
     "--database-url", default=None, help="SQLAlchemy URL [env CRONMAN_DATABASE_URL]")
 
 
-@cli.group("tokens")
-def tokens() -> None:
-    """Manage API tokens (stored hashed in the database)."""
-
-
-@tokens.command("create")
+@tokens.command("create", short_help=DATABASE_COMMANDS["create"])
 @click.option("--namespace", "namespaces", multiple=True,
               help="a namespace the token may use (repeatable)")
 @click.option("--admin", is_flag=True, help="all namespaces")
+@click.option("--read-only", is_flag=True,
+              help="the token may read (GET) but never change anything: every write is a 403")
 @click.option("--name", default=None, help="a label for the token")
 @click.option("--json", "as_json", is_flag=True)
 @database_option
-def tokens_create(namespaces: tuple[str, ...], admin: bool, name: str | None,
+def tokens_create(namespaces: tuple[str, ...], admin: bool, read_only: bool, name: str | None,
                   as_json: bool, database_url: str | None) -> None:
-    """Create a token and print its secret (shown only this once)."""
+    """[database] Create a token and print its secret (shown only this once).
+
+    Made straight in the database: the way to the first admin token, which
+    `cronman tokens api ...` then uses to manage the others through the API.
+    """
     if admin and namespaces:
         raise click.UsageError("--admin and --namespace exclude each other")
     if not admin and not namespaces:
@@ -79,40 +98,40 @@ def tokens_create(namespaces: tuple[str, ...], admin: bool, name: str | None,
             raise click.BadParameter(f"{ns!r}: {exc.message}", param_hint="--namespace") from None
     label = name or ("admin" if admin else ",".join(namespaces))
     with _tokens(database_url) as store:
-        secret, record = store.create_token(label, None if admin else sorted(set(namespaces)))
+        secret, record = store.create_token(label, None if admin else sorted(set(namespaces)),
+                                            read_only=read_only, actor=database_actor())
     if as_json:
         click.echo(json.dumps({"token": secret, **_jsonable(record)}, indent=2))
         return
     scope = "all namespaces" if admin else ", ".join(sorted(set(namespaces)))
+    if read_only:
+        scope += ", read-only"
     click.echo(f"token {record.get('id')} ({label}; {scope}):")
     click.echo(secret)
-    click.echo("Keep it now: it is stored hashed and cannot be shown again.", err=True)
+    click.echo(SECRET_WARNING, err=True)
 
 
-@tokens.command("list")
+@tokens.command("list", short_help=DATABASE_COMMANDS["list"])
 @click.option("--json", "as_json", is_flag=True)
 @database_option
 def tokens_list(as_json: bool, database_url: str | None) -> None:
-    """List tokens (never their secrets)."""
+    """[database] List tokens (never their secrets); through the API: `cronman tokens api list`."""
     with _tokens(database_url) as store:
         records = [_jsonable(r) for r in store.list_tokens()]
     if as_json:
         click.echo(json.dumps(records, indent=2))
         return
-    click.echo(format_table(
-        ("ID", "NAME", "NAMESPACES", "CREATED", "REVOKED"),
-        [(r.get("id"), r.get("name"),
-          "(all)" if r.get("namespaces") is None else ",".join(r["namespaces"]),
-          r.get("created_at"), r.get("revoked_at")) for r in records]))
+    click.echo(tokens_table(records))
 
 
-@tokens.command("revoke")
+@tokens.command("revoke", short_help=DATABASE_COMMANDS["revoke"])
 @click.argument("token_id")
 @database_option
 def tokens_revoke(token_id: str, database_url: str | None) -> None:
-    """Revoke a token (the API refuses it within a few seconds)."""
+    """[database] Revoke a token (the API refuses it within a few seconds;
+    `cronman tokens api revoke` answers once it does)."""
     with _tokens(database_url) as store:
-        ok = store.revoke_token(token_id)
+        ok = store.revoke_token(token_id, actor=database_actor())
     if not ok:
         click.echo(f"error: no active token {token_id!r}", err=True)
         sys.exit(RET_ERROR)

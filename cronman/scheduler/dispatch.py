@@ -4,7 +4,7 @@ A run is an ``ActiveRun`` from the moment it is claimed (or taken over) until
 it reaches a final status or is handed back. It is started exactly at its due
 time (``loop.call_at``); at most ``max_in_flight`` attempts run at once, and
 when that many are running the next ones wait in a queue, higher priority
-first. A slow or hung target only holds its slot, never the timer: each
+first and namespaces taking turns within a priority (``waitqueue``). A slow or hung target only holds its slot, never the timer: each
 attempt is bounded by the target's own timeout plus a margin.
 
 A failed attempt is retried after the policy's backoff (``retrying``, with
@@ -16,6 +16,11 @@ runs that last). The end of each attempt (a final status, or ``retrying``)
 also goes to ``on_outcome`` at once: the node's outcome marks, which spare a
 run whose node dies before the writer's flush from being sent again.
 
+Right before a fire's first attempt it passes its gates (``gates``): a fire an
+exclusion calendar holds is recorded ``skipped``; one whose upstream jobs
+are not fresh waits for them (holding its lease, marked started) or is
+skipped when its wait runs out.
+
 A fire claimed under a coordinator lock is marked started in the coordinator
 right before its first attempt (``start_marker``, batched per loop turn):
 a replica watching the fire takes it over when it is not started shortly
@@ -26,21 +31,28 @@ both sending it. A fire found taken over is dropped here without a write.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from cronman.callbacks import TargetRegistry
 from cronman.callbacks.base import Delivery, Outcome
 from cronman.models import Job, Run, RunUpdate
-from cronman.scheduler import policies
+from cronman.observability import logs
+from cronman.scheduler import admission, policies
+from cronman.scheduler.active import ActiveRun
+from cronman.scheduler.admission import HeldJobs
+from cronman.scheduler.clock import ReferenceClock
+from cronman.scheduler.dead_letters import DeadLetters, timeout_of
+from cronman.scheduler.gates import GateKeeper, GateVerdict
 from cronman.scheduler.metrics import MinuteCounter, NodeMetrics
 from cronman.scheduler.ratelog import RateLimitedLog
-from cronman.scheduler.timers import PriorityQueue
+from cronman.scheduler.waitqueue import FairQueue
 from cronman.scheduler.writer import ResultWriter
-from cronman.timeutil import to_ms, utcnow
+from cronman.timeutil import to_ms
+from cronman.vocabulary import GATED_ORIGINS, ConcurrencyPolicy, RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -49,62 +61,30 @@ TIMEOUT_MARGIN = 5.0
 WATCHDOG_INTERVAL = 0.5
 # Timers aim this far past a due time (the loop's timers may run a hair early).
 SCHEDULE_MARGIN_MS = 0.3
-DEFAULT_TARGET_TIMEOUT = 10.0
-NO_AGENT_ERROR = ("container targets need a worker agent (cronman agent); "
-                  "none is available to this scheduler")
-
-# What the node answers when asked about a job right before a dispatch.
-JobLookup = Callable[[str], "tuple[Job | None, bool]"]
 
 # Answers of a start marker, one per run.
-START_GO = "go"  # marked: send it
-START_TAKEN = "taken"  # a replica took the fire over: drop it
-START_UNREACHABLE = "unreachable"  # neither coordinator nor database could say
-StartMarker = Callable[[list["ActiveRun"]], Awaitable[list[str]]]
+START_GO = 1  # marked: send it
+START_TAKEN = 0  # a replica took the fire over: drop it
+START_UNREACHABLE = 2  # neither coordinator nor database could say
+# A negative answer -n: the fire is due n ms from now by the reference clock
+# (this node's clock runs fast): nothing was marked; ask again then.
+StartMarker = Callable[[list["ActiveRun"]], Awaitable[list[int]]]
 # Told of each update that ends an attempt (outcome_marks.OutcomeMarker.add).
 OutcomeHook = Callable[[RunUpdate], None]
-
-
-@dataclass(slots=True, eq=False)
-class ActiveRun:
-    """A run this node holds (claimed, running, waiting for a retry)."""
-
-    run_id: str
-    job: Job
-    scheduled_for: datetime
-    due_ms: int
-    attempt: int
-    origin: str = "schedule"
-    skipped_before: int = 0
-    started_at: datetime | None = None  # of the run's first attempt on record
-    lateness_ms: int | None = None
-    status: str = "claimed"
-    running_written: bool = False
-    in_attempt: bool = False
-    attempt_started: datetime | None = None
-    task: asyncio.Task[None] | None = None
-    handle: asyncio.TimerHandle | None = None
-    pending_claim: bool = False  # its row waits in the writer (database was down)
-    mark_start: bool = False  # claimed under a coordinator lock: mark it started first
-    check_job: bool = True  # re-check the job (deleted/paused/changed) before dispatch
-    remote_in_flight: list[Run] = field(default_factory=list)
-    done: bool = False
-    deadline: float = 0.0  # loop time by which the attempt under way must end
-    timed_out: bool = False
-
-    @property
-    def key(self) -> tuple[str, datetime]:
-        return (self.run_id, self.scheduled_for)
 
 
 class Dispatcher:
     """Starts attempts at their due time, bounded, and records their outcome."""
 
-    def __init__(self, *, node_id: str, targets: dict[str, Any], writer: ResultWriter,
-                 metrics: NodeMetrics, max_in_flight: int, lease_seconds: float,
-                 lookup: JobLookup, start_marker: StartMarker | None = None,
-                 on_outcome: OutcomeHook | None = None) -> None:
+    def __init__(self, *, node_id: str, targets: TargetRegistry, writer: ResultWriter,
+                 metrics: NodeMetrics, clock: ReferenceClock, max_in_flight: int,
+                 lease_seconds: float,
+                 jobs: HeldJobs, start_marker: StartMarker | None = None,
+                 on_outcome: OutcomeHook | None = None,
+                 gates: GateKeeper | None = None) -> None:
         self.node_id = node_id
+        self.clock = clock
+        self.gates = gates
         self.start_marker = start_marker
         self.on_outcome = on_outcome
         self._to_mark: list[ActiveRun] = []
@@ -115,13 +95,18 @@ class Dispatcher:
         # attempt waiting for a pooled connection would burn its timeout (and
         # then retry, adding load) where waiting in our queue costs nothing and
         # keeps priorities.
-        self.max_in_flight = max(1, min([max_in_flight] + _pool_limits(targets)))
+        pools = targets.pool_limit()
+        self.max_in_flight = max(1, max_in_flight if pools is None else min(max_in_flight, pools))
         self.lease_seconds = lease_seconds
-        self.lookup = lookup
+        self.jobs = jobs
         self.active: dict[str, ActiveRun] = {}
         self.by_job: dict[str, dict[str, ActiveRun]] = {}
         self.running = 0
-        self.waiting = PriorityQueue()
+        self.starts = 0  # attempts started so far: the node's progress
+        self.waiting = FairQueue()
+        # Runs not started yet, by due time (lazily cleaned): how far dispatch has come.
+        self._unstarted: list[tuple[int, int, ActiveRun]] = []
+        self._seq = 0
         self.fires_last_minute = MinuteCounter()
         # Bound metric children: the per-fire path skips the label lookups.
         self._lateness = metrics.lateness
@@ -131,6 +116,7 @@ class Dispatcher:
         metrics.in_flight.set_function(lambda: self.running)
         self._ratelog = RateLimitedLog(log)
         self._side_tasks: set[asyncio.Task[Any]] = set()
+        self.dead_letters = DeadLetters(targets, metrics, self._side_tasks)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watchdog: asyncio.TimerHandle | None = None
         self.accepting = True
@@ -143,19 +129,44 @@ class Dispatcher:
             return
         self.writer.reclaim(ar.run_id)
         self.active[ar.run_id] = ar
+        if ar.attempt_started is None:
+            self._seq += 1
+            heapq.heappush(self._unstarted, (ar.due_ms, self._seq, ar))
         self.by_job.setdefault(ar.job.id, {})[ar.run_id] = ar
         self._schedule(ar, ar.due_ms if at_ms is None else at_ms)
+
+    def oldest_unstarted_due(self) -> int | None:
+        """The due time (ms) of the earliest held run whose first attempt here
+        has not started, or None."""
+        heap = self._unstarted
+        # A run waiting for its upstream jobs has been come through: it is
+        # marked started, and may wait for hours.
+        while heap and (heap[0][2].done or heap[0][2].attempt_started is not None
+                        or heap[0][2].waiting):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
 
     def holds(self, run_id: str) -> bool:
         return run_id in self.active
 
+    def claims_written(self, inserted: set[str], foreign: set[str]) -> None:
+        """Claims made while the database was down are in it now (the result
+        writer tells): their runs take part in lease renewal again; a run
+        whose row another node had written already (a double fire) stops here."""
+        for run_id in inserted:
+            ar = self.active.get(run_id)
+            if ar is not None:
+                ar.pending_claim = False
+        for run_id in foreign:
+            self.drop(run_id, "fired twice: another node's run row stands")
+
     def _schedule(self, ar: ActiveRun, at_ms: int) -> None:
         loop = self._loop or asyncio.get_running_loop()
         self._loop = loop
-        # The loop's clock is monotonic, due times are wall-clock ms: convert
+        # The loop's clock is monotonic, due times are reference ms: convert
         # with a precise reading, aiming just past the millisecond so that a
         # callback is never sent before its Cronman-Scheduled-For.
-        delay = (at_ms + SCHEDULE_MARGIN_MS) / 1000.0 - time.time()
+        delay = (at_ms + SCHEDULE_MARGIN_MS - self.clock.now_ms()) / 1000.0
         if delay <= 0:
             ar.handle = None
             loop.call_soon(self._due, ar)
@@ -176,8 +187,8 @@ class Dispatcher:
         if ar.done:
             return
         if ar.attempt_started is None:
-            # Only a wall-clock step backwards makes this true.
-            early = ar.due_ms / 1000.0 - time.time()
+            # Only a step of the clock (or of its offset) backwards makes this true.
+            early = (ar.due_ms - self.clock.now_ms()) / 1000.0
             if early > 0:
                 loop = self._loop or asyncio.get_running_loop()
                 ar.handle = loop.call_at(loop.time() + early + SCHEDULE_MARGIN_MS / 1000.0,
@@ -188,17 +199,24 @@ class Dispatcher:
                 if not self._still_wanted(ar):
                     self._queue_mark(ar)  # handled (skipped): no replica takes it over
                     return
-            elif self.lookup(ar.job.id)[1]:
+            elif self.jobs.is_deleted(ar.job.id):
                 self._finish(ar, "failed", error=f"job deleted: attempt {ar.attempt} not made")
                 return
-        if ar.attempt_started is None and ar.started_at is None and ar.origin == "schedule":
+        if self.gates is not None:
+            skip = self.gates.excluded(ar)
+            if skip is not None:
+                ar.gate = skip.gate
+                self._finish(ar, RunStatus.SKIPPED, error=skip.error)
+                self._queue_mark(ar)  # handled (skipped): no replica takes it over
+                return
+        if ar.attempt_started is None and ar.started_at is None and ar.origin in GATED_ORIGINS:
             if not self._concurrency_allows(ar):
                 self._queue_mark(ar)
                 return
         if ar.mark_start and self.start_marker is not None:
             self._queue_mark(ar)
             return
-        self._go(ar)
+        self._proceed(ar)
 
     def _queue_mark(self, ar: ActiveRun) -> None:
         """Mark the fire started in the coordinator (with the others of this
@@ -211,9 +229,47 @@ class Dispatcher:
 
     def _go(self, ar: ActiveRun) -> None:
         if self.running >= self.max_in_flight:
-            self.waiting.push(ar.job.priority, ar.due_ms, ar)
+            self.waiting.push(ar.job.priority, ar.due_ms, ar, ar.job.namespace)
             return
         self._start(ar)
+
+    def _proceed(self, ar: ActiveRun) -> None:
+        """Start the run, or first wait for its upstream jobs (``depends_on``)."""
+        gates = self.gates
+        if gates is not None and gates.must_wait(ar):
+            ar.waiting = True
+            loop = self._loop or asyncio.get_running_loop()
+            ar.task = loop.create_task(self._wait_upstream(ar, gates))
+            return
+        self._go(ar)
+
+    async def _wait_upstream(self, ar: ActiveRun, gates: GateKeeper) -> None:
+        try:
+            verdict = await gates.wait(ar, lambda gate: self._note_waiting(ar, gate))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug must not leave a run without a status
+            log.exception("checking the upstream jobs of run %s failed unexpectedly",
+                          ar.run_id)
+            verdict = GateVerdict(False, f"internal error in the scheduler: {exc!r}")
+        ar.task = None
+        ar.waiting = False
+        if ar.done:
+            return
+        ar.gate = verdict.gate or ar.gate
+        if not verdict.go:
+            self._finish(ar, RunStatus.SKIPPED, error=verdict.error)
+            return
+        ar.gate_passed = True
+        if ar.check_job and not self._still_wanted(ar):  # it may have waited long
+            return
+        self._go(ar)
+
+    def _note_waiting(self, ar: ActiveRun, gate: dict[str, Any]) -> None:
+        """The run waits for upstream jobs: say so in its row (the API shows why)."""
+        ar.gate = gate
+        self.writer.update(RunUpdate(id=ar.run_id, scheduled_for=ar.scheduled_for,
+                                     status=ar.status, gate=gate))
 
     def _flush_marks(self) -> None:
         batch, self._to_mark = self._to_mark, []
@@ -234,9 +290,17 @@ class Dispatcher:
         for ar, answer in zip(batch, answers, strict=True):
             if ar.done:
                 continue
+            if answer < 0:  # too early by the reference clock: wait, then mark again
+                self.metrics.early_starts.inc()
+                self._ratelog.warning("early", "run %s of job %s is due in %d ms by the "
+                                      "cluster's clock: this node's clock runs fast; waiting",
+                                      ar.run_id, ar.job.id, -answer)
+                loop = self._loop or asyncio.get_running_loop()
+                ar.handle = loop.call_later(-answer / 1000.0, self._due, ar)
+                continue
             ar.mark_start = False
             if answer == START_GO:
-                self._go(ar)
+                self._proceed(ar)
             elif answer == START_TAKEN:
                 self.metrics.taken_over.inc()
                 self._ratelog.warning("taken-over", "run %s of job %s was taken over by a "
@@ -264,7 +328,7 @@ class Dispatcher:
         if ar.pending_claim:
             self.metrics.not_dispatched.inc()
             self.writer.withdraw(ar.run_id)
-            now = utcnow()
+            now = self.clock.now()
             self.writer.record_unreachable([Run(
                 id=ar.run_id, job_id=ar.job.id, scheduled_for=ar.scheduled_for,
                 status="skipped", attempt=1, node_id=self.node_id, origin=ar.origin,
@@ -273,76 +337,66 @@ class Dispatcher:
                       f"coordinator nor the database when the fire was due")])
 
     def _still_wanted(self, ar: ActiveRun) -> bool:
-        """Right before a claimed fire starts: is its job still there, active
-        and unchanged (or changed in a way that keeps this fire time)?"""
-        job, deleted = self.lookup(ar.job.id)
-        if deleted:
-            self._finish(ar, "skipped", error="job deleted before the run started")
+        verdict = admission.still_wanted(ar, self.jobs)
+        if not verdict.go:
+            self._finish(ar, RunStatus.SKIPPED, error=verdict.error)
             return False
-        if job is None:
-            return True  # no longer owned here: the claim still holds, fire it
-        if job.paused:
-            self._finish(ar, "skipped", error="job paused before the run started")
-            return False
-        if job.version != ar.job.version:
-            if not _still_a_fire_time(job, ar.scheduled_for):
-                self._finish(ar, "skipped",
-                             error="job changed before the run started: this fire time is "
-                                   "no longer in its schedule")
-                return False
-            ar.job = job
+        if verdict.job is not None:
+            ar.job = verdict.job
         return True
 
     def _concurrency_allows(self, ar: ActiveRun) -> bool:
-        policy = ar.job.concurrency
-        if policy == "allow":
+        if ar.job.concurrency == ConcurrencyPolicy.ALLOW:
             return True
         local = [r for r in self.by_job.get(ar.job.id, {}).values()
                  if r is not ar and not r.done and r.started_at is not None]
         remote = [r for r in ar.remote_in_flight
                   if r.node_id != self.node_id and r.id not in self.active]
-        decision = policies.decide_concurrency(policy, [r.run_id for r in local]
-                                               + [r.id for r in remote])
-        if decision.action == "skip":
-            self._finish(ar, "skipped", error=decision.error)
+        verdict = admission.concurrency(ar, local, remote)
+        if not verdict.go:
+            self._finish(ar, RunStatus.SKIPPED, error=verdict.error)
             return False
-        if decision.action == "replace":
-            reason = f"replaced by run {ar.run_id}"
-            for prev in local:
-                self._stop_local(prev)
-                self._finish(prev, "failed", error=reason)
-            now = utcnow()
-            for r in remote:
-                # The row becomes ours (as a sweeper's): the replaced run's node
-                # can no longer overwrite this record with its own outcome.
-                self.writer.update(RunUpdate(id=r.id, scheduled_for=r.scheduled_for,
-                                             status="failed", error=reason, finished_at=now,
-                                             extra={"node_id": self.node_id}))
-                self.metrics.runs_finished.labels("failed").inc()
+        reason = f"replaced by run {ar.run_id}"
+        for prev in verdict.replace:
+            self._stop_local(prev)
+            self._finish(prev, RunStatus.FAILED, error=reason)
+        now = self.clock.now()
+        for r in verdict.replace_remote:
+            # The row becomes ours (as a sweeper's): the replaced run's node
+            # can no longer overwrite this record with its own outcome.
+            self.writer.update(RunUpdate(id=r.id, scheduled_for=r.scheduled_for,
+                                         status=RunStatus.FAILED.value, error=reason,
+                                         finished_at=now, extra={"node_id": self.node_id}))
+            self.metrics.runs_finished.labels(RunStatus.FAILED.value).inc()
         return True
 
     # -- attempts ---------------------------------------------------------
 
     def _start(self, ar: ActiveRun) -> None:
         self.running += 1
+        self.starts += 1
         ar.in_attempt = True
         ar.status = "running"
-        now = utcnow()
+        now = self.clock.now()
         ar.attempt_started = now
         if ar.started_at is None:
             ar.started_at = now
             ar.lateness_ms = to_ms(now) - ar.due_ms
             self._lateness.observe(max(0, ar.lateness_ms) / 1000.0)
+            self.metrics.namespaces.fired(ar.job.namespace, ar.lateness_ms / 1000.0)
             self.metrics.fires.labels(ar.origin).inc()
             self.fires_last_minute.add()
         loop = self._loop or asyncio.get_running_loop()
-        ar.deadline = loop.time() + _timeout_of(ar.job.target) + TIMEOUT_MARGIN
+        ar.deadline = loop.time() + timeout_of(ar.job.target) + TIMEOUT_MARGIN
         ar.timed_out = False
         ar.task = loop.create_task(self._attempt(ar))
         if self._watchdog is None:
             self._watchdog = loop.call_later(WATCHDOG_INTERVAL, self._watch)
 
     async def _attempt(self, ar: ActiveRun) -> None:
+        # This task's log records carry the run (it runs in a context of its own).
+        logs.bind(node_id=self.node_id, job_id=ar.job.id, run_id=ar.run_id,
+                  namespace=ar.job.namespace)
         try:
             outcome = await self._deliver(ar)
         except asyncio.CancelledError:
@@ -350,7 +404,7 @@ class Dispatcher:
                 self._release(ar)
                 raise
             outcome = Outcome(ok=False, error=f"target gave no answer within "
-                                              f"{_timeout_of(ar.job.target) + TIMEOUT_MARGIN:g} s")
+                                              f"{timeout_of(ar.job.target) + TIMEOUT_MARGIN:g} s")
         self._release(ar)
         if ar.done:
             return
@@ -374,21 +428,15 @@ class Dispatcher:
             self._watchdog = loop.call_later(WATCHDOG_INTERVAL, self._watch)
 
     async def _deliver(self, ar: ActiveRun) -> Outcome:
-        target_spec = ar.job.target
-        kind = str(target_spec.get("kind", ""))
-        target = self.targets.get(kind)
-        if target is None:
-            error = NO_AGENT_ERROR if kind == "container" else f"no target for kind {kind!r}"
-            return Outcome(ok=False, error=error, retryable=False)
         delivery = Delivery(job_id=ar.job.id, run_id=ar.run_id, scheduled_for=ar.scheduled_for,
-                            attempt=ar.attempt, target=target_spec, namespace=ar.job.namespace,
-                            job_name=ar.job.name)
+                            attempt=ar.attempt, target=ar.job.target, namespace=ar.job.namespace,
+                            job_name=ar.job.name, priority=ar.job.priority)
         try:
-            return await target.deliver(delivery)
+            return await self.targets.deliver(delivery)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a target must not raise; if it does, the run still ends
-            log.exception("target %s raised for run %s", kind, ar.run_id)
+            log.exception("target %s raised for run %s", ar.job.target.get("kind"), ar.run_id)
             return Outcome(ok=False, error=f"target error: {exc!r}")
 
     def _release(self, ar: ActiveRun) -> None:
@@ -404,7 +452,7 @@ class Dispatcher:
                 self._start(nxt)
 
     def _after_attempt(self, ar: ActiveRun, outcome: Outcome) -> None:
-        now = utcnow()
+        now = self.clock.now()
         duration = _ms_between(ar.attempt_started, now)
         if outcome.ok:
             self._attempts_ok.inc()
@@ -416,6 +464,15 @@ class Dispatcher:
         self.metrics.dispatch_errors.labels(kind).inc()
         self._ratelog.warning(f"target:{kind}", "%s target: run %s of job %s attempt %d "
                               "failed: %s", kind, ar.run_id, ar.job.id, ar.attempt, outcome.error)
+        if outcome.lost:
+            # Its worker vanished mid-attempt: what a sweeper does for a run
+            # whose node died (a new attempt at once, or ``lost``).
+            if policies.recovery_action(ar.job.delivery, "running") == "lost":
+                self._finish(ar, "lost", result=outcome.result or None, error=outcome.error,
+                             duration_ms=duration, now=now)
+                return
+            self._wait_retry(ar, now, 0.0, outcome, duration, schedule=self.accepting)
+            return
         delay = policies.next_retry_delay(ar.attempt, ar.job.retry, outcome.retryable)
         if delay is None or not self.accepting:
             if delay is not None:
@@ -451,12 +508,12 @@ class Dispatcher:
             return
         ar.done = True
         ar.status = status
-        now = now or utcnow()
+        now = now or self.clock.now()
         self._forget(ar)
         u = RunUpdate(
             id=ar.run_id, scheduled_for=ar.scheduled_for, status=status, attempt=ar.attempt,
             started_at=ar.started_at, finished_at=now, lateness_ms=ar.lateness_ms,
-            duration_ms=duration_ms, result=result, error=error)
+            duration_ms=duration_ms, result=result, error=error, gate=ar.gate)
         if self.on_outcome is not None:
             self.on_outcome(u)
         self.writer.update(u)
@@ -464,13 +521,15 @@ class Dispatcher:
         if finished is None:
             finished = self._finished[status] = self.metrics.runs_finished.labels(status)
         finished.inc()
+        if status in ("failed", "lost"):
+            self.metrics.namespaces.failed(ar.job.namespace)
         if status in ("failed", "lost") and ar.job.dead_letter:
             self.dead_letter(ar.job, Run(
                 id=ar.run_id, job_id=ar.job.id, scheduled_for=ar.scheduled_for, status=status,
                 attempt=ar.attempt, node_id=self.node_id, origin=ar.origin,
                 started_at=ar.started_at, finished_at=now, lateness_ms=ar.lateness_ms,
                 duration_ms=duration_ms, result=result, error=error,
-                skipped_before=ar.skipped_before))
+                skipped_before=ar.skipped_before, gate=ar.gate))
 
     def _forget(self, ar: ActiveRun) -> None:
         self.active.pop(ar.run_id, None)
@@ -511,6 +570,7 @@ class Dispatcher:
         whose lease must be expired so that a sweeper takes them over."""
         keys = []
         self.waiting.drain()
+        self.targets.hand_back()  # work that outlives the node (containers) stays
         for ar in list(self.active.values()):
             ar.done = True
         for ar in list(self.active.values()):
@@ -523,33 +583,7 @@ class Dispatcher:
 
     def dead_letter(self, job: Job, run: Run) -> None:
         """Send the run record to the job's dead-letter target (in the background)."""
-        loop = self._loop or asyncio.get_running_loop()
-        task = loop.create_task(self._send_dead_letter(job, run))
-        self._side_tasks.add(task)
-        task.add_done_callback(self._side_tasks.discard)
-
-    async def _send_dead_letter(self, job: Job, run: Run) -> None:
-        spec = job.dead_letter or {}
-        kind = str(spec.get("kind", ""))
-        target = self.targets.get(kind)
-        try:
-            from cronman.callbacks.dead_letter import dead_letter_delivery, run_record
-
-            delivery = dead_letter_delivery(spec, run_record(run, job=job),
-                                            namespace=job.namespace, job_name=job.name)
-            if target is None:
-                outcome = Outcome(ok=False, error=f"no target for kind {kind!r}")
-            else:
-                outcome = await asyncio.wait_for(target.deliver(delivery),
-                                                 _timeout_of(spec) + TIMEOUT_MARGIN)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            outcome = Outcome(ok=False, error=repr(exc))
-        self.metrics.dead_letters.labels("ok" if outcome.ok else "failed").inc()
-        if not outcome.ok:
-            self._ratelog.error(f"dlq:{job.id}", "dead-letter delivery for run %s of job %s "
-                                "failed: %s", run.id, job.id, outcome.error)
+        self.dead_letters.send(job, run)
 
     async def wait_side_tasks(self, timeout: float) -> None:
         if self._side_tasks:
@@ -573,34 +607,7 @@ class Dispatcher:
         return out
 
 
-def _pool_limits(targets: Any) -> list[int]:
-    limits = []
-    for target in getattr(targets, "values", lambda: [])():
-        limit = getattr(target, "pool_limit", None) or getattr(target, "_pool_limit", None)
-        if isinstance(limit, int) and limit > 0:
-            limits.append(limit)
-    return limits
-
-
-def _timeout_of(spec: dict[str, Any]) -> float:
-    try:
-        value = float(spec.get("timeout") or DEFAULT_TARGET_TIMEOUT)
-    except (TypeError, ValueError):
-        value = DEFAULT_TARGET_TIMEOUT
-    return max(0.1, value)
-
-
 def _ms_between(a: datetime | None, b: datetime) -> int | None:
     if a is None:
         return None
     return to_ms(b) - to_ms(a)
-
-
-def _still_a_fire_time(job: Job, t: datetime) -> bool:
-    from cronman.schedules import job_times
-
-    try:
-        times = job_times(job)
-        return times.next_fire_after(t - timedelta(microseconds=1)) == t
-    except Exception:
-        return False

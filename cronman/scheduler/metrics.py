@@ -4,14 +4,25 @@ each heartbeat (``NodeInfo.stats``).
 Each node gets its own ``NodeMetrics`` registered in a given registry (the
 process default for ``cronman scheduler``, the API's registry in
 ``cronman standalone``, a fresh one in tests), so no module-level globals.
+``cronman scheduler --metrics-port`` serves them with ``/healthz`` and
+``/readyz`` (``cronman.observability.node_endpoints``).
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+)
+
+from cronman.observability.namespace_series import NamespaceSeries
 
 LATENESS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                     10.0, 30.0, 60.0)
@@ -44,11 +55,21 @@ class NodeMetrics:
                                     "Fires dispatched while the database was down whose run "
                                     "row turned out to exist already", registry=r)
         self.takeovers = Counter("cronman_fire_takeovers",
-                                 "Fires taken over from a replica that claimed them but had "
-                                 "not started them shortly after their due time", registry=r)
+                                 "Fires taken over from their first owner, by why: it stopped "
+                                 "pulsing (gone), its dispatch stalled, it was not ready, or "
+                                 "it won a claim race and never started the fire, or it was "
+                                 "refused as too early and nobody else fired it", ("reason",),
+                                 registry=r)
         self.taken_over = Counter("cronman_fires_taken_over",
                                   "Fires this node claimed but a replica took over before "
                                   "this node started them", registry=r)
+        self.early_starts = Counter("cronman_early_starts",
+                                    "Start marks refused because the fire was not due yet "
+                                    "by the cluster's reference clock (this host's clock "
+                                    "ran fast)", registry=r)
+        self.early_claims = Counter("cronman_early_claims",
+                                    "Claims refused because the fire was further ahead of the "
+                                    "cluster's reference clock than a claim may be", registry=r)
         self.misfires_skipped = Counter("cronman_misfires_skipped",
                                         "Fire times passed over by the misfire policy",
                                         registry=r)
@@ -83,8 +104,33 @@ class NodeMetrics:
             "cronman_last_reconcile_seconds",
             "From the last membership change that gained jobs to those jobs being scheduled",
             registry=r)
+        self.clock_offset = Gauge("cronman_clock_offset_seconds",
+                                  "This host's clock minus the cluster's reference clock "
+                                  "(the Redis server's; PostgreSQL's while Redis is away)",
+                                  registry=r)
+        self.clock_skewed = Gauge("cronman_clock_skewed",
+                                  "1 while this host's clock is off the reference by more "
+                                  "than allowed (the node claims nothing meanwhile)", registry=r)
+        self.backlog = Gauge("cronman_dispatch_backlog",
+                             "Fires due and waiting for a dispatch slot",
+                             registry=r)
+        self.backlog_seconds = Gauge("cronman_dispatch_backlog_seconds",
+                                     "How long the oldest fire due but not started has waited",
+                                     registry=r)
+        self.saturation = Gauge("cronman_dispatch_saturation",
+                                "Attempts in flight over the most this node runs at once",
+                                registry=r)
         self.pending_writes = Gauge("cronman_pending_run_writes",
                                     "Run rows and updates waiting to be written", registry=r)
+        self.writes_failing = Gauge("cronman_run_writes_failing_seconds",
+                                    "Seconds the run writes have been failing in a row "
+                                    "(0: they go through)", registry=r)
+        self.writes_refused = Counter("cronman_run_writes_refused",
+                                      "Run rows the database refused, written without their "
+                                      "figures and result (cut) or not at all (dropped)",
+                                      ("outcome",), registry=r)
+        # Fires, failures and lateness per namespace, bounded (observability.namespace_series).
+        self.namespaces = NamespaceSeries.from_env(r)
 
 
 class MinuteCounter:
@@ -92,7 +138,7 @@ class MinuteCounter:
 
     __slots__ = ("_buckets", "_clock")
 
-    def __init__(self, clock=time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._buckets: deque[list[int]] = deque()
         self._clock = clock
 
@@ -111,3 +157,6 @@ class MinuteCounter:
     def _trim(self, sec: int) -> None:
         while self._buckets and self._buckets[0][0] <= sec - 60:
             self._buckets.popleft()
+
+
+# Readiness of a node: (ready, {check: "ok" or what is wrong}).

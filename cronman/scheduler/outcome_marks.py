@@ -24,17 +24,19 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import orjson
+
+from cronman.coordination.base import Coordinator
 from cronman.errors import CoordinatorUnavailable
 from cronman.models import RunUpdate
 from cronman.scheduler.metrics import NodeMetrics
 from cronman.scheduler.ratelog import RateLimitedLog
-from cronman.store.tables import FINAL_STATUSES
 from cronman.timeutil import from_ms, to_ms
+from cronman.vocabulary import FINAL_STATUSES
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +46,7 @@ log = logging.getLogger(__name__)
 MARK_TTL_LEASES = 4
 # Seconds a first mark waits for others before its batch is sent: under load
 # a batch carries many marks; a kill loses at most this long's worth.
-MARK_DELAY = 0.002
+MARK_DELAY = 0.01
 # A mark carries a snippet, not the whole record (container logs can be long).
 MAX_ERROR_CHARS = 500
 MAX_RESULT_CHARS = 1000
@@ -86,8 +88,8 @@ class OutcomeMark:
                   "t0": self.started_ms, "t1": self.finished_ms, "l": self.lateness_ms,
                   "d": self.duration_ms, "r": self.result, "e": self.error,
                   "nx": self.next_attempt_ms}
-        return json.dumps({k: v for k, v in fields.items() if v is not None and v != ""},
-                          separators=(",", ":"))
+        return orjson.dumps({k: v for k, v in fields.items() if v is not None and v != ""},
+                            default=str).decode()
 
     @classmethod
     def decode(cls, text: str) -> OutcomeMark | None:
@@ -119,15 +121,16 @@ class OutcomeMarker:
     """Sends outcome marks from the event loop to the coordinator, batched.
 
     ``add`` (on the loop, never blocking) queues the mark of an update; the
-    first mark of a batch schedules its send ``delay`` seconds later, on a
-    thread of the marker's own. One batch is in flight at a time, so marks of
-    one run reach the coordinator in order; marks queued meanwhile go in the
-    next batch. A batch the coordinator refuses is dropped (counted and
-    logged): the sweeper then re-sends those runs, as without marks.
+    first mark of a batch schedules its send ``delay`` seconds later, on the
+    loop itself (``Coordinator.amark_outcomes``). One batch is in flight at a
+    time, so marks of one run reach the coordinator in order; marks queued
+    meanwhile go in the next batch. A batch the coordinator refuses is dropped
+    (counted and logged): the sweeper then re-sends those runs, as without
+    marks.
     """
 
-    def __init__(self, coordinator: Any, node_id: str, ttl_ms: int, metrics: NodeMetrics, *,
-                 delay: float = MARK_DELAY) -> None:
+    def __init__(self, coordinator: Coordinator, node_id: str, ttl_ms: int,
+                 metrics: NodeMetrics, *, delay: float = MARK_DELAY) -> None:
         self._coordinator = coordinator
         self.node_id = node_id
         self.ttl_ms = max(1, int(ttl_ms))
@@ -135,8 +138,7 @@ class OutcomeMarker:
         self._metrics = metrics
         self._pending: dict[str, tuple[int, str]] = {}  # run id -> (attempt, mark)
         self._handle: asyncio.TimerHandle | None = None
-        self._in_flight: asyncio.Future[Exception | None] | None = None
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="cronman-marks")
+        self._in_flight: asyncio.Task[None] | None = None
         self._ratelog = RateLimitedLog(log)
         self.sent = 0  # marks the coordinator took (for tests and stats)
 
@@ -157,32 +159,22 @@ class OutcomeMarker:
             return
         batch = [(run_id, attempt, text) for run_id, (attempt, text) in self._pending.items()]
         self._pending = {}
-        loop = asyncio.get_running_loop()
-        self._in_flight = loop.run_in_executor(self._executor, self._mark, batch)
-        self._in_flight.add_done_callback(self._sent)
+        self._in_flight = asyncio.get_running_loop().create_task(self._mark(batch))
 
-    def _mark(self, batch: list[tuple[str, int, str]]) -> Exception | None:
+    async def _mark(self, batch: list[tuple[str, int, str]]) -> None:
         try:
-            self._coordinator.mark_outcomes(batch, self.ttl_ms)
+            await self._coordinator.amark_outcomes(batch, self.ttl_ms)
         except CoordinatorUnavailable as exc:
-            return exc
-        self.sent += len(batch)
-        return None
-
-    def _sent(self, fut: asyncio.Future[Exception | None]) -> None:
-        self._in_flight = None
-        if fut.cancelled():
-            return
-        error = fut.exception() or fut.result()
-        if error is not None:
             self._metrics.coordinator_errors.labels("mark_outcomes").inc()
             self._ratelog.warning("marks", "outcome marks not recorded (%s): should this "
-                                  "node die before writing its runs, they are sent again",
-                                  error)
+                                  "node die before writing its runs, they are sent again", exc)
         else:
+            self.sent += len(batch)
             self._ratelog.clear("marks")
-        if self._pending and self._handle is None:
-            self._handle = asyncio.get_running_loop().call_later(self.delay, self._send)
+        finally:
+            self._in_flight = None
+            if self._pending and self._handle is None:
+                self._handle = asyncio.get_running_loop().call_later(self.delay, self._send)
 
     async def flush(self, timeout: float) -> None:
         """Send what is queued now and wait (at most ``timeout`` seconds) for it."""
@@ -202,7 +194,8 @@ class OutcomeMarker:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._in_flight is not None:
+            self._in_flight.cancel()
 
 
 def _ms(t: datetime | None) -> int | None:
@@ -222,7 +215,7 @@ def _small_result(result: dict[str, Any] | None) -> dict[str, Any] | None:
     last ``RESULT_TEXT_CHARS`` characters (a log tail keeps its end)."""
     if not result:
         return None
-    if len(json.dumps(result, default=str)) <= MAX_RESULT_CHARS:
+    if len(orjson.dumps(result, default=str)) <= MAX_RESULT_CHARS:
         return result
     small: dict[str, Any] = {}
     for key, value in result.items():

@@ -9,15 +9,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-DEFAULT_MAX_ATTEMPTS = 1
-DEFAULT_MIN_BACKOFF = 1.0
-DEFAULT_MAX_BACKOFF = 60.0
-DEFAULT_MISFIRE_POLICY = "fire_once"
-DEFAULT_MISFIRE_GRACE = 300.0
-
-MISFIRE_POLICIES = ("fire_once", "fire_all", "skip")
-CONCURRENCY_POLICIES = ("allow", "forbid", "replace")
-
+from cronman.vocabulary import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_BACKOFF,
+    DEFAULT_MIN_BACKOFF,
+    DEFAULT_MISFIRE_GRACE,
+    DEFAULT_MISFIRE_POLICY,
+    MISFIRE_POLICIES,
+)
 
 # --- retry -------------------------------------------------------------------
 
@@ -85,25 +84,30 @@ def plan_misfire(
     grace_ms: int,
     older_cursor_ms: int | None = None,
 ) -> MisfirePlan:
-    """Apply a misfire policy to past fire times.
+    """Apply a misfire policy to past fire times (SPEC §3: grace is a threshold).
 
-    ``recent``: fire times (ascending) not yet handled, all in the past, the ones
-    that may still be within grace; ``older``: how many more, earlier, fire times
-    were missed (already known to be beyond grace, not listed); their latest is
-    ``older_cursor_ms`` when ``recent`` is empty.
+    ``recent``: fire times (ascending) not yet handled, all in the past;
+    ``older``: how many more, earlier, fire times were missed (beyond grace,
+    not listed); their latest is ``older_cursor_ms``.
 
-    ``fire_once`` fires the latest time within grace, ``fire_all`` each one
-    within grace, ``skip`` none. Everything not fired counts as skipped.
+    A fire time late by no more than ``grace_ms`` fires as usual under every
+    policy. Older ones are misfires, and the policy decides: ``fire_once``
+    fires the latest misfired time once, ``fire_all`` each listed one,
+    ``skip`` none. Everything not fired counts as skipped.
     """
     limit = now_ms - grace_ms
     within = [t for t in recent if t >= limit]
-    total = older + len(recent)
+    misfired = [t for t in recent if t < limit]
+    late: list[int]
     if policy == "skip":
-        fire: list[int] = []
+        late = []
     elif policy == "fire_all":
-        fire = within
+        late = misfired
     else:
-        fire = within[-1:]
+        latest = misfired[-1] if misfired else (older_cursor_ms if older else None)
+        late = [] if latest is None else [latest]
+    fire = late + within
+    total = older + len(recent)
     cursor = recent[-1] if recent else older_cursor_ms
     return MisfirePlan(fire=fire, skipped=total - len(fire), cursor_ms=cursor)
 

@@ -1,4 +1,4 @@
-"""The timer heap of a scheduler node, and the wait queue of the dispatcher.
+"""The timer heap of a scheduler node.
 
 Entries are plain tuples ``(due_ms, -priority, job_id, fire_ms, state)``:
 ordered by due time, then higher priority first, then job id (no insertion
@@ -13,7 +13,6 @@ predicate), and the heap is rebuilt when they outnumber the live ones.
 from __future__ import annotations
 
 import heapq
-import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -62,27 +61,3 @@ class TimerHeap:
 
     def clear(self) -> None:
         self._heap.clear()
-
-
-class PriorityQueue:
-    """Work waiting for a dispatch slot: higher priority first, then earlier due."""
-
-    __slots__ = ("_heap", "_seq")
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[int, int, int, Any]] = []
-        self._seq = itertools.count()
-
-    def __len__(self) -> int:
-        return len(self._heap)
-
-    def push(self, priority: int, due_ms: int, item: Any) -> None:
-        heapq.heappush(self._heap, (-priority, due_ms, next(self._seq), item))
-
-    def pop(self) -> Any:
-        return heapq.heappop(self._heap)[3]
-
-    def drain(self) -> list[Any]:
-        items = [e[3] for e in sorted(self._heap)]
-        self._heap.clear()
-        return items

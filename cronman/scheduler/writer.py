@@ -22,10 +22,23 @@ Two more kinds of rows wait here while the database is down:
   that did fire keeps its row), some seconds after the database came back so
   that such a replica's own write-through goes first.
 
-A failed flush keeps everything and retries with exponential backoff. Memory
-is bounded (``max_pending``): beyond it the least valuable rows go first
-(records of unclaimable fires, then intermediate statuses, then the oldest
-final ones), each counted in ``cronman_results_dropped_total`` and logged.
+A flush the database cannot take (``StoreUnavailable``: unreachable) keeps
+what it has not written yet and retries with exponential backoff; rows it
+did commit are not written again. Memory is bounded (``max_pending``):
+beyond it the least valuable rows go first (records of unclaimable fires,
+then intermediate statuses, then the oldest final ones), each counted in
+``cronman_results_dropped_total`` and logged.
+
+A row the database *refuses* (any other error: a value out of range, text
+it cannot store) never holds the others back: the batch is written in
+halves until the refused rows stand alone, the rest is committed, and each
+refused row is written once more without its figures and result, its error
+saying why (a run is never left ``claimed`` behind a bad neighbour); if even
+that is refused it is dropped. Both are logged and counted in
+``cronman_run_writes_refused_total`` (``outcome`` cut or dropped).
+
+``health()`` says whether writes are stuck: failing for ``STUCK_AFTER``
+seconds in a row (the node's ``/readyz`` answers 503 with it).
 """
 
 from __future__ import annotations
@@ -36,16 +49,25 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import fields
 from datetime import datetime, timedelta
-from typing import Any
 
 from cronman.errors import StoreUnavailable
 from cronman.models import Run, RunUpdate
+from cronman.scheduler.clock import ReferenceClock
+from cronman.scheduler.lifecycle import Lifecycle
 from cronman.scheduler.metrics import NodeMetrics
 from cronman.scheduler.ratelog import RateLimitedLog
-from cronman.store.tables import FINAL_STATUSES, IN_FLIGHT_STATUSES
-from cronman.timeutil import utcnow
+from cronman.scheduler.write_batch import (
+    Cursor,
+    Isolator,
+    WriteBatch,
+    cut_cursor,
+    cut_run,
+    cut_update,
+    reason_of,
+)
+from cronman.store.base import RunStore
+from cronman.vocabulary import FINAL_STATUSES, IN_FLIGHT_STATUSES
 
 log = logging.getLogger(__name__)
 
@@ -57,38 +79,21 @@ MAX_RETRY = 5.0
 # Seconds the database must have been back before records of unclaimable
 # fires are written (a replica's write-through of the real fire goes first).
 UNREACHABLE_WRITE_DELAY = 5.0
-
-_MERGED_FIELDS = tuple(f.name for f in fields(RunUpdate)
-                       if f.name not in ("id", "scheduled_for", "status", "error", "result",
-                                         "extra"))
-
-
-def merge_update(old: RunUpdate, new: RunUpdate) -> RunUpdate:
-    """``new`` applied on top of ``old`` (same run): status, error and result
-    come from ``new``; other fields from ``new`` where set, else ``old``."""
-    old.status = new.status
-    old.error = new.error
-    old.result = new.result
-    for name in _MERGED_FIELDS:
-        value = getattr(new, name)
-        if value is not None:
-            setattr(old, name, value)
-    if new.extra:
-        old.extra = {**old.extra, **new.extra}
-    return old
-
+# Seconds of failing flushes in a row after which writes count as stuck.
+STUCK_AFTER = 10.0
 
 class ResultWriter:
     """Batches run rows and updates from the event loop into the store."""
 
-    def __init__(self, store: Any, executor: Executor, metrics: NodeMetrics, *,
-                 lease_seconds: float = 30.0,
+    def __init__(self, runs: RunStore, executor: Executor, metrics: NodeMetrics, *,
+                 node_id: str, clock: ReferenceClock, lease_seconds: float = 30.0,
                  flush_interval: float = DEFAULT_FLUSH_INTERVAL,
                  max_batch: int = DEFAULT_MAX_BATCH,
                  max_pending: int = DEFAULT_MAX_PENDING,
-                 on_claims_written: Callable[[set[str], set[str]], None] | None = None,
-                 node_id: str | None = None) -> None:
-        self._store = store
+                 on_claims_written: Callable[[set[str], set[str]], None] | None = None
+                 ) -> None:
+        self._runs = runs
+        self._clock = clock
         self.node_id = node_id  # updates are fenced on it (write_run_updates)
         self.lease_seconds = lease_seconds
         self.on_claims_written = on_claims_written
@@ -110,6 +115,10 @@ class ResultWriter:
         self._db_ok_since: float | None = time.monotonic()
         self._retry = MIN_RETRY
         self._ratelog = RateLimitedLog(log)
+        self._isolator = Isolator(metrics)
+        self._failing_since: float | None = None  # monotonic; first failed flush in a row
+        self._flush_started: float | None = None  # monotonic; the flush under way
+        self._last_error = ""
         self.writes = 0  # commits made (updates and claims), for tests and stats
 
     # -- event-loop side --------------------------------------------------
@@ -122,7 +131,7 @@ class ResultWriter:
         if old is None:
             self._updates[u.id] = u
         else:
-            merge_update(old, u)
+            old.absorb(u)
         self._after_add()
 
     def insert_later(self, runs: Sequence[Run], cursors: Sequence[tuple[str, datetime, int]],
@@ -192,6 +201,26 @@ class ResultWriter:
     def pending(self) -> int:
         return len(self._updates) + len(self._claims) + len(self._unreachable)
 
+    def failing_for(self) -> float:
+        """Seconds the flushes have been failing in a row (0 when they succeed)."""
+        since = self._failing_since
+        return 0.0 if since is None else max(0.0, time.monotonic() - since)
+
+    def health(self) -> str | None:
+        """None while run writes go through; else what is stuck, and why: the
+        flushes failed for ``STUCK_AFTER`` seconds in a row, or one has been
+        waiting on the database that long."""
+        started = self._flush_started
+        if started is not None and time.monotonic() - started >= STUCK_AFTER:
+            return (f"a run write has been waiting on the database for "
+                    f"{time.monotonic() - started:.0f} s ({len(self._flushing)} updates in it, "
+                    f"{self.pending} more waiting)")
+        failing = self.failing_for()
+        if failing < STUCK_AFTER:
+            return None
+        return (f"run writes failing for {failing:.0f} s, {self.pending} waiting: "
+                f"{self._last_error}")
+
     def _after_add(self) -> None:
         n = self.pending
         if n > self.max_pending:
@@ -221,17 +250,16 @@ class ResultWriter:
                                 "the database has been unreachable too long", self.pending,
                                 dropped)
 
-    async def run(self, stopping: asyncio.Event) -> None:
-        """Flush periodically until ``stopping`` is set (the caller then calls
-        ``drain``)."""
+    async def run(self, lifecycle: Lifecycle) -> None:
+        """Flush periodically until the node stops (the caller then calls ``drain``)."""
         self._wake = asyncio.Event()
-        while not stopping.is_set():
+        while not lifecycle.stopping:
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=self.flush_interval)
             except TimeoutError:
                 pass
             self._wake.clear()
-            if stopping.is_set():
+            if lifecycle.stopping:
                 break
             ok = await self.flush()
             if not ok:
@@ -266,48 +294,65 @@ class ResultWriter:
 
     async def _flush(self, final: bool) -> bool:
         if not self._updates and not self._claims and not self._due_unreachable(final):
+            if not self.pending:
+                self._failing_since = None
+                self._metrics.writes_failing.set(0)
             return True
-        claims, cursors = self._claims, self._cursors
-        self._claims, self._cursors = [], []
-        updates = self._updates
-        self._updates = {}
-        self._flushing = updates
-        unreachable: list[Run] = []
+        batch = WriteBatch(self._claims, self._cursors, self._updates, [])
+        self._claims, self._cursors, self._updates = [], [], {}
+        self._flushing = batch.updates
         if self._due_unreachable(final):
-            unreachable, self._unreachable = self._unreachable, []
+            batch.unreachable, self._unreachable = self._unreachable, []
         loop = asyncio.get_running_loop()
+        ok = False
+        self._flush_started = time.monotonic()
         try:
-            foreign, written = await loop.run_in_executor(
-                self._executor, self._write, claims, cursors, list(updates.values()),
-                unreachable)
+            await loop.run_in_executor(self._executor, self._write, batch)
+            ok = True
         except StoreUnavailable as exc:
             self._metrics.store_errors.labels("write_runs").inc()
             self._ratelog.error("store", "cannot write %d run changes, will retry: %s",
-                                len(updates) + len(claims), exc)
+                                batch.left(), exc)
             self._db_ok_since = None
-            self._restore(claims, cursors, updates, unreachable)
-            return False
-        except Exception:
+            self._failed(str(exc))
+        except Exception as exc:  # a bug of ours: keep the rows, say so, retry
             log.exception("unexpected error writing run changes; will retry")
-            self._restore(claims, cursors, updates, unreachable)
-            return False
+            self._failed(reason_of(exc))
         finally:
+            self._flush_started = None
             self._flushing = {}
+            if not ok:
+                self._restore(batch.claims, batch.cursors, batch.updates_left(),
+                              batch.unreachable)
             self._metrics.pending_writes.set(self.pending)
+        self._done(batch)
+        if not ok:
+            return False
+        self._failing_since = None
+        self._metrics.writes_failing.set(0)
         if self._db_ok_since is None:
             self._db_ok_since = time.monotonic()
             self._ratelog.clear("store")
             log.info("database reachable again: run changes written")
-        self.writes += written
-        if claims and self.on_claims_written is not None:
-            self.on_claims_written({r.id for r in claims} - foreign, foreign)
-        if foreign:
+        return True
+
+    def _failed(self, error: str) -> None:
+        if self._failing_since is None:
+            self._failing_since = time.monotonic()
+        self._last_error = error
+        self._metrics.writes_failing.set(self.failing_for())
+
+    def _done(self, batch: WriteBatch) -> None:
+        """What the committed part of a flush tells the node (a failed flush too)."""
+        self.writes += batch.written
+        if (batch.inserted or batch.foreign) and self.on_claims_written is not None:
+            self.on_claims_written(batch.inserted - batch.foreign, batch.foreign)
+        if batch.foreign:
             now = time.monotonic()
-            for run_id in foreign:
+            for run_id in batch.foreign:
                 self._foreign[run_id] = now
                 self._updates.pop(run_id, None)
             self._expire_foreign(now)
-        return True
 
     def _due_unreachable(self, final: bool) -> bool:
         if not self._unreachable or self._db_ok_since is None:
@@ -326,7 +371,7 @@ class ResultWriter:
             if old is None:
                 updates[u.id] = u
             else:
-                merge_update(old, u)
+                old.absorb(u)
         if self.pending > self.max_pending:
             self._shed(self.pending - self.max_pending)
 
@@ -338,43 +383,97 @@ class ResultWriter:
 
     # -- worker-thread side -----------------------------------------------
 
-    def _write(self, claims: list[Run], cursors: list[tuple[str, datetime, int]],
-               updates: list[RunUpdate], unreachable: list[Run]) -> tuple[set[str], int]:
-        foreign: set[str] = set()
-        written = 0
-        if claims or cursors:
-            # The lease counts from now: the rows must not look abandoned to a
-            # sweeper between this commit and the one of their updates.
-            lease_until = utcnow() + timedelta(seconds=self.lease_seconds)
-            for r in claims:
-                if r.status in IN_FLIGHT_STATUSES:
-                    r.lease_expires_at = lease_until
-            inserted = self._store.runs.claim_runs(claims, cursors)
-            written += 1
-            # A taken-over fire's existing row becomes ours only if its holder
-            # never started it (the same compare-and-set as a takeover with
-            # the database up); a started row means the holder fired it too.
-            retaken: set[str] = set()
-            keys = [(r.id, r.scheduled_for) for r in claims
-                    if r.id not in inserted and r.id in self._takeovers]
-            if keys:
-                retaken = self._store.runs.start_claimed_runs(self.node_id, keys, utcnow(),
+    def _write(self, batch: WriteBatch) -> None:
+        """Write a batch: claims (and cursors) first, then updates, then records
+        of unclaimable fires. Committed rows leave ``batch``."""
+        if batch.claims or batch.cursors:
+            self._write_claims(batch)
+        if batch.updates:
+            updates = [u for u in batch.updates.values() if u.id not in batch.foreign]
+
+            def updated(part: Sequence[RunUpdate], _: object) -> None:
+                batch.updated.update(u.id for u in part)
+
+            self._isolator.write(batch, updates,
+                           lambda part: self._runs.write_run_updates(part, self.node_id),
+                           updated, cut_update, "run update")
+            batch.updated.update(batch.foreign)  # their updates are dropped
+        if batch.unreachable:
+            def recorded(part: Sequence[Run], _: object) -> None:
+                ids = {r.id for r in part}
+                batch.unreachable = [r for r in batch.unreachable if r.id not in ids]
+
+            self._isolator.write(batch, list(batch.unreachable),
+                           lambda part: self._runs.claim_runs(part, ()),
+                           recorded, cut_run, "record of a fire not dispatched")
+
+    def _write_claims(self, batch: WriteBatch) -> None:
+        # The lease counts from now: the rows must not look abandoned to a
+        # sweeper between this commit and the one of their updates.
+        lease_until = self._clock.now() + timedelta(seconds=self.lease_seconds)
+        for r in batch.claims:
+            if r.status in IN_FLIGHT_STATUSES:
+                r.lease_expires_at = lease_until
+        refused: list[Run] = []  # claims whose row exists already
+
+        def claimed(part: Sequence[Run], inserted: object) -> None:
+            ids = {r.id for r in part}
+            batch.claims = [r for r in batch.claims if r.id not in ids]
+            if isinstance(inserted, set):  # None: the claim was dropped
+                batch.inserted |= inserted
+                refused.extend(r for r in part if r.id not in inserted)
+
+        def advanced(part: Sequence[Cursor], _: object) -> None:
+            batch.cursors = [c for c in batch.cursors if c not in part]
+
+        try:  # one commit for the claims and the cursors, as a rule
+            inserted = self._runs.claim_runs(batch.claims, batch.cursors)
+            batch.written += 1
+            claimed(list(batch.claims), inserted)
+            batch.cursors = []
+        except StoreUnavailable:
+            raise
+        except Exception as exc:
+            log.warning("the database refused a batch of %d claims: %s; writing them apart",
+                        len(batch.claims), reason_of(exc))
+            self._isolator.write(batch, list(batch.claims),
+                           lambda part: self._runs.claim_runs(part, ()),
+                           claimed, cut_run, "claim", whole_failed=bool(batch.claims))
+            self._isolator.write(batch, list(batch.cursors),
+                           lambda part: self._runs.claim_runs((), part),
+                           advanced, cut_cursor, "job cursor")
+        self._settle_refused_claims(batch, refused, lease_until)
+
+    def _settle_refused_claims(self, batch: WriteBatch, refused: list[Run],
+                               lease_until: datetime) -> None:
+        """Claims whose row existed: a taken-over fire's row becomes ours if
+        its holder never started it (the same compare-and-set as a takeover
+        with the database up); any other was fired twice."""
+        retaken: set[str] = set()
+        keys = [(r.id, r.scheduled_for) for r in refused if r.id in self._takeovers]
+        if keys:
+            try:
+                retaken = self._runs.start_claimed_runs(self.node_id, keys, self._clock.now(),
                                                               lease_until)
-                written += 1
-            self._takeovers.difference_update(r.id for r in claims)
-            foreign = {r.id for r in claims if r.id not in inserted and r.id not in retaken}
-            if foreign:
-                self._metrics.double_fires.inc(len(foreign))
-                for r in claims:
-                    if r.id in foreign:
-                        log.error("double fire: job %s at %s was dispatched while the database "
-                                  "was down, and its run %s already existed (another node "
-                                  "fired it too)", r.job_id, r.scheduled_for.isoformat(), r.id)
-            updates = [u for u in updates if u.id not in foreign]
-        if updates:
-            self._store.runs.write_run_updates(updates, self.node_id)
-            written += 1
-        if unreachable:
-            self._store.runs.claim_runs(unreachable, ())
-            written += 1
-        return foreign, written
+                batch.written += 1
+            except StoreUnavailable:
+                # Their rows are in; the compare-and-set is what is left to do.
+                batch.claims[:0] = [r for r in refused if r.id in self._takeovers]
+                refused = [r for r in refused if r.id not in self._takeovers]
+                self._mark_foreign(batch, refused)
+                raise
+        self._takeovers.difference_update(r.id for r in refused)
+        self._takeovers.difference_update(batch.inserted)
+        self._mark_foreign(batch, [r for r in refused if r.id not in retaken])
+        batch.inserted |= retaken
+
+    def _mark_foreign(self, batch: WriteBatch, runs: list[Run]) -> None:
+        if not runs:
+            return
+        batch.foreign.update(r.id for r in runs)
+        self._metrics.double_fires.inc(len(runs))
+        for r in runs:
+            log.error("double fire: job %s at %s was dispatched while the database was "
+                      "down, and its run %s already existed (another node fired it too)",
+                      r.job_id, r.scheduled_for.isoformat(), r.id)
+

@@ -57,6 +57,11 @@ _ZONES: dict[str, ZoneInfo] = {}
 
 
 @cache
+def zone_names() -> frozenset[str]:
+    """Every time zone name a cron schedule accepts."""
+    return _zone_keys()
+
+
 def _zone_keys() -> frozenset[str]:
     try:
         text = resources.files("tzdata").joinpath("zones").read_text(encoding="utf-8")

@@ -18,21 +18,28 @@ Syntax (Vixie cron / cronie, plus a seconds field and Jenkins ``H``):
 - Day-of-month and day-of-week: when both fields are restricted a day matching
   *either* fires; when one of them starts with ``*`` (``*/2`` too) both must
   match -- exactly Vixie cron's rule.
+- Quartz's day forms (:mod:`cronman.schedules.cronday`): ``L``, ``L-n``,
+  ``LW``, ``L-nW`` and ``nW`` in the day-of-month field, ``D#k`` and ``DL`` in
+  the day-of-week field (weekdays numbered as above: ``5#3`` is the third
+  Friday). With one of them, the other day field must start with ``*``
+  (both must then match); restricting both is an error, as in Quartz.
 - ``H`` (seconds and minutes fields only) stands for a value chosen by a hash
   of the job id: ``H``, ``H(A-B)``, ``H/STEP`` and ``H(A-B)/STEP`` (a step
   series starting at a hashed offset). The hash is blake2b, so every process
   picks the same value.
-- Not supported (error): ``?``, ``L``, ``W``, ``#``, ``@reboot``.
+- Not supported (error): ``?``, a bare ``L`` in day-of-week, ``@reboot``.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import date
 from functools import lru_cache
 
 from cronman.errors import ValidationError
+from cronman.schedules.cronday import split_day_of_month, split_day_of_week
 
 MACROS = {
     "@yearly": "0 0 1 1 *",
@@ -149,7 +156,7 @@ def _parse_field(text: str, field: _Field, job_id: str) -> set[int]:
     return values
 
 
-def _table(values: set[int], size: int) -> tuple[int, ...]:
+def _table(values: AbstractSet[int], size: int) -> tuple[int, ...]:
     """``table[x]`` = the smallest allowed value >= x, or -1; one slot past the end."""
     out = [-1] * (size + 1)
     nxt = -1
@@ -168,8 +175,9 @@ class CronExpr:
     """A parsed cron expression: allowed values per field and wall-clock search."""
 
     __slots__ = ("text", "fields", "has_seconds", "seconds", "minutes", "hours", "days",
-                 "months", "weekdays", "dom_star", "dow_star", "wildcard", "_next_s",
-                 "_next_mi", "_next_h", "_next_mo", "_dom_mask", "_dow_masks", "_masks")
+                 "months", "weekdays", "dom_star", "dow_star", "dom_forms", "dow_forms",
+                 "wildcard", "_next_s", "_next_mi", "_next_h", "_next_mo", "_dom_mask",
+                 "_dow_masks", "_masks")
 
     def __init__(self, text: str, *, job_id: str) -> None:
         self.text = text
@@ -192,16 +200,23 @@ class CronExpr:
         self.seconds = frozenset(_parse_field(sec, SECOND, job_id))
         self.minutes = frozenset(_parse_field(minute, MINUTE, job_id))
         self.hours = frozenset(_parse_field(hour, HOUR, job_id))
-        self.days = frozenset(_parse_field(dom, DAY_OF_MONTH, job_id))
+        plain_dom, self.dom_forms = split_day_of_month(dom)
+        plain_dow, self.dow_forms = split_day_of_week(
+            dow, lambda value, item: _value(value, DAY_OF_WEEK, item))
+        # days / weekdays: the plain items' values (the forms are kept apart).
+        self.days = frozenset(_parse_field(plain_dom, DAY_OF_MONTH, job_id)
+                              if plain_dom is not None else ())
         self.months = frozenset(_parse_field(month, MONTH, job_id))
-        self.weekdays = frozenset(d % 7 for d in _parse_field(dow, DAY_OF_WEEK, job_id))
+        self.weekdays = frozenset(d % 7 for d in _parse_field(plain_dow, DAY_OF_WEEK, job_id)
+                                  ) if plain_dow is not None else frozenset()
         self.dom_star = dom.startswith("*")
         self.dow_star = dow.startswith("*")
+        if (self.dom_forms or self.dow_forms) and not (self.dom_star or self.dow_star):
+            raise _error(f"day-of-month {dom!r} and day-of-week {dow!r} are both restricted: "
+                         "with L, W or # the other day field must be * (as in Quartz and "
+                         "EventBridge; cron's either-day rule does not extend to these forms)")
         # Vixie cron's "wildcard" job (MIN_STAR | HR_STAR): drives the DST defaults.
         self.wildcard = _starts_wild(minute) or _starts_wild(hour)
-        if (self.dom_star or self.dow_star) and not any(
-                d <= _MAX_DAYS[m] for m in self.months for d in self.days):
-            raise _error("day-of-month never occurs in the given months: the job would never fire")
 
         self._next_s = _table(self.seconds, 60)
         self._next_mi = _table(self.minutes, 60)
@@ -216,22 +231,42 @@ class CronExpr:
             week |= _WEEK_BITS[wd]
         self._dow_masks = tuple(((week >> w) << 1) & _DAY_BITS for w in range(7))
         self._masks: dict[int, int] = {}
+        if self.dom_forms or self.dow_forms:
+            # A month's allowed days depend only on its length and the weekday
+            # of its 1st, and every such pair of an allowed month recurs within
+            # 400 years: when none allows a day the expression never fires.
+            lengths = {_MAX_DAYS[m] for m in self.months} | ({28} if 2 in self.months else set())
+            if not any(self._shape_mask(first, n) for n in lengths for first in range(7)):
+                raise _error(f"the day fields {dom!r} and {dow!r} select no day of the given "
+                             "months: the job would never fire")
+        elif (self.dom_star or self.dow_star) and not any(
+                d <= _MAX_DAYS[m] for m in self.months for d in self.days):
+            raise _error("day-of-month never occurs in the given months: the job would never fire")
+
+    def _shape_mask(self, first: int, ndays: int) -> int:
+        """Bit d set for each day d allowed in a month of ``ndays`` days whose
+        1st is cron weekday ``first`` (0 = Sunday)."""
+        dom_mask = self._dom_mask
+        if self.dom_forms:
+            dom_mask |= self.dom_forms.mask(first, ndays)
+        dow_mask = self._dow_masks[first]
+        if self.dow_forms:
+            dow_mask |= self.dow_forms.mask(first, ndays)
+        if self.dom_star or self.dow_star:
+            mask = dom_mask & dow_mask
+        else:
+            mask = dom_mask | dow_mask
+        return mask & ((1 << (ndays + 1)) - 2)
 
     def _day_mask(self, year: int, month: int) -> int:
         """Bit d set for each day d of the month that the day fields allow."""
         key = year * 12 + month
         mask = self._masks.get(key)
         if mask is None:
-            first = (date(year, month, 1).weekday() + 1) % 7
-            dow_mask = self._dow_masks[first]
-            if self.dom_star or self.dow_star:
-                mask = self._dom_mask & dow_mask
-            else:
-                mask = self._dom_mask | dow_mask
             ndays = _MONTH_DAYS[month]
             if month == 2 and year % 4 == 0 and (year % 100 != 0 or year % 400 == 0):
                 ndays = 29
-            mask &= (1 << (ndays + 1)) - 2
+            mask = self._shape_mask((date(year, month, 1).weekday() + 1) % 7, ndays)
             if len(self._masks) >= 1024:
                 self._masks.clear()
             self._masks[key] = mask
@@ -285,7 +320,7 @@ class CronExpr:
         return None
 
 
-def _uses_job_id(text: str) -> bool:
+def uses_job_id(text: str) -> bool:
     """Whether ``text`` may hold an ``H`` item (the only use of the job id).
 
     Macros expand to plain fields; otherwise any ``h`` counts (``thu`` too:
@@ -306,7 +341,7 @@ def cron_expr(text: str, *, job_id: str) -> CronExpr:
     answers whoever fills it, so jobs with the same expression share one
     parse (thread-safe: the cache is only read and assigned per key).
     """
-    if _uses_job_id(text):
+    if uses_job_id(text):
         return _hashed_expr(text, job_id)
     return _shared_expr(text)
 

@@ -104,7 +104,8 @@ def parse_interval(spec: dict[str, Any], *, created_at: datetime) -> IntervalSch
         every_ms = every * 1000
     else:
         every_ms = round(every * 1000)
-        if abs(every * 1000 - every_ms) > 1e-6:
+        # A float can hold only so much: beyond ~1e9 s its spacing nears 1 µs.
+        if abs(every * 1000 - every_ms) > max(1e-6, 8 * math.ulp(every * 1000)):
             raise ValidationError("must be a whole number of milliseconds", field="every")
         if every_ms < 1:
             raise ValidationError("must be at least 0.001 (1 ms)", field="every")

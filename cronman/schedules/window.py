@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cronman.schedules.simple import IntervalSchedule
 from cronman.timeutil import ensure_utc, from_ms, to_ms
@@ -25,12 +25,46 @@ class Schedule(Protocol):
         """The first fire time strictly after ``t`` (aware UTC in and out); None if none."""
         ...
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The normalised JSON object."""
         ...
 
 
-class JobTimes:
+class FireTimeRanges:
+    """Runs of fire times, from ``next_fire_after`` alone."""
+
+    __slots__ = ()
+
+    def next_fire_after(self, t: datetime) -> datetime | None:
+        raise NotImplementedError
+
+    def fire_times(self, after: datetime, count: int) -> list[datetime]:
+        """Up to ``count`` nominal fire times strictly after ``after``."""
+        out: list[datetime] = []
+        t = after
+        while len(out) < count:
+            nxt = self.next_fire_after(t)
+            if nxt is None:
+                break
+            out.append(nxt)
+            t = nxt
+        return out
+
+    def fire_times_between(self, since: datetime, until: datetime, limit: int) -> list[datetime]:
+        """Nominal fire times t with ``since <= t <= until`` (both inclusive), oldest first.
+
+        At most ``limit`` are returned; ask for ``limit + 1`` to learn whether
+        the range holds more than ``limit``.
+        """
+        out: list[datetime] = []
+        t = self.next_fire_after(since - _MICROSECOND)
+        while t is not None and t <= until and len(out) < limit:
+            out.append(t)
+            t = self.next_fire_after(t)
+        return out
+
+
+class JobTimes(FireTimeRanges):
     """The fire times of one job.
 
     Nominal fire times are the schedule's, kept when inside
@@ -77,30 +111,6 @@ class JobTimes:
             return fire_ms
         return to_ms(self.due_at(from_ms(fire_ms)))
 
-    def fire_times(self, after: datetime, count: int) -> list[datetime]:
-        """Up to ``count`` nominal fire times strictly after ``after``."""
-        out: list[datetime] = []
-        t: datetime | None = after
-        while len(out) < count:
-            t = self.next_fire_after(t)
-            if t is None:
-                break
-            out.append(t)
-        return out
-
-    def fire_times_between(self, since: datetime, until: datetime, limit: int) -> list[datetime]:
-        """Nominal fire times t with ``since <= t <= until`` (both inclusive), oldest first.
-
-        At most ``limit`` are returned; ask for ``limit + 1`` to learn whether
-        the range holds more than ``limit``.
-        """
-        out: list[datetime] = []
-        t = self.next_fire_after(since - _MICROSECOND)
-        while t is not None and t <= until and len(out) < limit:
-            out.append(t)
-            t = self.next_fire_after(t)
-        return out
-
     def jitter_offset(self, fire_time: datetime) -> timedelta:
         """The deterministic delay of this fire, in whole ms within ``[0, jitter)``."""
         if not self._jitter_ms:
@@ -114,7 +124,7 @@ class JobTimes:
         return fire_time + self.jitter_offset(fire_time)
 
 
-class IntervalTimes(IntervalSchedule):
+class IntervalTimes(IntervalSchedule, FireTimeRanges):
     """The JobTimes of an interval schedule with no window and no jitter, in
     one small object: the schedule is its own JobTimes. (The common job of a
     scheduler's table: a node holding a million saves a wrapper per job.)"""
@@ -143,9 +153,6 @@ class IntervalTimes(IntervalSchedule):
 
     def due_at(self, fire_time: datetime) -> datetime:
         return fire_time
-
-    fire_times = JobTimes.fire_times
-    fire_times_between = JobTimes.fire_times_between
 
 
 #: What a scheduler holds per job for its fire times.

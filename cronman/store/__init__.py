@@ -10,22 +10,30 @@ what any of its writers announce.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from cronman.config import Settings
-from cronman.store.base import RUNS_REQUESTED, ChangeFeed
+from cronman.store import triggers
+from cronman.store.base import RUNS_REQUESTED, ChangeFeed, Store
+from cronman.store.calendars import SqlCalendarStore
 from cronman.store.changes import LocalHub, PgChannel
+from cronman.store.dependencies import SqlDependencyStore
 from cronman.store.engine import PG_POOL_SIZE, Database
+from cronman.store.history import SqlJobHistory
+from cronman.store.notify_history import SqlNotificationHistory
+from cronman.store.notify_outbox import SqlNotificationOutbox
+from cronman.store.notify_rules import SqlNotificationRules
 from cronman.store.partitions import PgPartitions, SqlitePartitions
 from cronman.store.sql_jobs import SqlJobStore
 from cronman.store.sql_runs import SqlRunStore
 from cronman.store.tokens import SqlTokenStore
 
-__all__ = ["RUNS_REQUESTED", "Store", "open_store"]
+__all__ = ["RUNS_REQUESTED", "SqlStore", "Store", "open_store"]
 
 
-class Store:
-    """Facade over one database: ``jobs``, ``runs``, ``tokens``, ``partitions``."""
+class SqlStore:
+    """A ``Store`` on one SQLAlchemy database (PostgreSQL or SQLite)."""
 
     def __init__(self, db: Database, settings: Settings) -> None:
         self.settings = settings
@@ -41,13 +49,30 @@ class Store:
         if db.is_postgres:
             self.partitions = PgPartitions(
                 db, node_id=settings.node_id, retention_days=settings.history_retention_days,
-                purge_tombstones=self.jobs.purge_tombstones)
+                purge_tombstones=self._purge_expired)
         else:
             self.partitions = SqlitePartitions(db, node_id=settings.node_id,
-                                               purge_tombstones=self.jobs.purge_tombstones)
-        self.runs = SqlRunStore(db, prepare_days=self.partitions.prepare_backfill_days)
+                                               purge_tombstones=self._purge_expired)
+        self.runs = SqlRunStore(db, prepare_days=self.partitions.prepare_backfill_days,
+                                on_succeeded=triggers.after_success)
+        # Workflows: the job graph's reads, exclusion calendars.
+        self.dependencies = SqlDependencyStore(db)
+        self.calendars = SqlCalendarStore(db)
         self.tokens = SqlTokenStore(db)
+        self.history = SqlJobHistory(db)
+        # Notifications (cronman.notify): the notifier's outbox, the API's view
+        # of it, and the namespace rules.
+        self.notify_outbox = SqlNotificationOutbox(db)
+        self.notifications = SqlNotificationHistory(db)
+        self.notification_rules = SqlNotificationRules(db)
         self._closed = False
+
+    def _purge_expired(self, older_than: datetime) -> int:
+        """Maintenance: tombstones past retention (their count), and the
+        trigger events recorded before then."""
+        purged = self.jobs.purge_tombstones(older_than)
+        self.db.write(lambda tx: triggers.purge_events(tx, older_than))
+        return purged
 
     def feed(self) -> ChangeFeed:
         """A new subscription to announcements, for one consumer (close it when done)."""
@@ -57,6 +82,9 @@ class Store:
         """Readiness: True when the database answers."""
         return self.db.ping()
 
+    def server_time_ms(self) -> int | None:
+        return self.db.server_time_ms()
+
     def close(self) -> None:
         if self._closed:
             return
@@ -64,7 +92,7 @@ class Store:
         self._channel.close()
         self.db.dispose()
 
-    def __enter__(self) -> Store:
+    def __enter__(self) -> SqlStore:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -72,7 +100,7 @@ class Store:
 
 
 def open_store(database_url: str, *, settings: Settings | None = None,
-               pool_size: int | None = None) -> Store:
+               pool_size: int | None = None) -> SqlStore:
     """A Store on ``database_url`` (``postgresql[+psycopg2]://`` or ``sqlite:///``).
 
     The schema must exist (``cronman migrate``); check it with
@@ -80,4 +108,4 @@ def open_store(database_url: str, *, settings: Settings | None = None,
     """
     settings = settings or Settings(database_url=database_url)
     db = Database(database_url, pool_size=pool_size or PG_POOL_SIZE)
-    return Store(db, settings)
+    return SqlStore(db, settings)

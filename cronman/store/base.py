@@ -11,20 +11,45 @@ Database failures surface as ``cronman.errors.StoreUnavailable``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from cronman.models import Job, JobFilter, Page, Run, RunFilter, RunUpdate
+from cronman.models import (
+    Job,
+    JobFilter,
+    JobRow,
+    Page,
+    Run,
+    RunFilter,
+    RunSearch,
+    RunStatsBucket,
+    RunStatsQuery,
+    RunUpdate,
+)
+from cronman.schedules import parse_calendar
+from cronman.schedules.calendars import ExclusionCalendar
+from cronman.store.history import ChangeContext
+from cronman.store.tokens import TokenActor
 
 
 class JobStore(Protocol):
-    def create_jobs(self, specs: Sequence[dict[str, Any]]) -> list[Job]:
+    def create_jobs(self, specs: Sequence[dict[str, Any]],
+                    change: ChangeContext | None = None) -> list[Job]:
         """Insert validated job specs (all or nothing) and announce them.
+
+        Job references in ``depends_on`` and ``after`` schedules are ids;
+        the job graph is kept in the same transaction (``cronman.store.dag``):
+        an upstream that is no live job, or a cycle, is a ``ValidationError``
+        naming the reference. So for ``update_job``.
 
         Each spec holds the normalised fields of ``Job`` except id, version
         and times. Raises ``Conflict`` (field ``name``, or ``jobs[i].name``
         for more than one spec) when a name is taken in its namespace.
+        With ``change``, each job's creation is recorded in its history
+        (``cronman.store.history``) in the same transaction; so for every
+        write below that takes one.
         """
 
     def get_job(self, job_id: str) -> Job | None:
@@ -34,21 +59,29 @@ class JobStore(Protocol):
         """Live jobs in id order; the cursor is opaque and stays correct while
         jobs are inserted or deleted (keyset pagination)."""
 
-    def update_job(self, job_id: str, changes: dict[str, Any]) -> Job:
-        """Apply already-validated field changes, bump ``version`` and
-        ``change_seq``, and announce. Raises ``NotFound``/``Conflict``."""
+    def update_job(self, job_id: str, changes: dict[str, Any], *,
+                   expected_version: int | None = None,
+                   change: ChangeContext | None = None) -> Job:
+        """Apply already-validated field changes (only those), bump ``version``
+        and ``change_seq``, and announce. With ``expected_version``, only if the
+        job is still at that version, checked by the write itself. ``change``
+        says who changed it (recorded in the job's history, in the same
+        transaction). Raises ``NotFound``/``Conflict`` (field ``version`` for
+        a stale version)."""
 
-    def delete_job(self, job_id: str) -> bool:
-        """Soft-delete (tombstone) and announce; False if there was no such job."""
+    def delete_job(self, job_id: str, change: ChangeContext | None = None, *,
+                   force: bool = False) -> bool:
+        """Soft-delete (tombstone) and announce; False if there was no such job.
+        A job other live jobs depend on (``depends_on``, ``after``) is refused
+        with ``Conflict`` naming them, unless ``force``."""
 
     def iter_live_jobs(self, batch_size: int = 10_000) -> Iterator[list[Job]]:
         """Every live job, in batches."""
 
-    def iter_live_job_rows(self, batch_size: int = 10_000) -> Iterator[list[tuple[Any, ...]]]:
-        """Every live job, in batches of lean rows (a node's initial sync):
-        ``LIVE_ROW_COLUMNS`` in order, the JSON columns as text."""
+    def iter_live_job_rows(self, batch_size: int = 10_000) -> Iterator[list[JobRow]]:
+        """Every live job, in batches of lean rows (a node's initial sync)."""
 
-    def live_job_rows(self, job_ids: Sequence[str]) -> list[tuple[Any, ...]]:
+    def live_job_rows(self, job_ids: Sequence[str]) -> list[JobRow]:
         """The live ones of the listed jobs as lean rows (a node's reloads)."""
 
     def live_job_states(self, job_ids: Sequence[str]
@@ -58,19 +91,45 @@ class JobStore(Protocol):
     def jobs_changed_since(self, change_seq: int, limit: int = 10_000) -> list[Job]:
         """Jobs (tombstones included) whose change_seq is greater, ascending."""
 
+    def count_live_jobs(self) -> int:
+        """How many jobs are live (the API's job gauge)."""
+
+    def current_change_seq(self) -> int:
+        """The largest change_seq written so far (0 for none): where a node's
+        polling starts after its first load."""
+
     def get_jobs(self, job_ids: Sequence[str]) -> list[Job]:
         """The listed jobs, tombstones included (deleted_at set)."""
+
+    def search_jobs(self, flt: JobFilter, limit: int, cursor: str | None) -> Page:
+        """Live jobs in (namespace, name) order -- the operator's list -- with
+        ``list_jobs``'s filters (``name_prefix`` is case-sensitive); keyset
+        pagination on (namespace, name), which is unique among live jobs."""
+
+
+class Fenced(set[str]):
+    """The run ids a claim inserted (only those may be dispatched), and in
+    ``too_early`` those the database refused: their fire time was further
+    ahead of its clock than the claim allowed."""
+
+    def __init__(self, inserted: Iterable[str] = (), too_early: Iterable[str] = ()) -> None:
+        super().__init__(inserted)
+        self.too_early = frozenset(too_early)
 
 
 class RunStore(Protocol):
     def claim_runs(
-        self, runs: Sequence[Run], cursors: Sequence[tuple[str, datetime, int]] = ()
-    ) -> set[str]:
+        self, runs: Sequence[Run], cursors: Sequence[tuple[str, datetime, int]] = (), *,
+        max_ahead_ms: int | None = None,
+    ) -> Fenced:
         """The fence: insert run rows (ON CONFLICT (job_id, scheduled_for) DO
         NOTHING) and return the ids actually inserted; only those may be
         dispatched. ``cursors`` advance ``jobs.last_fire_at`` (never backwards)
         and set ``skipped_pending`` per (job id, fire time, skipped) in the
-        same transaction."""
+        same transaction. With ``max_ahead_ms``, rows (and cursors) whose
+        fire time is further ahead of the database's clock than that are
+        refused (SPEC §6: no node's clock fires a job early); on SQLite, which
+        runs in this process, the host's clock is the database's."""
 
     def write_run_updates(self, updates: Sequence[RunUpdate],
                           node_id: str | None = None) -> None:
@@ -122,15 +181,28 @@ class RunStore(Protocol):
     def in_flight_runs(self, job_ids: Sequence[str]) -> dict[str, list[Run]]:
         """Runs still claimed/running/retrying, per job (concurrency policies)."""
 
-    def request_trigger(self, job: Job, at: datetime) -> Run:
+    def request_trigger(self, job: Job, at: datetime,
+                        change: ChangeContext | None = None) -> Run:
         """Store a manual fire of ``job`` at ``at`` for a scheduler to carry out."""
 
-    def request_replay(self, run_id: str) -> Run:
+    def request_replay(self, run_id: str, change: ChangeContext | None = None) -> Run:
         """Put a finished run back in flight as a new attempt. Raises
         ``NotFound``, or ``Conflict`` when the run is still in flight."""
 
-    def request_backfill(self, job: Job, fire_times: Sequence[datetime]) -> int:
+    def request_backfill(self, job: Job, fire_times: Sequence[datetime],
+                         change: ChangeContext | None = None) -> int:
         """Store runs for the fire times that have none yet; returns how many."""
+
+    def search_runs(self, query: RunSearch, limit: int, cursor: str | None) -> Page:
+        """Runs across jobs, newest ``scheduled_for`` first (ties: newest id
+        first); ``since`` inclusive, ``until`` exclusive. Every statement
+        bounds ``scheduled_for`` (PostgreSQL prunes to the window's
+        partitions) and walks the window newest day first, so a page costs
+        the days it reads, not the whole history."""
+
+    def run_stats(self, query: RunStatsQuery) -> list[RunStatsBucket]:
+        """Per step of the window: fires, failures and lateness p50/p99 (see
+        ``RunStatsBucket``); only steps holding runs are returned, oldest first."""
 
 
 class ChangeFeed(Protocol):
@@ -148,6 +220,22 @@ class ChangeFeed(Protocol):
 
 
 RUNS_REQUESTED = "*runs"
+# Announced with a job id appended when runs of that job succeed and other
+# jobs' fires wait for it (``depends_on``): they look again at once.
+UPSTREAM_SUCCEEDED = "*ok:"
+# Announced when an exclusion calendar is created, changed or deleted.
+CALENDARS_CHANGED = "*calendars"
+
+
+@dataclass
+class MaintenanceReport:
+    """What one maintenance pass did (``ran`` False: another process held the lock)."""
+
+    ran: bool
+    created: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    expired_rows: int = 0
+    purged_tombstones: int = 0
 
 
 class PartitionManager(Protocol):
@@ -157,18 +245,141 @@ class PartitionManager(Protocol):
     def drop_expired(self, today: datetime, retention_days: int) -> list[str]:
         """Drop partitions wholly older than the retention; return their names."""
 
-    def run_maintenance(self, today: datetime, days_ahead: int, retention_days: int) -> None:
+    def run_maintenance(self, today: datetime, days_ahead: int,
+                        retention_days: int) -> MaintenanceReport:
         """Both of the above, by one process at a time (a database lock)."""
 
 
 class TokenStore(Protocol):
-    def create_token(self, name: str, namespaces: Sequence[str] | None) -> tuple[str, dict[str, Any]]:
-        """A new token: the secret (shown once) and its record. ``None`` = admin."""
+    """API tokens. Creating and revoking record who did it (``actor``; by
+    default someone with database access) in the token history, in the
+    transaction of the change."""
+
+    def create_token(self, name: str, namespaces: Sequence[str] | None, *,
+                     read_only: bool = False, actor: TokenActor = ...) -> tuple[str, dict[str, Any]]:
+        """A new token: the secret (shown once) and its record. ``None`` = admin;
+        ``read_only``: the token may read, never change anything."""
 
     def find_token(self, secret: str) -> dict[str, Any] | None: ...
 
-    def any_tokens(self) -> bool: ...
+    def any_token_created(self) -> bool:
+        """Whether any token was ever created (revoked ones count)."""
+
+    def get_token(self, token_id: str) -> dict[str, Any] | None:
+        """A token by id, revoked or not; None when unknown."""
 
     def list_tokens(self) -> list[dict[str, Any]]: ...
 
-    def revoke_token(self, token_id: str) -> bool: ...
+    def list_token_page(self, limit: int, cursor: str | None = None) -> Page:
+        """Tokens oldest first, a page at a time."""
+
+    def revoke_token(self, token_id: str, *, actor: TokenActor = ...) -> bool:
+        """False when no live token has this id (nothing is recorded then)."""
+
+    def token_history(self, token_id: str) -> list[dict[str, Any]]:
+        """A token's recorded changes, oldest first."""
+
+
+class JobHistory(Protocol):
+    def list_history(self, job_id: str, limit: int, cursor: str | None) -> Page:
+        """A job's recorded changes (``HistoryEntry``), newest first; a deleted
+        job's history included."""
+
+    def job_namespace(self, job_id: str) -> str | None:
+        """The namespace of the job's latest recorded change (None: none)."""
+
+
+class DependencyStore(Protocol):
+    """The job graph and the upstream runs a fire depends on."""
+
+    def fresh_upstream_runs(self, windows: Sequence[tuple[str, datetime, datetime]]
+                            ) -> dict[str, Run]:
+        """Per (upstream job id, since, until): its latest ``succeeded`` run
+        scheduled in [since, until], by job id (jobs without one left out)."""
+
+    def edges(self, job_id: str) -> tuple[list[Edge], list[Edge]]:
+        """(upstream, downstream) of a job: the jobs it depends on or is fired
+        after, and the live jobs that depend on it or are fired after it."""
+
+    def find_jobs(self, refs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Job]:
+        """Live jobs by (namespace, name)."""
+
+
+class CalendarStore(Protocol):
+    """Named exclusion calendars (``/v1/calendars``)."""
+
+    def all_calendars(self) -> list[CalendarRecord]:
+        """Every calendar (a scheduler node holds them all)."""
+
+    def fingerprint(self) -> tuple[int, datetime | None]:
+        """(count, latest change): changes when any calendar is made, changed
+        or deleted (what a node compares before it reads them all again)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """One edge of the job graph, seen from one end: the job at the other end
+    (None fields when it was deleted) and how they are linked."""
+
+    job_id: str
+    kind: str
+    namespace: str | None
+    name: str | None
+    deleted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CalendarRecord:
+    """A stored exclusion calendar."""
+
+    id: str
+    namespace: str
+    name: str
+    timezone: str
+    dates: list[str]
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+    def calendar(self) -> ExclusionCalendar:
+        """The pure model of this calendar (its dates were validated when stored)."""
+        return parse_calendar({"name": self.name, "timezone": self.timezone,
+                               "dates": self.dates}, path="")
+
+
+class Store(Protocol):
+    """One database: its jobs, runs, tokens and partitions, and its change feed."""
+
+    @property
+    def jobs(self) -> JobStore: ...
+
+    @property
+    def runs(self) -> RunStore: ...
+
+    @property
+    def tokens(self) -> TokenStore: ...
+
+    @property
+    def partitions(self) -> PartitionManager: ...
+
+    @property
+    def history(self) -> JobHistory: ...
+
+    @property
+    def dependencies(self) -> DependencyStore: ...
+
+    @property
+    def calendars(self) -> CalendarStore: ...
+
+    def feed(self) -> ChangeFeed:
+        """A new subscription to announcements, for one consumer (close it when done)."""
+
+    def ping(self) -> bool:
+        """Readiness: True when the database answers. Never raises."""
+
+    def server_time_ms(self) -> int | None:
+        """The database server's clock (Unix ms), for nodes to check theirs
+        against while Redis is away; None when the database has no clock of
+        its own (SQLite). Raises ``StoreUnavailable``."""
+
+    def close(self) -> None: ...

@@ -31,6 +31,7 @@ from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.pool import StaticPool
 
 from cronman.errors import StoreUnavailable
+from cronman.timeutil import now_ms
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,16 @@ class Tx:
 
     def announce(self, ids: Sequence[str]) -> None:
         self.announced.extend(ids)
+
+    def now_ms(self) -> int:
+        """The database server's clock in Unix ms, read now (PostgreSQL's
+        ``clock_timestamp()``); this host's for SQLite, which runs in this process."""
+        if self.dialect != "postgresql":
+            return now_ms()
+        return int(self.conn.exec_driver_sql(_NOW_MS_SQL).scalar_one())
+
+
+_NOW_MS_SQL = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
 
 def normalise_url(database_url: str) -> URL:
@@ -247,6 +258,16 @@ class Database:
         except Exception:  # readiness probe: any failure means "not ready"
             log.debug("database ping failed", exc_info=True)
             return False
+
+    def server_time_ms(self) -> int | None:
+        """The database server's clock in Unix ms (PostgreSQL), or None when it
+        has no clock of its own (SQLite runs in this process). Raises
+        ``StoreUnavailable``."""
+        if not self.is_postgres:
+            return None
+        with self.read() as conn:
+            value = conn.exec_driver_sql(_NOW_MS_SQL).scalar()
+        return None if value is None else int(value)
 
     def dispose(self) -> None:
         self.engine.dispose()

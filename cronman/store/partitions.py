@@ -21,16 +21,17 @@ SQLite keeps one table: there is nothing to create, and expiry deletes rows.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 
 from sqlalchemy import delete, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from cronman.store.base import MaintenanceReport
 from cronman.store.engine import Database, Tx
 from cronman.store.tables import maintenance, scheduled_jobs
 from cronman.timeutil import utcnow
@@ -62,17 +63,6 @@ def day_of(t: datetime | date) -> date:
 
 def day_start(day: date) -> datetime:
     return datetime.combine(day, time(), tzinfo=UTC)
-
-
-@dataclass
-class MaintenanceReport:
-    """What one maintenance pass did (``ran`` False: another process held the lock)."""
-
-    ran: bool
-    created: list[str] = field(default_factory=list)
-    dropped: list[str] = field(default_factory=list)
-    expired_rows: int = 0
-    purged_tombstones: int = 0
 
 
 class PgPartitions:
@@ -157,7 +147,7 @@ class PgPartitions:
         dropped = []
         for day, name in sorted(self.existing().items()):
             if day < cutoff:
-                self._db.write(lambda tx, name=name: _drop(tx, name))
+                self._db.write(functools.partial(_drop, name=name))
                 self._known.discard(day)
                 dropped.append(name)
         return dropped

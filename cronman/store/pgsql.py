@@ -56,7 +56,8 @@ def fetch_tuples(conn: Connection, sql: str, params: dict[str, Any]) -> list[tup
     """
     result = conn.exec_driver_sql(sql, params)
     try:
-        return result.cursor.fetchall()  # type: ignore[union-attr]
+        assert result.cursor is not None  # a statement that returns rows
+        return list(result.cursor.fetchall())
     finally:
         result.close()
 

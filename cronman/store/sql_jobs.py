@@ -45,7 +45,8 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from cronman.errors import Conflict, NotFound
 from cronman.ids import new_job_id
-from cronman.models import Job, JobFilter, Page
+from cronman.models import Job, JobFilter, JobRow, Page
+from cronman.store import dag, history
 from cronman.store.codec import (
     JOB_FIELDS,
     decode_job_cursor,
@@ -53,6 +54,8 @@ from cronman.store.codec import (
     job_from_row,
 )
 from cronman.store.engine import Database, Tx
+from cronman.store.history import ChangeContext
+from cronman.store.job_search import JobQueries, name_prefix_condition
 from cronman.store.pgsql import fetch_rendered, fetch_tuples, render_values, stream_tuples
 from cronman.store.tables import jobs
 from cronman.timeutil import to_ms, utcnow
@@ -76,11 +79,9 @@ _PG_INSERT = "{lock}; INSERT INTO jobs ({cols}) SELECT {exprs} FROM jsonb_popula
                         else f"r.{name}" for name in _PG_COLUMNS))
 
 # The columns of ``iter_live_job_rows``, in order.
-LIVE_ROW_COLUMNS = ("id", "namespace", "name", "version", "schedule", "target", "retry",
-                    "misfire", "delivery", "concurrency", "priority", "start_at", "end_at",
-                    "jitter", "paused", "dead_letter", "created_at", "change_seq",
-                    "last_fire_at", "skipped_pending")
-_JSON_ROW_COLUMNS = frozenset({"schedule", "target", "retry", "misfire", "dead_letter"})
+LIVE_ROW_COLUMNS = JobRow._fields
+_JSON_ROW_COLUMNS = frozenset({"schedule", "target", "retry", "misfire", "dead_letter",
+                               "depends_on", "calendars"})
 _PG_LIVE_COLUMNS = ", ".join(f"{name}::text" if name in _JSON_ROW_COLUMNS else name
                              for name in LIVE_ROW_COLUMNS)
 _PG_LIVE_ROWS = f"SELECT {_PG_LIVE_COLUMNS} FROM jobs WHERE deleted_at IS NULL"
@@ -98,15 +99,24 @@ REQUIRED_SPEC_FIELDS = ("namespace", "name", "schedule", "target", "retry", "mis
 SPEC_DEFAULTS: dict[str, Any] = {
     "priority": 0, "start_at": None, "end_at": None, "jitter": None, "paused": False,
     "labels": None, "dead_letter": None, "last_fire_at": None, "skipped_pending": 0,
+    "notify": None, "depends_on": None, "calendars": None,
 }
+# Changes after which a job's edges in the job graph are looked at again.
+GRAPH_FIELDS = frozenset({"depends_on", "schedule"})
 # What update_job may change; the rest is the store's bookkeeping.
 MUTABLE_FIELDS = frozenset(JOB_FIELDS) - {"id", "version", "created_at", "updated_at",
                                           "deleted_at", "change_seq"}
 _NAME_CHECK_CHUNK = 500
+_COUNT_LIVE = select(func.count()).select_from(jobs).where(jobs.c.deleted_at.is_(None))
 
 
 def name_field(index: int, count: int) -> str:
     return "name" if count == 1 else f"jobs[{index}].name"
+
+
+def _stale(current: int, expected: int | None) -> Conflict:
+    return Conflict(f"the job is at version {current}, not {expected}: it changed since "
+                    "it was read", field="version")
 
 
 def _name_conflict(namespace: str, name: str, index: int, count: int) -> Conflict:
@@ -114,7 +124,7 @@ def _name_conflict(namespace: str, name: str, index: int, count: int) -> Conflic
                     field=name_field(index, count))
 
 
-class SqlJobStore:
+class SqlJobStore(JobQueries):
     """Jobs and their change log (``change_seq``)."""
 
     def __init__(self, db: Database) -> None:
@@ -133,7 +143,8 @@ class SqlJobStore:
         top = conn.execute(select(func.coalesce(func.max(jobs.c.change_seq), 0))).scalar_one()
         return list(range(top + 1, top + n + 1))
 
-    def create_jobs(self, specs: Sequence[dict[str, Any]]) -> list[Job]:
+    def create_jobs(self, specs: Sequence[dict[str, Any]],
+                    change: ChangeContext | None = None) -> list[Job]:
         if not specs:
             return []
         now = utcnow()
@@ -155,6 +166,8 @@ class SqlJobStore:
         def fn(tx: Tx) -> None:
             if tx.dialect == "postgresql":
                 _pg_insert(tx.conn, rows)
+                dag.record_created(tx, rows)
+                history.created(tx, change, rows)
                 tx.announce([r["id"] for r in rows])
                 return
             taken = _taken_names(tx.conn, list(seen))
@@ -164,6 +177,8 @@ class SqlJobStore:
             for row, seq in zip(rows, self._next_seqs(tx, count), strict=True):
                 row["change_seq"] = seq
             tx.conn.execute(insert(jobs), rows)
+            dag.record_created(tx, rows)
+            history.created(tx, change, rows)
             tx.announce([r["id"] for r in rows])
 
         try:
@@ -180,7 +195,16 @@ class SqlJobStore:
                            field=name_field(0, count)) from None
         return [Job(**{name: row[name] for name in JOB_FIELDS}) for row in rows]
 
-    def update_job(self, job_id: str, changes: dict[str, Any]) -> Job:
+    def update_job(self, job_id: str, changes: dict[str, Any], *,
+                   expected_version: int | None = None,
+                   change: ChangeContext | None = None) -> Job:
+        """Write ``changes`` (and only them) to a live job; version + 1.
+
+        With ``expected_version`` the write is conditional on it, in the
+        UPDATE itself (``WHERE version = :v``): when another write came first,
+        ``Conflict`` (field ``version``) and nothing is written. ``change``
+        is recorded in the job's history in the same transaction.
+        """
         unknown = set(changes) - MUTABLE_FIELDS
         if unknown:
             raise ValueError(f"update_job cannot change {sorted(unknown)}")
@@ -188,25 +212,41 @@ class SqlJobStore:
             job = self.get_job(job_id)
             if job is None:
                 raise NotFound(f"no job {job_id}")
+            if expected_version is not None and job.version != expected_version:
+                raise _stale(job.version, expected_version)
             return job
         values = dict(changes)
         if "labels" in values and values["labels"] is None:
             values["labels"] = {}
+        where = [jobs.c.id == job_id, jobs.c.deleted_at.is_(None)]
+        if expected_version is not None:
+            where.append(jobs.c.version == expected_version)
 
         def fn(tx: Tx) -> Job:
+            before = history.before_change(tx, change, job_id)
             (seq,) = self._next_seqs(tx, 1)
             stmt = (
                 update(jobs)
-                .where(jobs.c.id == job_id, jobs.c.deleted_at.is_(None))
+                .where(*where)
                 .values(**values, version=jobs.c.version + 1, change_seq=seq,
                         updated_at=utcnow())
                 .returning(*jobs.c)
             )
             row = tx.conn.execute(stmt).first()
             if row is None:
-                raise NotFound(f"no job {job_id}")
+                current = tx.conn.execute(
+                    select(jobs.c.version).where(jobs.c.id == job_id,
+                                                 jobs.c.deleted_at.is_(None))).scalar()
+                if current is None:
+                    raise NotFound(f"no job {job_id}")
+                raise _stale(current, expected_version)
             tx.announce([job_id])
-            return job_from_row(row)
+            job = job_from_row(row)
+            if GRAPH_FIELDS & values.keys():
+                dag.record_changed(tx, job_id, {"depends_on": job.depends_on,
+                                                "schedule": job.schedule})
+            history.changed(tx, change, before, job)
+            return job
 
         try:
             return self._db.write(fn)
@@ -216,8 +256,13 @@ class SqlJobStore:
                 field="name",
             ) from None
 
-    def delete_job(self, job_id: str) -> bool:
+    def delete_job(self, job_id: str, change: ChangeContext | None = None, *,
+                   force: bool = False) -> bool:
+        """Tombstone a live job; ``Conflict`` while live jobs depend on it,
+        unless ``force`` (see ``cronman.store.dag``)."""
+
         def fn(tx: Tx) -> bool:
+            before = history.before_change(tx, change, job_id)
             (seq,) = self._next_seqs(tx, 1)
             now = utcnow()
             stmt = (
@@ -228,6 +273,8 @@ class SqlJobStore:
             )
             if tx.conn.execute(stmt).rowcount == 0:
                 return False
+            dag.record_deleted(tx, job_id, force=force)
+            history.changed(tx, change, before, None)
             tx.announce([job_id])
             return True
 
@@ -271,6 +318,8 @@ class SqlJobStore:
             conds.append(jobs.c.namespace.in_(list(flt.namespaces)))
         if flt.paused is not None:
             conds.append(jobs.c.paused == flt.paused)
+        if flt.name_prefix:
+            conds.append(name_prefix_condition(self._db, flt.name_prefix))
         if flt.labels:
             conds.extend(self._label_conditions(flt.labels))
         stmt = select(jobs).where(and_(*conds)).order_by(jobs.c.id).limit(limit + 1)
@@ -308,21 +357,22 @@ class SqlJobStore:
                 return
             after = batch[-1].id
 
-    def iter_live_job_rows(self, batch_size: int = 10_000) -> Iterator[list[tuple[Any, ...]]]:
-        """Live jobs in batches as lean tuples for a scheduler's initial load:
-        ``LIVE_ROW_COLUMNS`` in that order, the JSON columns as their JSON
-        text (no per-row decoding; callers decode each distinct text once)."""
+    def iter_live_job_rows(self, batch_size: int = 10_000) -> Iterator[list[JobRow]]:
+        """Live jobs in batches as lean rows for a scheduler's initial load
+        (the JSON columns as their JSON text: no per-row decoding; callers
+        decode each distinct text once)."""
         if self._db.is_postgres:
             # One sequential scan, whatever the planner knows: keyset pages
             # ("id > last ORDER BY id LIMIT n") turn into a full scan and sort
             # per page on a freshly loaded table whose statistics are missing.
             with self._db.read() as conn:
-                yield from stream_tuples(conn, _PG_LIVE_ROWS, batch_size)
+                for rows in stream_tuples(conn, _PG_LIVE_ROWS, batch_size):
+                    yield list(map(JobRow._make, rows))
             return
         after = ""
         while True:
             with self._db.read() as conn:
-                batch = [tuple(r) for r in conn.execute(
+                batch = [JobRow._make(r) for r in conn.execute(
                     select(*self._lean_columns())
                     .where(jobs.c.deleted_at.is_(None), jobs.c.id > after)
                     .order_by(jobs.c.id).limit(batch_size))]
@@ -331,12 +381,13 @@ class SqlJobStore:
             yield batch
             if len(batch) < batch_size:
                 return
-            after = batch[-1][0]
+            after = batch[-1].id
 
-    def live_job_rows(self, job_ids: Sequence[str]) -> list[tuple[Any, ...]]:
-        """The live ones of ``job_ids`` as lean tuples (see ``iter_live_job_rows``);
+    def live_job_rows(self, job_ids: Sequence[str]) -> list[JobRow]:
+        """The live ones of ``job_ids`` as lean rows (see ``iter_live_job_rows``);
         deleted and unknown ids are left out."""
-        return self._live_by_ids(job_ids, _PG_LIVE_ROWS_IN, self._lean_columns())
+        return list(map(JobRow._make,
+                        self._live_by_ids(job_ids, _PG_LIVE_ROWS_IN, self._lean_columns())))
 
     def live_job_states(self, job_ids: Sequence[str]
                         ) -> dict[str, tuple[int, bool, int | None, int]]:
@@ -387,6 +438,11 @@ class SqlJobStore:
             self._settle_writers(conn)
             return int(conn.execute(select(func.coalesce(func.max(jobs.c.change_seq), 0)))
                        .scalar_one())
+
+    def count_live_jobs(self) -> int:
+        """How many jobs are live (one indexed count query)."""
+        with self._db.read() as conn:
+            return int(conn.execute(_COUNT_LIVE).scalar_one())
 
     def _settle_writers(self, conn: Connection) -> None:
         """Before a watermark read: wait out the writers holding drawn change_seqs."""

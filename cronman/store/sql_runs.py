@@ -25,6 +25,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Integer,
     String,
     bindparam,
@@ -42,7 +43,8 @@ from sqlalchemy.sql.elements import ColumnElement
 from cronman.errors import Conflict, NotFound, StoreUnavailable
 from cronman.ids import run_id_for, scheduled_for_of_run_id
 from cronman.models import Job, Page, Run, RunFilter, RunUpdate
-from cronman.store.base import RUNS_REQUESTED
+from cronman.store import history
+from cronman.store.base import RUNS_REQUESTED, Fenced
 from cronman.store.codec import (
     RUN_FIELDS,
     decode_run_cursor,
@@ -52,21 +54,26 @@ from cronman.store.codec import (
     run_values,
 )
 from cronman.store.engine import Database, Tx
+from cronman.store.history import ChangeContext
 from cronman.store.pgsql import (
     execute_rendered,
     fetch_rendered,
     render_literal,
     render_values,
 )
+from cronman.store.run_search import RunQueries
 from cronman.store.tables import (
     FINAL_STATUSES,
     IN_FLIGHT_STATUSES,
     JsonType,
+    NullableJsonType,
     UTCDateTime,
+    job_edges,
     jobs,
     scheduled_jobs,
 )
-from cronman.timeutil import from_ms, to_ms, utcnow
+from cronman.store.triggers import SucceededRun, SuccessHook
+from cronman.timeutil import format_rfc3339, from_ms, to_ms, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +84,10 @@ RECENT_WINDOW = timedelta(days=1)
 
 _PG_UPDATE_COLUMNS = ("id", "scheduled_for", "status", "attempt", "started_at", "finished_at",
                       "lateness_ms", "duration_ms", "result", "error", "lease_expires_at",
-                      "next_attempt_at")
+                      "next_attempt_at", "gate")
 _PG_UPDATE_TEMPLATE = ("(%s, %s::timestamptz, %s, %s::int, %s::timestamptz, %s::timestamptz, "
-                       "%s::int, %s::int, %s::jsonb, %s::text, %s::timestamptz, %s::timestamptz)")
+                       "%s::bigint, %s::bigint, %s::jsonb, %s::text, %s::timestamptz, "
+                       "%s::timestamptz, %s::jsonb)")
 _PG_UPDATE_SQL = """
 UPDATE scheduled_jobs AS t SET
   status = v.status,
@@ -91,11 +99,19 @@ UPDATE scheduled_jobs AS t SET
   result = v.result,
   error = v.error,
   lease_expires_at = COALESCE(v.lease_expires_at, t.lease_expires_at),
-  next_attempt_at = COALESCE(v.next_attempt_at, t.next_attempt_at)
+  next_attempt_at = COALESCE(v.next_attempt_at, t.next_attempt_at),
+  gate = COALESCE(v.gate, t.gate)
 FROM (VALUES {values}) AS v({columns})
 WHERE t.id = v.id AND t.scheduled_for = v.scheduled_for
   AND t.scheduled_for BETWEEN {lo} AND {hi}{fence}
 """
+# The same, for a chunk holding successes: the runs it made succeeded whose
+# job is an upstream of another come back (a few rows), for the triggers.
+_PG_UPDATE_SUCCEEDED_SQL = ("WITH u AS (" + _PG_UPDATE_SQL.rstrip()
+                            + "\nRETURNING t.id, t.job_id, t.scheduled_for, t.attempt, t.status)"
+                            "\nSELECT u.id, u.job_id, u.scheduled_for, u.attempt FROM u"
+                            "\nWHERE u.status = 'succeeded'"
+                            " AND u.job_id IN (SELECT upstream_id FROM job_edges)")
 # No conflict target: the run id is derived from (job_id, scheduled_for), so
 # a repeated claim collides on the primary key (id, scheduled_for) as well as
 # on the (job_id, scheduled_for) fence. With a target, only the named index
@@ -104,7 +120,8 @@ WHERE t.id = v.id AND t.scheduled_for = v.scheduled_for
 # batch) instead of one of them skipping the row.
 _PG_INSERT_SQL = (f"INSERT INTO scheduled_jobs ({', '.join(RUN_FIELDS)}) VALUES {{values}} "
                   "ON CONFLICT DO NOTHING RETURNING id")
-_PG_INSERT_TEMPLATE = "(" + ", ".join("%s::jsonb" if c == "result" else "%s"
+_JSON_RUN_FIELDS = frozenset({"result", "gate"})
+_PG_INSERT_TEMPLATE = "(" + ", ".join("%s::jsonb" if c in _JSON_RUN_FIELDS else "%s"
                                       for c in RUN_FIELDS) + ")"
 _PG_CURSOR_SQL = """
 UPDATE jobs AS j SET
@@ -135,14 +152,15 @@ _SQLITE_UPDATE_VALUES = dict(
     started_at=func.coalesce(bindparam("u_started_at", type_=UTCDateTime()), sj.c.started_at),
     finished_at=func.coalesce(bindparam("u_finished_at", type_=UTCDateTime()),
                               sj.c.finished_at),
-    lateness_ms=func.coalesce(bindparam("u_lateness_ms", type_=Integer()), sj.c.lateness_ms),
-    duration_ms=func.coalesce(bindparam("u_duration_ms", type_=Integer()), sj.c.duration_ms),
+    lateness_ms=func.coalesce(bindparam("u_lateness_ms", type_=BigInteger()), sj.c.lateness_ms),
+    duration_ms=func.coalesce(bindparam("u_duration_ms", type_=BigInteger()), sj.c.duration_ms),
     result=bindparam("u_result", type_=JsonType),
     error=bindparam("u_error", type_=String()),
     lease_expires_at=func.coalesce(bindparam("u_lease_expires_at", type_=UTCDateTime()),
                                    sj.c.lease_expires_at),
     next_attempt_at=func.coalesce(bindparam("u_next_attempt_at", type_=UTCDateTime()),
                                   sj.c.next_attempt_at),
+    gate=func.coalesce(bindparam("u_gate", type_=NullableJsonType), sj.c.gate),
 )
 _SQLITE_UPDATE = update(sj).where(*_SQLITE_KEY).values(**_SQLITE_UPDATE_VALUES)
 _SQLITE_UPDATE_FENCED = (update(sj).where(*_SQLITE_KEY, sj.c.node_id == bindparam("u_node_id"))
@@ -155,7 +173,7 @@ _SQLITE_CURSOR = (
         last_fire_at=case((or_(jobs.c.last_fire_at.is_(None), jobs.c.last_fire_at < _c_t), _c_t),
                           else_=jobs.c.last_fire_at),
         skipped_pending=case((or_(jobs.c.last_fire_at.is_(None), jobs.c.last_fire_at <= _c_t),
-                              bindparam("c_skipped", type_=Integer())),
+                              bindparam("c_skipped", type_=BigInteger())),
                              else_=jobs.c.skipped_pending),
     )
 )
@@ -172,14 +190,18 @@ def _run_key_range(run_id: str) -> tuple[datetime, datetime] | None:
     return None if t is None else (t, t + _ONE_MS)
 
 
-class SqlRunStore:
+class SqlRunStore(RunQueries):
     """Runs: the fence, the write-back of results, leases, and the history."""
 
     def __init__(self, db: Database,
-                 prepare_days: Callable[[Iterable[date]], object] | None = None) -> None:
+                 prepare_days: Callable[[Iterable[date]], object] | None = None,
+                 on_succeeded: SuccessHook | None = None) -> None:
         self._db = db
         # Called before a backfill stores runs: creates missing daily partitions.
         self._prepare_days = prepare_days
+        # Called in the transaction of a write that made runs of upstream jobs
+        # succeed (cronman.store.triggers: announcements, ``after`` runs).
+        self._on_succeeded = on_succeeded
         self._insert_new = sqlite_insert(sj).on_conflict_do_nothing().returning(sj.c.id)
 
     # -- the fence ---------------------------------------------------------
@@ -193,8 +215,8 @@ class SqlRunStore:
                 # Rendered by psycopg2 directly: SQLAlchemy's per-row parameter
                 # handling costs several times more CPU than the statement.
                 values = render_values(tx.conn, _PG_INSERT_TEMPLATE, [
-                    tuple(json.dumps(r[c]) if c == "result" and r[c] is not None else r[c]
-                          for c in RUN_FIELDS) for r in chunk])
+                    tuple(json.dumps(r[c]) if c in _JSON_RUN_FIELDS and r[c] is not None
+                          else r[c] for c in RUN_FIELDS) for r in chunk])
                 found = fetch_rendered(tx.conn, _PG_INSERT_SQL.format(values=values))
                 inserted.update(row[0] for row in found)
             else:
@@ -202,17 +224,24 @@ class SqlRunStore:
         return inserted
 
     def claim_runs(
-        self, runs: Sequence[Run], cursors: Sequence[tuple[str, datetime, int]] = ()
-    ) -> set[str]:
+        self, runs: Sequence[Run], cursors: Sequence[tuple[str, datetime, int]] = (), *,
+        max_ahead_ms: int | None = None,
+    ) -> Fenced:
         if not runs and not cursors:
-            return set()
+            return Fenced()
         rows = [run_values(r) for r in runs]
 
-        def fn(tx: Tx) -> set[str]:
-            inserted = self._insert_runs(tx, rows) if rows else set()
-            if cursors:
-                self._advance_cursors(tx, cursors)
-            return inserted
+        def fn(tx: Tx) -> Fenced:
+            keep, advance, early = rows, cursors, set[str]()
+            if max_ahead_ms is not None:
+                limit = from_ms(tx.now_ms() + max_ahead_ms)
+                keep = [r for r in rows if r["scheduled_for"] <= limit]
+                early = {r["id"] for r in rows if r["scheduled_for"] > limit}
+                advance = [c for c in cursors if c[1] <= limit]
+            inserted = self._insert_runs(tx, keep) if keep else set()
+            if advance:
+                self._advance_cursors(tx, advance)
+            return Fenced(inserted, early)
 
         return self._db.write(fn)
 
@@ -225,7 +254,7 @@ class SqlRunStore:
         items = sorted(latest.items())
         if tx.dialect == "postgresql":
             for chunk in _chunks(items):
-                values = render_values(tx.conn, "(%s, %s::timestamptz, %s::int)",
+                values = render_values(tx.conn, "(%s, %s::timestamptz, %s::bigint)",
                                        [(jid, t, n) for jid, (t, n) in chunk])
                 execute_rendered(tx.conn, _PG_CURSOR_SQL.format(values=values))
         else:
@@ -242,16 +271,23 @@ class SqlRunStore:
         plain = [u for u in merged if not u.extra]
         extra = [u for u in merged if u.extra]
 
+        hook = self._on_succeeded
+
         def fn(tx: Tx) -> None:
+            succeeded: list[SucceededRun] = []
             if plain:
                 if tx.dialect == "postgresql":
-                    self._pg_updates(tx, plain, node_id)
-                elif node_id is None:
-                    tx.conn.execute(_SQLITE_UPDATE, [_sqlite_update_params(u) for u in plain])
+                    succeeded += self._pg_updates(tx, plain, node_id, hook is not None)
                 else:
-                    tx.conn.execute(_SQLITE_UPDATE_FENCED,
-                                    [{**_sqlite_update_params(u), "u_node_id": node_id}
-                                     for u in plain])
+                    if node_id is None:
+                        tx.conn.execute(_SQLITE_UPDATE,
+                                        [_sqlite_update_params(u) for u in plain])
+                    else:
+                        tx.conn.execute(_SQLITE_UPDATE_FENCED,
+                                        [{**_sqlite_update_params(u), "u_node_id": node_id}
+                                         for u in plain])
+                    if hook is not None:
+                        succeeded += _sqlite_upstream_successes(tx, plain)
             for u in extra:  # rare: updates that also set other columns
                 values = {name: getattr(u, name) for name in _PG_UPDATE_COLUMNS[2:]
                           if getattr(u, name) is not None or name in ("result", "error")}
@@ -259,26 +295,43 @@ class SqlRunStore:
                 where = [sj.c.id == u.id, sj.c.scheduled_for == u.scheduled_for]
                 if node_id is not None and "node_id" not in u.extra:
                     where.append(sj.c.node_id == node_id)
-                tx.conn.execute(update(sj).where(*where).values(**values))
+                stmt = update(sj).where(*where).values(**values)
+                if hook is not None and u.status == "succeeded":
+                    succeeded += [SucceededRun(*row) for row in tx.conn.execute(stmt.returning(
+                        sj.c.id, sj.c.job_id, sj.c.scheduled_for, sj.c.attempt))]
+                else:
+                    tx.conn.execute(stmt)
+            if succeeded and hook is not None:
+                hook(tx, succeeded)
 
         self._db.write(fn)
 
-    def _pg_updates(self, tx: Tx, updates: list[RunUpdate], node_id: str | None) -> None:
+    def _pg_updates(self, tx: Tx, updates: list[RunUpdate], node_id: str | None,
+                    want_successes: bool) -> list[SucceededRun]:
+        """The batch UPDATE; with ``want_successes``, the runs it made
+        succeeded whose job others depend on."""
         fence = "" if node_id is None else f"\n  AND t.node_id = {render_literal(tx.conn, node_id)}"
         updates.sort(key=lambda u: (u.scheduled_for, u.id))
+        found: list[SucceededRun] = []
         for chunk in _chunks(updates):
             rows = [(u.id, u.scheduled_for, u.status, u.attempt, u.started_at, u.finished_at,
                      u.lateness_ms, u.duration_ms,
                      None if u.result is None else json.dumps(u.result), u.error,
-                     u.lease_expires_at, u.next_attempt_at) for u in chunk]
-            sql = _PG_UPDATE_SQL.format(
+                     u.lease_expires_at, u.next_attempt_at,
+                     None if u.gate is None else json.dumps(u.gate)) for u in chunk]
+            successes = want_successes and any(u.status == "succeeded" for u in chunk)
+            sql = (_PG_UPDATE_SUCCEEDED_SQL if successes else _PG_UPDATE_SQL).format(
                 values=render_values(tx.conn, _PG_UPDATE_TEMPLATE, rows),
                 columns=", ".join(_PG_UPDATE_COLUMNS),
                 lo=render_literal(tx.conn, chunk[0].scheduled_for),
                 hi=render_literal(tx.conn, chunk[-1].scheduled_for),
                 fence=fence,
             )
-            execute_rendered(tx.conn, sql)
+            if successes:
+                found += [SucceededRun(*row) for row in fetch_rendered(tx.conn, sql)]
+            else:
+                execute_rendered(tx.conn, sql)
+        return found
 
     # -- leases ------------------------------------------------------------
 
@@ -353,7 +406,7 @@ class SqlRunStore:
                            sj.c.scheduled_for.in_(sorted({k[1] for k in keys})))
                     .values(node_id=node_id, lease_expires_at=lease_until)
                     .returning(*sj.c))
-            return tx.conn.execute(stmt).all()
+            return list(tx.conn.execute(stmt).all())
 
         runs = [run_from_row(r) for r in self._db.write(fn)]
         runs.sort(key=lambda r: (r.scheduled_for, r.id))
@@ -426,7 +479,7 @@ class SqlRunStore:
         if flt.statuses:
             conds.append(sj.c.status.in_(list(flt.statuses)))
         if cursor:
-            after, _ = decode_run_cursor(cursor)
+            after = decode_run_cursor(cursor)
             conds.append(sj.c.scheduled_for < after)
             hi = after if hi is None else min(hi, after)
         rows: list[Any] = []
@@ -441,7 +494,7 @@ class SqlRunStore:
         items = [run_from_row(r) for r in rows[:limit]]
         next_cursor = None
         if len(rows) > limit and items:
-            next_cursor = encode_run_cursor(items[-1].scheduled_for, items[-1].id)
+            next_cursor = encode_run_cursor(items[-1].scheduled_for)
         return Page(items, next_cursor)
 
     def last_runs(self, job_ids: Sequence[str]) -> dict[str, Run]:
@@ -462,12 +515,12 @@ class SqlRunStore:
                             run = run_from_row(row)
                             found[run.job_id] = run
             else:
-                stmt = (select(sj).where(sj.c.job_id == bindparam("jid"))
-                        .order_by(sj.c.scheduled_for.desc()).limit(1))
+                one = (select(sj).where(sj.c.job_id == bindparam("jid"))
+                       .order_by(sj.c.scheduled_for.desc()).limit(1))
                 for jid in ids:
-                    row = conn.execute(stmt, {"jid": jid}).first()
-                    if row is not None:
-                        found[jid] = run_from_row(row)
+                    last = conn.execute(one, {"jid": jid}).first()
+                    if last is not None:
+                        found[jid] = run_from_row(last)
         return found
 
     def in_flight_runs(self, job_ids: Sequence[str]) -> dict[str, list[Run]]:
@@ -485,7 +538,8 @@ class SqlRunStore:
 
     # -- API requests ------------------------------------------------------
 
-    def request_trigger(self, job: Job, at: datetime) -> Run:
+    def request_trigger(self, job: Job, at: datetime,
+                        change: ChangeContext | None = None) -> Run:
         """A manual fire at ``at`` (truncated to the millisecond, the precision
         of run ids). ``Conflict`` if the job already has a run at that time."""
         at = from_ms(to_ms(at))
@@ -496,12 +550,14 @@ class SqlRunStore:
             if not self._insert_runs(tx, [run_values(run)]):
                 raise Conflict(f"job {job.id} already has a run scheduled for this time",
                                field="at")
+            history.requested(tx, change, job.id, {"run_id": run.id,
+                                                   "scheduled_for": format_rfc3339(at)})
             tx.announce([RUNS_REQUESTED])
 
         self._db.write(fn)
         return run
 
-    def request_replay(self, run_id: str) -> Run:
+    def request_replay(self, run_id: str, change: ChangeContext | None = None) -> Run:
         """Put a finished run back in flight: status ``claimed`` with no node,
         ``attempt`` + 1, origin ``replay``. The previous outcome (result, error,
         started/finished times, durations) is cleared so the row describes the
@@ -525,12 +581,17 @@ class SqlRunStore:
                 if status is None:
                     raise NotFound(f"no run {run_id}")
                 raise Conflict(f"run {run_id} is still {status}")
+            run = run_from_row(row)
+            history.requested(tx, change, run.job_id, {
+                "run_id": run.id, "scheduled_for": format_rfc3339(run.scheduled_for),
+                "attempt": run.attempt})
             tx.announce([RUNS_REQUESTED])
-            return run_from_row(row)
+            return run
 
         return self._db.write(fn)
 
-    def request_backfill(self, job: Job, fire_times: Sequence[datetime]) -> int:
+    def request_backfill(self, job: Job, fire_times: Sequence[datetime],
+                         change: ChangeContext | None = None) -> int:
         times = sorted({from_ms(to_ms(t)) for t in fire_times})
         if not times:
             return 0
@@ -546,6 +607,8 @@ class SqlRunStore:
 
         def fn(tx: Tx) -> int:
             count = len(self._insert_runs(tx, rows))
+            history.requested(tx, change, job.id, {"requested": count,
+                                                   "fire_times": len(times)})
             if count:
                 tx.announce([RUNS_REQUESTED])
             return count
@@ -559,5 +622,20 @@ def _sqlite_update_params(u: RunUpdate) -> dict[str, Any]:
         "u_attempt": u.attempt, "u_started_at": u.started_at, "u_finished_at": u.finished_at,
         "u_lateness_ms": u.lateness_ms, "u_duration_ms": u.duration_ms, "u_result": u.result,
         "u_error": u.error, "u_lease_expires_at": u.lease_expires_at,
-        "u_next_attempt_at": u.next_attempt_at,
+        "u_next_attempt_at": u.next_attempt_at, "u_gate": u.gate,
     }
+
+
+def _sqlite_upstream_successes(tx: Tx, updates: Sequence[RunUpdate]) -> list[SucceededRun]:
+    """The runs among ``updates`` now succeeded whose job others depend on
+    (SQLite: read back after the executemany, in its transaction). A run
+    whose update the fence refused but that is succeeded anyway comes back
+    too: its trigger event is already recorded, so nothing is made twice."""
+    ids = [u.id for u in updates if u.status == "succeeded"]
+    found: list[SucceededRun] = []
+    for chunk in _chunks(ids, 500):
+        stmt = (select(sj.c.id, sj.c.job_id, sj.c.scheduled_for, sj.c.attempt)
+                .where(sj.c.id.in_(list(chunk)), sj.c.status == "succeeded",
+                       sj.c.job_id.in_(select(job_edges.c.upstream_id))))
+        found += [SucceededRun(*row) for row in tx.conn.execute(stmt)]
+    return found

@@ -26,11 +26,15 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    and_,
+    or_,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
+
+from cronman import vocabulary
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -41,10 +45,9 @@ NAMING_CONVENTION = {
 
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
-# In-flight statuses: a run in one of these holds a lease.
-IN_FLIGHT_STATUSES = ("claimed", "running", "retrying")
-FINAL_STATUSES = ("succeeded", "failed", "skipped", "lost")
-RUN_STATUSES = IN_FLIGHT_STATUSES + FINAL_STATUSES
+# The statuses as plain strings, for SQL (a run in flight holds a lease).
+IN_FLIGHT_STATUSES = tuple(s.value for s in vocabulary.IN_FLIGHT_STATUSES)
+FINAL_STATUSES = tuple(s.value for s in vocabulary.FINAL_STATUSES)
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -64,12 +67,15 @@ class UTCDateTime(TypeDecorator[datetime]):
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
-        if value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value.astimezone(UTC)
+        stored: datetime = value
+        if stored.tzinfo is None:
+            return stored.replace(tzinfo=UTC)
+        return stored.astimezone(UTC)
 
 
 JsonType = JSON().with_variant(JSONB(), "postgresql")
+# JSON where None is SQL NULL (not JSON null), for columns queried with IS NULL.
+NullableJsonType = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
 
 jobs = Table(
     "jobs",
@@ -102,7 +108,14 @@ jobs = Table(
     # skipped by misfire policy). A restarted node resumes from here.
     Column("last_fire_at", UTCDateTime()),
     # Fire times passed over by the misfire policy, reported on the next run.
-    Column("skipped_pending", Integer, nullable=False, server_default=text("0")),
+    Column("skipped_pending", BigInteger, nullable=False, server_default=text("0")),
+    # The job's own notification rules (cronman.notify.rules); NULL: none.
+    Column("notify", NullableJsonType),
+    # [{"job": <upstream id>, "within": s, "wait": s}]: a fire waits for each
+    # upstream's fresh success (cronman.scheduler.gates); NULL: none.
+    Column("depends_on", NullableJsonType),
+    # Names of exclusion calendars (``calendars``) whose dates skip a fire; NULL: none.
+    Column("calendars", NullableJsonType),
 )
 Index(
     "uq_jobs_namespace_name_live",
@@ -134,13 +147,20 @@ scheduled_jobs = Table(
     Column("claimed_at", UTCDateTime()),
     Column("started_at", UTCDateTime()),
     Column("finished_at", UTCDateTime()),
-    Column("lateness_ms", Integer),
-    Column("duration_ms", Integer),
+    # 64-bit: a run fired ~25 days late has a lateness over 2^31 ms.
+    Column("lateness_ms", BigInteger),
+    Column("duration_ms", BigInteger),
     Column("result", JsonType),
     Column("error", Text),
     Column("lease_expires_at", UTCDateTime()),
     Column("next_attempt_at", UTCDateTime()),
-    Column("skipped_before", Integer, nullable=False, server_default=text("0")),
+    Column("skipped_before", BigInteger, nullable=False, server_default=text("0")),
+    # The attempt whose final status (failed, lost) the notifier has read;
+    # written by the notifier only (see NOTIFIER_RUN_COLUMNS).
+    Column("notified_attempt", Integer),
+    # What gated the run: the upstream runs it consumed or found fresh, what
+    # it waited for and how long, the calendar that skipped it; NULL: nothing.
+    Column("gate", NullableJsonType),
     PrimaryKeyConstraint("id", "scheduled_for", name="pk_scheduled_jobs"),
     UniqueConstraint("job_id", "scheduled_for", name="uq_scheduled_jobs_job_id_scheduled_for"),
     postgresql_partition_by="RANGE (scheduled_for)",
@@ -152,6 +172,34 @@ Index(
     postgresql_where=scheduled_jobs.c.status.in_(IN_FLIGHT_STATUSES),
     sqlite_where=scheduled_jobs.c.status.in_(IN_FLIGHT_STATUSES),
 )
+# Runs across jobs, newest first (``search_runs``, ``run_stats``): one range
+# per status, so "failed in the last hour" reads only those rows; the id
+# breaks ties between runs of one instant (the keyset cursor).
+Index(
+    "ix_scheduled_jobs_status_time",
+    scheduled_jobs.c.status,
+    scheduled_jobs.c.scheduled_for,
+    scheduled_jobs.c.id,
+)
+
+# Columns of scheduled_jobs that the scheduler never reads or writes (not in
+# ``models.Run``): its inserts leave them NULL.
+NOTIFIER_RUN_COLUMNS = ("notified_attempt",)
+# The runs the notifier has yet to read: failed or lost, in this attempt,
+# and not read yet. Small (it holds only failures not yet read), so the
+# notifier finds them without a watermark -- a result written late (after a
+# database outage) is still found.
+UNNOTIFIED_RUNS = and_(
+    scheduled_jobs.c.status.in_(("failed", "lost")),
+    or_(scheduled_jobs.c.notified_attempt.is_(None),
+        scheduled_jobs.c.notified_attempt < scheduled_jobs.c.attempt),
+)
+Index(
+    "ix_scheduled_jobs_unnotified",
+    scheduled_jobs.c.scheduled_for,
+    postgresql_where=UNNOTIFIED_RUNS,
+    sqlite_where=UNNOTIFIED_RUNS,
+)
 
 api_tokens = Table(
     "api_tokens",
@@ -162,9 +210,63 @@ api_tokens = Table(
     Column("token_hash", String(64), nullable=False, unique=True),
     # NULL for an admin token (all namespaces).
     Column("namespaces", JsonType),
+    # A read-only token may call GET (and HEAD) only: every change is a 403.
+    Column("read_only", Boolean, nullable=False, server_default=text("false")),
     Column("created_at", UTCDateTime(), nullable=False),
     Column("revoked_at", UTCDateTime()),
 )
+
+# Who created or revoked which API token, when, through which request: one row
+# per change, written in the transaction of the change (the token's scope as it
+# was; never its secret or hash). Rows are never updated.
+token_history = Table(
+    "token_history",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+           autoincrement=True),
+    Column("token_id", String(36), nullable=False),
+    Column("token_name", String(128), nullable=False),
+    # One of vocabulary.TOKEN_ACTIONS.
+    Column("action", String(16), nullable=False),
+    # SQL NULL for an admin token (all namespaces).
+    Column("namespaces", NullableJsonType),
+    Column("read_only", Boolean, nullable=False),
+    # The admin token that made the change through the API; NULL when it was
+    # made with database access (actor_name says by whom).
+    Column("actor_token_id", String(36)),
+    Column("actor_name", String(128), nullable=False),
+    Column("request_id", String(128)),
+    Column("at", UTCDateTime(), nullable=False),
+)
+Index("ix_token_history_token_id_id", token_history.c.token_id, token_history.c.id)
+
+# Who changed which job, when, through which request, and how: one row per job
+# change made through the API, written in the transaction of the change. The
+# definitions are stored as the API shows them (secrets redacted). Rows are
+# never updated; they outlive the job (a deleted job keeps its history).
+job_history = Table(
+    "job_history",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+           autoincrement=True),
+    Column("job_id", String(36), nullable=False),
+    Column("namespace", String(128), nullable=False),
+    Column("job_name", String(256), nullable=False),
+    # One of vocabulary.JOB_ACTIONS.
+    Column("action", String(16), nullable=False),
+    # The job's version after the change (before it, for trigger/replay/backfill).
+    Column("job_version", Integer, nullable=False),
+    # The token that made the change; NULL with the name "anonymous" when auth is off.
+    Column("actor_token_id", String(36)),
+    Column("actor_name", String(128), nullable=False),
+    Column("request_id", String(128)),
+    Column("at", UTCDateTime(), nullable=False),
+    Column("before", JsonType),
+    Column("after", JsonType),
+    # What a run request asked for: run ids, the backfill range and counts.
+    Column("details", JsonType),
+)
+Index("ix_job_history_job_id_id", job_history.c.job_id, job_history.c.id)
 
 # A cluster-wide single row per named maintenance task (partition upkeep, lease
 # sweeping) recording who ran it last; the lock itself is an advisory lock on
@@ -175,4 +277,175 @@ maintenance = Table(
     Column("name", String(64), primary_key=True),
     Column("node_id", String(128)),
     Column("ran_at", UTCDateTime()),
+)
+
+
+# -- notifications (cronman.notify) ------------------------------------------------
+
+# Namespace-wide notification rules (a job's own rules live in ``jobs.notify``).
+notification_rules = Table(
+    "notification_rules",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("namespace", String(128), nullable=False),
+    Column("name", String(256), nullable=False),
+    # The rule object (cronman.notify.rules), normalised.
+    Column("rule", JsonType, nullable=False),
+    Column("version", Integer, nullable=False, server_default=text("1")),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    UniqueConstraint("namespace", "name", name="uq_notification_rules_namespace_name"),
+)
+
+# The outbox: one row per message to send (one event, or a digest of several),
+# written before it is sent; the sender moves it pending -> sending -> sent
+# (or back to pending with the error and a later attempt, or failed).
+notifications = Table(
+    "notifications",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("namespace", String(128), nullable=False),
+    Column("job_id", String(36), nullable=False),
+    Column("job_name", String(256), nullable=False),
+    # ns:<rule id> or job:<job id>:<digest> (cronman.notify.rules.Rule.key).
+    Column("rule_key", String(128), nullable=False),
+    # The rate limit's unit (rule, job, destination).
+    Column("group_key", String(64), nullable=False),
+    # The destination as configured when the message was made.
+    Column("channel", JsonType, nullable=False),
+    # vocabulary.NotificationKind: event or digest.
+    Column("kind", String(16), nullable=False),
+    # The event of a single-event message; NULL for a digest.
+    Column("event", String(16)),
+    # vocabulary.NotificationStatus.
+    Column("status", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    # When it is meant to go out (a digest: the end of its interval).
+    Column("due_at", UTCDateTime(), nullable=False),
+    # The next attempt (pending), or the end of the sender's lease (sending).
+    Column("next_attempt_at", UTCDateTime(), nullable=False),
+    Column("last_error", Text),
+    Column("event_count", Integer, nullable=False, server_default=text("1")),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    Column("sent_at", UTCDateTime()),
+)
+Index(
+    "ix_notifications_due",
+    notifications.c.next_attempt_at,
+    postgresql_where=notifications.c.status.in_(("pending", "sending")),
+    sqlite_where=notifications.c.status.in_(("pending", "sending")),
+)
+# Ids are time-ordered (UUIDv7): lists go by id, newest first.
+Index("ix_notifications_job_id_id", notifications.c.job_id, notifications.c.id)
+
+# Every event the notifier found, once per rule: (rule_key, event_key) is
+# unique, so an event is never counted twice, whichever notifier saw it.
+notification_events = Table(
+    "notification_events",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+           autoincrement=True),
+    Column("notification_id", String(36)),
+    Column("rule_key", String(128), nullable=False),
+    # failed:<run id>:<attempt>, lost:..., recovered:<run id>:<attempt>, late:<job id>:<ms>.
+    Column("event_key", String(128), nullable=False),
+    Column("event", String(16), nullable=False),
+    Column("job_id", String(36), nullable=False),
+    Column("run_id", String(36)),
+    Column("scheduled_for", UTCDateTime()),
+    Column("occurred_at", UTCDateTime(), nullable=False),
+    Column("detail", JsonType),
+    Column("created_at", UTCDateTime(), nullable=False),
+    UniqueConstraint("rule_key", "event_key",
+                     name="uq_notification_events_rule_key_event_key"),
+)
+Index("ix_notification_events_notification_id", notification_events.c.notification_id)
+
+# The rate limit's state: per group, its latest message and the digest still
+# open for more events.
+notification_groups = Table(
+    "notification_groups",
+    metadata,
+    Column("group_key", String(64), primary_key=True),
+    Column("latest_id", String(36), nullable=False),
+    Column("latest_due_at", UTCDateTime(), nullable=False),
+    Column("open_digest_id", String(36)),
+)
+
+# Jobs that failed and have a rule listening for their recovery: the
+# scheduled time of their latest failure (a success scheduled at or after it
+# is the recovery).
+notification_failing_jobs = Table(
+    "notification_failing_jobs",
+    metadata,
+    Column("job_id", String(36), primary_key=True),
+    Column("last_failure_at", UTCDateTime(), nullable=False),
+    Column("last_failure_run_id", String(36), nullable=False),
+    Column("failures", Integer, nullable=False),
+    Column("since", UTCDateTime(), nullable=False),
+)
+
+# The notifier's cursors (``late``: fire times due up to here were checked).
+notifier_cursors = Table(
+    "notifier_cursors",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("at", UTCDateTime(), nullable=False),
+    Column("node_id", String(128)),
+)
+
+
+# -- workflows: dependencies, triggers, exclusion calendars ---------------------------
+
+# The job graph: one row per (upstream, downstream, kind) of the live jobs'
+# ``depends_on`` entries and ``after`` schedules, kept in the transaction of
+# each job write (cronman.store.dag). What refuses cycles, and deletes of
+# jobs others depend on; what tells a success write which runs to make.
+job_edges = Table(
+    "job_edges",
+    metadata,
+    Column("downstream_id", String(36), nullable=False),
+    Column("upstream_id", String(36), nullable=False),
+    # vocabulary.EdgeKind: depends_on or after.
+    Column("kind", String(16), nullable=False),
+    PrimaryKeyConstraint("downstream_id", "upstream_id", "kind", name="pk_job_edges"),
+)
+Index("ix_job_edges_upstream_id", job_edges.c.upstream_id)
+
+# Upstream successes heard by ``after`` jobs (cronman.store.triggers): the
+# fence that makes one run per success however often the success is written,
+# and, while ``consumed_by`` is NULL, the set an ``all`` job is completing.
+trigger_events = Table(
+    "trigger_events",
+    metadata,
+    Column("downstream_id", String(36), nullable=False),
+    # <upstream run id>:<attempt>: one success of one upstream run.
+    Column("event_key", String(64), nullable=False),
+    Column("upstream_id", String(36), nullable=False),
+    Column("upstream_run_id", String(36), nullable=False),
+    Column("upstream_scheduled_for", UTCDateTime(), nullable=False),
+    Column("upstream_attempt", Integer, nullable=False),
+    # The downstream run made from it; NULL while it waits for the rest of its set.
+    Column("consumed_by", String(36)),
+    Column("created_at", UTCDateTime(), nullable=False),
+    PrimaryKeyConstraint("downstream_id", "event_key", name="pk_trigger_events"),
+)
+Index("ix_trigger_events_created_at", trigger_events.c.created_at)
+
+# Named exclusion calendars (cronman.schedules.calendars): per namespace, a
+# zone and its excluded local dates; jobs name them in ``jobs.calendars``.
+calendars = Table(
+    "calendars",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("namespace", String(128), nullable=False),
+    Column("name", String(128), nullable=False),
+    Column("timezone", String(64), nullable=False),
+    # The dates as the calendar's JSON form lists them (sorted, unique).
+    Column("dates", JsonType, nullable=False),
+    Column("version", Integer, nullable=False, server_default=text("1")),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    UniqueConstraint("namespace", "name", name="uq_calendars_namespace_name"),
 )

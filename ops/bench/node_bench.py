@@ -6,7 +6,7 @@
     .venv/bin/python ops/bench/node_bench.py --profile 20        # then py-spy for 20 s
 
 J interval jobs every S seconds (anchors spread: J/S fires per second) fire
-at a private nginx (cronman.bench.receiver) that logs ``$msec`` and the
+at a private nginx (cronman_bench.receiver) that logs ``$msec`` and the
 Cronman-* headers. After a warm-up, a window of ``--duration`` seconds is
 measured:
 
@@ -37,11 +37,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from cronman.bench.procs import ManagedProcess, free_port, read_usage  # noqa: E402
-from cronman.bench.receiver import Receiver  # noqa: E402
-from cronman.bench.services import PrivateRedis, ScratchDatabase  # noqa: E402
-from cronman.bench.workload import Workload, create_cronman_jobs  # noqa: E402
 from cronman.timeutil import now_ms  # noqa: E402
+from cronman_bench.jobs import create_jobs  # noqa: E402
+from cronman_bench.procs import ManagedProcess, free_port, read_usage  # noqa: E402
+from cronman_bench.receiver import Receiver  # noqa: E402
+from cronman_bench.services import PrivateRedis, ScratchDatabase  # noqa: E402
+from cronman_bench.workload import Workload  # noqa: E402
 
 CRONMAN = [sys.executable, "-c", "from cronman.cli import main; main()"]
 ADMIN_URL = os.environ.get("CRONMAN_BENCH_ADMIN_URL",
@@ -133,6 +134,8 @@ def main() -> None:
     ap.add_argument("--no-redis", action="store_true", help="scheduler mode without Redis")
     ap.add_argument("--profile", type=int, default=0, help="py-spy seconds after the window")
     ap.add_argument("--out", type=Path, default=None, help="directory for logs and results")
+    ap.add_argument("--event-loop", choices=("auto", "uvloop", "asyncio"), default=None,
+                    help="the node's CRONMAN_EVENT_LOOP (default: the node's own default)")
     args = ap.parse_args()
 
     out = args.out or Path(tempfile.mkdtemp(prefix="cronman-node-bench-"))
@@ -153,12 +156,14 @@ def main() -> None:
         w = Workload(count=args.jobs, every_ms=args.every * 1000,
                      base_ms=now_ms() // 1000 * 1000)
         t = time.monotonic()
-        ids = create_cronman_jobs(url, w, rx.url, "node-bench")
+        ids = create_jobs(url, w, rx.url, "node-bench", workdir=out)  # through the API
         index = {job_id: i for i, job_id in enumerate(ids)}
         print(f"created {len(ids)} jobs in {time.monotonic() - t:.1f} s "
               f"({w.rate:.0f} fires/s)", flush=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("CRONMAN_")}
         env.update(CRONMAN_ALLOW_PRIVATE_TARGETS="true", PYTHONUNBUFFERED="1")
+        if args.event_loop:
+            env["CRONMAN_EVENT_LOOP"] = args.event_loop
         metrics_url = None
         if args.mode == "scheduler":
             port = free_port()
@@ -206,6 +211,7 @@ def main() -> None:
         cpu = (u1.cpu_s - u0.cpu_s) if u0 and u1 else None
         result = {
             "mode": args.mode + ("" if args.mode != "scheduler" or args.no_redis else "+redis"),
+            "event_loop": args.event_loop or "default",
             "jobs": args.jobs, "every_s": args.every, "asked_fires_per_s": w.rate,
             "window_s": round(seconds, 2),
             "owed": len(owed), "delivered": len(delivered),

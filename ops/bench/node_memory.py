@@ -40,8 +40,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from cronman.bench.procs import ManagedProcess, free_port  # noqa: E402
-from cronman.bench.services import PrivateRedis, ScratchDatabase  # noqa: E402
+from cronman_bench.procs import ManagedProcess, free_port  # noqa: E402
+from cronman_bench.services import PrivateRedis, ScratchDatabase  # noqa: E402
 
 CRONMAN = [sys.executable, "-c", "from cronman.cli import main; main()"]
 ADMIN_URL = os.environ.get("CRONMAN_BENCH_ADMIN_URL",
@@ -79,10 +79,10 @@ def create_jobs(url: str, count: int) -> float:
     import psycopg2
 
     from cronman.api.validation import validate_job
-    from cronman.bench.services import _psycopg2_kwargs
     from cronman.ids import new_job_id
     from cronman.store import open_store
     from cronman.timeutil import utcnow
+    from cronman_bench.services import _psycopg2_kwargs
 
     started = time.monotonic()
     now = utcnow()

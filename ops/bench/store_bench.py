@@ -10,7 +10,16 @@ jobs follows from the row count), then measures through cronman's store:
 - ``last_runs`` of 100 jobs (a job list page with last runs);
 - the hot path at that size: ``claim_runs`` and ``write_run_updates`` in
   batches of 1000;
+- the operator's questions (``--console-requests`` calls each, median and
+  p99): "what failed in the last hour" and the run statistics of the last
+  hour and the last 24 h, through the store and through HTTP against a
+  ``cronman api`` on the scratch database (``GET /v1/runs?status=failed&
+  since=-1h``, ``GET /v1/stats/runs``), with the partitions each plan reads
+  (EXPLAIN);
 - ``drop_expired`` of the oldest day's partition.
+
+About 0.4% of the loaded runs are failed and 0.02% lost; lateness varies
+from 0 to 199 ms.
 
 Loading builds each day as a plain table and ATTACHes it (indexes are built
 once per partition, much faster than row-by-row index upkeep).
@@ -26,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import signal
 import statistics
 import sys
@@ -37,12 +47,12 @@ from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from cronman.bench.services import ScratchDatabase  # noqa: E402
-from cronman.models import Run, RunFilter, RunUpdate  # noqa: E402
+from cronman.models import Run, RunFilter, RunSearch, RunStatsQuery, RunUpdate  # noqa: E402
 from cronman.store import open_store  # noqa: E402
 from cronman.store.migrate import upgrade  # noqa: E402
 from cronman.store.partitions import partition_name  # noqa: E402
 from cronman.timeutil import utcnow  # noqa: E402
+from cronman_bench.services import ScratchDatabase  # noqa: E402
 
 PERIOD_S = 600  # every job fires every 10 minutes: 144 fires per day
 FIRES_PER_DAY = 86_400 // PERIOD_S
@@ -55,8 +65,12 @@ INSERT INTO {table} (id, job_id, scheduled_for, status, attempt, node_id, origin
                      lease_expires_at, skipped_before)
 SELECT substr(h, 1, 8) || '-' || substr(h, 9, 4) || '-8' || substr(m, 1, 3) || '-9'
          || substr(m, 4, 3) || '-' || substr(m, 7, 12),
-       job_id, ts, 'succeeded', 1, 'bench-node', 'schedule', ts, ts + interval '4 ms',
-       ts + interval '35 ms', 4, 31, '{{"http_status": 204}}'::jsonb, ts + interval '30 s', 0
+       job_id, ts,
+       CASE WHEN substr(m, 1, 2) = '00' THEN 'failed'
+            WHEN substr(m, 1, 4) = '0100' THEN 'lost' ELSE 'succeeded' END,
+       1, 'bench-node', 'schedule', ts, ts + interval '4 ms',
+       ts + interval '35 ms', ('x' || substr(m, 5, 4))::bit(16)::int % 200, 31,
+       '{{"http_status": 204}}'::jsonb, ts + interval '30 s', 0
 FROM (
   SELECT j.job_id, t.ts,
          lpad(to_hex((extract(epoch FROM t.ts) * 1000)::bigint), 12, '0') AS h,
@@ -214,6 +228,87 @@ def measure_hot_path(store, job_ids: list[str], out: dict, batches: int = 10) ->
     out["updates_per_s"] = round(2 * n / update_s)
 
 
+def _p99_ms(samples: list[float]) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, max(0, -(-99 * len(ordered) // 100) - 1))] * 1000
+
+
+def _timed(fn, count: int) -> tuple[float, float]:
+    samples = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return round(_median_ms(samples), 2), round(_p99_ms(samples), 2)
+
+
+def planned_partitions(store, fn) -> int:
+    """How many daily partitions the plans of ``fn``'s statements read, at most."""
+    from sqlalchemy import event
+
+    seen: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        seen.append(cursor.mogrify(statement, parameters).decode())
+
+    event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        fn()
+    finally:
+        event.remove(store.engine, "before_cursor_execute", record)
+    most = 0
+    with store.engine.connect() as conn:
+        for sql in seen:
+            if "scheduled_jobs" not in sql:
+                continue
+            plan = "\n".join(r[0] for r in conn.exec_driver_sql(
+                "EXPLAIN " + sql.replace("%", "%%")))
+            most = max(most, len(set(re.findall(r"\bon (scheduled_jobs_\w+)", plan))))
+    return most
+
+
+def measure_console(store, url: str, out: dict, count: int) -> None:
+    """The operator's questions, through the store and through HTTP."""
+    import http.client
+
+    from tests.support.api import running_api
+
+    now = utcnow()
+    hour = now - timedelta(hours=1)
+    step_start = datetime.fromtimestamp(int(now.timestamp()) // 30 * 30, UTC)
+    calls = {
+        "failed_last_hour": lambda: store.runs.search_runs(
+            RunSearch(since=hour, until=now + timedelta(days=1), statuses=("failed",)),
+            100, None),
+        "stats_1h": lambda: store.runs.run_stats(RunStatsQuery(
+            since=step_start - timedelta(hours=1), until=step_start + timedelta(seconds=30),
+            step_seconds=30)),
+        "stats_24h": lambda: store.runs.run_stats(RunStatsQuery(
+            since=step_start - timedelta(hours=24), until=step_start + timedelta(seconds=30),
+            step_seconds=600)),
+    }
+    for name, fn in calls.items():
+        out[f"store_{name}_partitions"] = planned_partitions(store, fn)
+        out[f"store_{name}_median_ms"], out[f"store_{name}_p99_ms"] = _timed(fn, count)
+    out["failed_last_hour_rows"] = len(calls["failed_last_hour"]().items)
+    paths = {"runs_failed_1h": "/v1/runs?status=failed&since=-1h",
+             "stats_1h": "/v1/stats/runs?since=-1h",
+             "stats_24h": "/v1/stats/runs?since=-24h&step=600"}
+    with running_api(url, workers=2, threads=4) as base:
+        host, port = base.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        for name, path in paths.items():
+            def get(path: str = path) -> None:
+                conn.request("GET", path)
+                resp = conn.getresponse()
+                body = resp.read()
+                assert resp.status == 200, (resp.status, body[:200])
+
+            get()  # warm: the worker's first query of this shape
+            out[f"http_{name}_median_ms"], out[f"http_{name}_p99_ms"] = _timed(get, count)
+        conn.close()
+
+
 def measure_drop(store, day_list: list[datetime], out: dict) -> None:
     oldest = day_list[0]
     with store.engine.connect() as conn:
@@ -234,6 +329,8 @@ def main() -> int:
                     help="a database on the server where the scratch database is made")
     ap.add_argument("--keep", action="store_true", help="keep the scratch database")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--console-requests", type=int, default=200,
+                    help="calls per question for the operator's questions (0: skip them)")
     args = ap.parse_args()
 
     # A timeout or Ctrl-C still drops the scratch database (the finally below).
@@ -249,6 +346,8 @@ def main() -> int:
                   flush=True)
             job_ids, day_list = load(store, args.days, args.rows, out)
             measure_reads(store, job_ids, out)
+            if args.console_requests:
+                measure_console(store, url, out, args.console_requests)
             measure_hot_path(store, job_ids, out)
             measure_drop(store, day_list, out)
         finally:

@@ -18,8 +18,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from cronman.bench.receiver import Arrival
-from cronman.bench.workload import Workload
+from cronman_bench.receiver import Arrival
+from cronman_bench.workload import Workload
 
 
 @dataclass

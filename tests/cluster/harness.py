@@ -17,12 +17,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cronman.bench.receiver import Arrival
-from cronman.bench.receiver import Receiver as NginxReceiver
-from cronman.bench.workload import Workload, create_cronman_jobs
 from cronman.config import Settings
 from cronman.timeutil import now_ms
+from cronman_bench.receiver import Arrival
+from cronman_bench.receiver import Receiver as NginxReceiver
+from cronman_bench.workload import Workload
 from tests.support.processes import CronmanProcess, Processes, free_port
+from tests.support.store_jobs import create_jobs_in_store
 
 # Fast failure detection for tests; kills must not delay fires whatever it is.
 TEST_HEARTBEAT_TTL = 3.0
@@ -84,14 +85,16 @@ class Cluster:
                 self.wait_ready(node)
         return started
 
-    def start_node(self, node_id: str, wait: bool = True) -> Node:
+    def start_node(self, node_id: str, wait: bool = True,
+                   env: Mapping[str, str] | None = None) -> Node:
+        """Start (or restart) ``node_id``; ``env`` adds to the cluster's environment."""
         node = self.nodes.get(node_id)
         if node is None:
             node = self.nodes[node_id] = Node(node_id, free_port())
         args = ["scheduler", "--node-id", node_id, "--database-url", self.database_url,
                 "--redis-url", self.redis_url, "--metrics-port", str(node.metrics_port),
                 "--metrics-host", "127.0.0.1"]
-        node.incarnations.append(self.procs.start(node_id, args, self.env))
+        node.incarnations.append(self.procs.start(node_id, args, {**self.env, **(env or {})}))
         node.expected_down = False
         if wait:
             self.wait_ready(node)
@@ -162,7 +165,7 @@ class Cluster:
 
     def members(self) -> list[str]:
         """The live membership as the cluster's own coordinator code reads it."""
-        from cronman.scheduler.coordination.redis import RedisCoordinator
+        from cronman.coordination.redis import RedisCoordinator
 
         coord = RedisCoordinator(Settings(redis_url=self.redis_url, node_id="observer",
                                           heartbeat_ttl=self.env_ttl()))
@@ -215,7 +218,7 @@ class Fires:
         """``count`` interval jobs every ``every_s`` s, their anchors spread evenly."""
         base = (now_ms() // 1000 + 1) * 1000
         self.workload = Workload(count=count, every_ms=every_s * 1000, base_ms=base)
-        self.job_ids = create_cronman_jobs(database_url, self.workload, self.rx.url, label)
+        self.job_ids = create_jobs_in_store(database_url, self.workload, self.rx.url, label)
         return self.workload
 
     def arrivals(self) -> list[Arrival]:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from cronman.bench.workload import Workload
 from cronman.scheduler.node import CLAIM_LEAD
+from cronman_bench.workload import Workload
 from tests.cluster.counting import describe_missing, pct
 from tests.cluster.harness import Cluster, Fires
 from tests.cluster.scenario import AROUND_MS, Outcome, run_scenario

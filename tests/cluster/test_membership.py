@@ -22,8 +22,8 @@ from prometheus_client import CollectorRegistry
 from cronman.callbacks import TargetRegistry
 from cronman.callbacks.recording import RecordingTarget
 from cronman.config import Settings
+from cronman.coordination.memory import InProcessCoordinator
 from cronman.models import Job
-from cronman.scheduler.coordination.memory import InProcessCoordinator
 from cronman.scheduler.jobtable import JobTable
 from cronman.scheduler.node import SchedulerNode
 from cronman.store import open_store
@@ -77,11 +77,10 @@ class SlowParts:
         self._store = store
         self.jobs = _SlowPart(store.jobs, delays)
         self.runs = _SlowPart(store.runs, delays)
-        self.partitions = store.partitions
-        self.tokens = store.tokens
 
-    def feed(self):
-        return self._store.feed()
+    def __getattr__(self, name):
+        # Every other part (partitions, calendars, dependencies...) as it is.
+        return getattr(self._store, name)
 
 
 class _SlowPart:
@@ -153,17 +152,17 @@ def test_heartbeat_goes_on_during_a_slow_first_load_and_slow_database(sqlite_sto
     coordinator = InProcessCoordinator(ttl=1.0)
     node = _node(url, store, coordinator, "slow", ttl=1.0)
 
-    import cronman.scheduler.node as node_module
+    import cronman.scheduler.sync as sync_module
 
     async def scenario() -> list[float]:
         joined = asyncio.Event()
-        original = node._start_membership
+        original = node.membership.start
 
         async def start_membership() -> None:
             await original()
             joined.set()
 
-        node._start_membership = start_membership  # type: ignore[method-assign]
+        node.membership.start = start_membership  # type: ignore[method-assign]
         task = asyncio.create_task(node.main())
         try:
             return await _watch_membership(coordinator, "slow", 6.0, joined)
@@ -171,12 +170,12 @@ def test_heartbeat_goes_on_during_a_slow_first_load_and_slow_database(sqlite_sto
             node.request_stop()
             await asyncio.wait_for(task, 20)
 
-    old = node_module.LOAD_BATCH
-    node_module.LOAD_BATCH = 10  # 5 batches of the 50 jobs
+    old = sync_module.LOAD_BATCH
+    sync_module.LOAD_BATCH = 10  # 5 batches of the 50 jobs
     try:
         missing = asyncio.run(scenario())
     finally:
-        node_module.LOAD_BATCH = old
+        sync_module.LOAD_BATCH = old
     assert node.ready.is_set()
     assert not missing, f"the node dropped out of the membership at {missing} s"
 

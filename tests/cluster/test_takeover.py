@@ -24,9 +24,10 @@ from prometheus_client import CollectorRegistry
 from cronman.callbacks import TargetRegistry
 from cronman.callbacks.recording import RecordingTarget
 from cronman.config import Settings
+from cronman.coordination.base import NodeInfo
+from cronman.coordination.memory import InProcessCoordinator
 from cronman.errors import CoordinatorUnavailable
 from cronman.models import RunFilter
-from cronman.scheduler.coordination.memory import InProcessCoordinator
 from cronman.scheduler.node import SchedulerNode
 from cronman.store import open_store
 from cronman.store.migrate import upgrade
@@ -46,7 +47,7 @@ def _coordinators(kind: str):
         a = InProcessCoordinator(ttl=5.0)
         yield a, a.handle()
         return
-    from cronman.scheduler.coordination.redis import RedisCoordinator
+    from cronman.coordination.redis import RedisCoordinator
 
     shards = 2 if kind == "redis-2-shards" else 1
     with redis_servers(shards) as servers:
@@ -103,6 +104,45 @@ def test_gone_locks_are_never_taken_and_the_row_owner_starts(kind):
         mine = [("job-z", 1_700_000_003_000)]
         assert a.claim_fires(mine, TTL_MS) == [True]
         assert a.take_over_fires(mine, TTL_MS) == [False]
+
+
+@pytest.mark.parametrize("kind", COORDINATORS)
+def test_an_alive_holder_keeps_its_fires_and_a_second_owner_claims_what_nobody_did(kind):
+    with _coordinators(kind) as (a, b):
+        from cronman.coordination.base import ABSENT, HOLDER_ALIVE, NOT_TAKEN, TAKEN
+
+        # Handles learn their node id when they join (Redis knows it already).
+        a.join(NodeInfo(id="a"))
+        b.join(NodeInfo(id="b"))
+        late = [(f"job-{i}", 1_700_000_000_000 + i) for i in range(4)]
+        assert a.claim_fires(late, TTL_MS) == [True] * 4
+        # a is alive (pulsing, progressing): it is late, not gone.
+        assert b.take_over_fires(late, TTL_MS, alive=["a"]) == [HOLDER_ALIVE] * 4
+        assert a.start_fires(late[:2], TTL_MS) == [True] * 2
+        # a stops pulsing: what it has not started is taken, nothing else.
+        assert b.take_over_fires(late, TTL_MS, alive=[]) == [NOT_TAKEN] * 2 + [TAKEN] * 2
+        assert a.start_fires(late[2:], TTL_MS) == [False] * 2
+        # A fire without a lock: told, and nothing written (the run row decides).
+        unclaimed = [("job-u", 1_700_000_009_000)]
+        assert b.take_over_fires(unclaimed, TTL_MS, alive=["a"]) == [NOT_TAKEN]
+        assert b.take_over_fires(unclaimed, TTL_MS, alive=["a"],
+                                 report_absent=True) == [ABSENT]
+        assert a.claim_fires(unclaimed, TTL_MS) == [True]
+
+
+@pytest.mark.parametrize("kind", COORDINATORS)
+def test_pulses_carry_the_coordinators_clock_and_expire(kind):
+    with _coordinators(kind) as (a, b):
+        before = to_ms(utcnow())
+        first = a.pulse("a", "hello", 300, ["b"])
+        assert first.pulses == {}
+        assert abs(first.server_ms - before) < 5_000
+        assert first.sent <= first.received
+        seen = b.pulse("b", "there", 300, ["a"]).pulses["a"]
+        assert (seen.node_id, seen.payload) == ("a", "hello")
+        assert abs(seen.at_ms - first.server_ms) < 1_000
+        time.sleep(0.4)
+        assert "a" not in b.pulse("b", "there", 300, ["a"]).pulses
 
 
 def test_start_and_takeover_raise_when_the_coordinator_is_down():
@@ -182,10 +222,15 @@ class StallingStarts:
         self.stall = stall
         self.stalled = 0
 
-    def start_fires(self, keys, ttl_ms):
+    def start_fires(self, keys, ttl_ms, **kwargs):
         self.stalled += len(keys)
         time.sleep(self.stall)
-        return self._inner.start_fires(keys, ttl_ms)
+        return self._inner.start_fires(keys, ttl_ms, **kwargs)
+
+    async def astart_fires(self, keys, ttl_ms, **kwargs):
+        self.stalled += len(keys)
+        await asyncio.sleep(self.stall)
+        return self._inner.start_fires(keys, ttl_ms, **kwargs)
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
@@ -225,7 +270,8 @@ def test_a_stalled_holders_fires_go_out_from_the_replica_half_a_second_late(tmp_
     keys = [(j, t) for j, t, _ in sent]
     assert len(keys) >= 20
     assert len(set(keys)) == len(keys), Counter(keys).most_common(3)
-    taken = b.metrics.takeovers._value.get()
+    taken = sum(s.value for m in b.metrics.takeovers.collect() for s in m.samples
+                if s.name.endswith("_total"))
     assert stalling.stalled > 0 and taken > 0
     # What b took over went out about takeover_after past due, not a lease later.
     lateness = [r.lateness_ms for r in (store.runs.get_run(rec.delivery.run_id)
@@ -234,6 +280,41 @@ def test_a_stalled_holders_fires_go_out_from_the_replica_half_a_second_late(tmp_
     runs = [r for j in jobs for r in store.runs.list_runs(j.id, RunFilter(), 1000, None).items]
     by_node = Counter(r.node_id for r in runs if (r.job_id, to_ms(r.scheduled_for)) in set(keys))
     assert by_node["b"] > 0
+    store.close()
+
+
+def test_a_busy_holder_that_starts_its_fires_late_is_not_taken_over(tmp_path):
+    """a's start marks each take 0.7 s (a loaded coordinator, a busy loop):
+    its fires start later than the takeover delay, but its pulses show it
+    alive and its dispatch moving, so b leaves them to it."""
+    db = f"sqlite:///{tmp_path / 'cronman.db'}"
+    upgrade(db)
+    store = open_store(db)
+    store.jobs.create_jobs([job_spec(f"j{i}", schedule={"kind": "interval", "every": 1})
+                            for i in range(10)])
+    coord = InProcessCoordinator(ttl=2.0)
+    slow = StallingStarts(coord, stall=0.7)
+    a_t, b_t = RecordingTarget("http"), RecordingTarget("http")
+    a = _node(db, store, slow, "a", a_t)
+    b = _node(db, open_store(db), coord.handle(), "b", b_t)
+
+    async def main():
+        tasks = [asyncio.create_task(n.main()) for n in (a, b)]
+        try:
+            await asyncio.sleep(5.0)
+        finally:
+            for n in (a, b):
+                n.request_stop()
+            await asyncio.wait_for(asyncio.gather(*tasks), 20)
+
+    asyncio.run(main())
+    sent = [(r.delivery.job_id, to_ms(r.delivery.scheduled_for)) for t in (a_t, b_t)
+            for r in t.records]
+    assert len(sent) >= 20 and len(set(sent)) == len(sent), Counter(sent).most_common(3)
+    assert slow.stalled > 0
+    taken = sum(s.value for n in (a, b) for m in n.metrics.takeovers.collect()
+                for s in m.samples if s.name.endswith("_total"))
+    assert taken == 0
     store.close()
 
 

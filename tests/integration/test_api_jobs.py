@@ -9,9 +9,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from cronman.api.app import create_app
 from cronman.config import Settings
 from cronman.models import JobFilter
+from cronman.processes.api import make_app
 from cronman.timeutil import format_rfc3339, parse_rfc3339, utcnow
 from tests.support.api import job_spec
 
@@ -20,7 +20,7 @@ SECRET = "Bearer abcdefghijklmnop"
 
 @pytest.fixture
 def client(store, database_url):
-    app = create_app(Settings(database_url=database_url), store=store)
+    app = make_app(Settings(database_url=database_url), store=store)
     return app.test_client()
 
 
@@ -436,3 +436,92 @@ def test_secrets_never_leave_in_full(client):
         assert "dlq-key-0123456789" not in text
     assert job["target"]["headers"] == {"Authorization": "Bear…", "X-Short": "***"}
     assert job["dead_letter"]["headers"] == {"X-Api-Key": "dlq-…"}
+
+
+@pytest.mark.parametrize("new_url", [
+    "https://attacker.example.net/digest",      # another host
+    "http://hooks.example.com/digest",          # another scheme
+    "https://hooks.example.com:8443/digest",    # another port
+])
+def test_stored_secrets_never_follow_a_changed_destination(client, store, new_url):
+    """Found by probing: GET a job, point its target elsewhere, PUT it back --
+    the stored Authorization was restored and would have gone to the new host."""
+    job = create(client)
+    got = client.get(f"/v1/jobs/{job['id']}").get_json()
+    got.pop("last_run")
+    got["target"]["url"] = new_url
+    err = error_of(client.put(f"/v1/jobs/{job['id']}", json=got), 400)
+    assert err["field"] == "target.headers.Authorization"
+    assert "give the value again" in err["message"]
+    err = error_of(client.patch(f"/v1/jobs/{job['id']}", json={"target": got["target"]}), 400)
+    assert err["field"] == "target.headers.Authorization"
+    assert store.jobs.get_job(job["id"]).target["url"] == "https://hooks.example.com/digest"
+    # Given again, the values are taken (the short one too, once it is given).
+    got["target"]["headers"] = {"Authorization": "Bearer for-the-new-host", "X-Short": "n"}
+    assert client.put(f"/v1/jobs/{job['id']}", json=got).status_code == 200
+    stored = store.jobs.get_job(job["id"])
+    assert stored.target["url"] == new_url
+    assert stored.target["headers"] == {"Authorization": "Bearer for-the-new-host",
+                                        "X-Short": "n"}
+
+
+def test_same_destination_keeps_secrets_and_dead_letters_are_guarded_too(client, store):
+    job = create(client, dead_letter={"kind": "http", "url": "https://dlq.example.com/in",
+                                      "headers": {"X-Token": "dead-letter-secret"}})
+    got = client.get(f"/v1/jobs/{job['id']}").get_json()
+    got.pop("last_run")
+    # Another path (and an explicit default port) on the same host keeps them.
+    got["target"]["url"] = "https://HOOKS.example.com:443/other?x=1"
+    resp = client.put(f"/v1/jobs/{job['id']}", json=got)
+    assert resp.status_code == 200, resp.get_json()
+    assert store.jobs.get_job(job["id"]).target["headers"]["Authorization"] == SECRET
+    got = resp.get_json()
+    got["dead_letter"]["url"] = "https://elsewhere.example.org/in"
+    err = error_of(client.put(f"/v1/jobs/{job['id']}", json=got), 400)
+    assert err["field"] == "dead_letter.headers.X-Token"
+    # A container's env follows neither another image nor another command
+    # (``env`` would print it into the run's logs_tail).
+    box = create(client, spec=job_spec("box", target={
+        "kind": "container", "image": "busybox", "command": ["true"],
+        "env": {"DB_PASSWORD": "hunter2hunter2"}}))
+    for change in ({"command": ["env"]}, {"image": "alpine"}):
+        err = error_of(client.patch(f"/v1/jobs/{box['id']}",
+                                    json={"target": {**box["target"], **change}}), 400)
+        assert err["field"] == "target.env.DB_PASSWORD"
+    assert client.patch(f"/v1/jobs/{box['id']}", json={"target": {
+        **box["target"], "timeout": 60}}).status_code == 200
+    assert store.jobs.get_job(box["id"]).target["env"] == {"DB_PASSWORD": "hunter2hunter2"}
+
+
+def test_public_headers_are_shown_in_full(client):
+    job = create(client, target={"kind": "http", "url": "https://hooks.example.com/x",
+                                 "headers": {"Content-Type": "application/json",
+                                             "accept": "text/plain",
+                                             "X-Api-Key": "0123456789abcdef"}})
+    assert job["target"]["headers"] == {"Content-Type": "application/json",
+                                        "accept": "text/plain", "X-Api-Key": "0123…"}
+
+
+@pytest.mark.parametrize("cursor", [
+    "ajoAeA==",                 # found by probing: base64 of "j:\0x", a 500 on PostgreSQL
+    "j:%00x", "%00", "x" * 37, "0190a1b2 c3d4", "🙂", "1.5",
+])
+def test_an_invalid_cursor_is_a_400_on_every_backend(client, cursor):
+    job = create(client)
+    for path in ("/v1/jobs", f"/v1/jobs/{job['id']}/runs"):
+        err = error_of(client.get(f"{path}?cursor={cursor}"), 400)
+        assert err["field"] == "cursor", (path, cursor)
+
+
+def test_cursors_are_positions_any_of_which_is_valid(client):
+    jobs = [create(client, name=f"page-{i}") for i in range(3)]
+    first = client.get("/v1/jobs?limit=2").get_json()
+    assert [j["id"] for j in first["items"]] == sorted(j["id"] for j in jobs)[:2]
+    rest = client.get(f"/v1/jobs?limit=2&cursor={first['next_cursor']}").get_json()
+    assert [j["id"] for j in rest["items"]] == sorted(j["id"] for j in jobs)[2:]
+    assert rest["next_cursor"] is None
+    # Any text of the documented form is a position, even one never handed out.
+    for cursor in ("0", "ffffffff-ffff", "00000000-0000-0000-0000-000000000000", ""):
+        assert client.get(f"/v1/jobs?cursor={cursor}").status_code == 200
+    for cursor in ("0", "253402300799999999"[:17], "1700000000000000"):
+        assert client.get(f"/v1/jobs/{jobs[0]['id']}/runs?cursor={cursor}").status_code == 200

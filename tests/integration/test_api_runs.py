@@ -6,17 +6,17 @@ from datetime import timedelta
 
 import pytest
 
-from cronman.api.app import create_app
 from cronman.config import Settings
 from cronman.ids import run_id_for
 from cronman.models import Run, RunUpdate
+from cronman.processes.api import make_app
 from cronman.timeutil import format_rfc3339, from_ms, parse_rfc3339, to_ms, utcnow
 from tests.support.api import job_spec
 
 
 @pytest.fixture
 def client(store, database_url):
-    app = create_app(Settings(database_url=database_url), store=store)
+    app = make_app(Settings(database_url=database_url), store=store)
     return app.test_client()
 
 

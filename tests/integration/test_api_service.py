@@ -7,18 +7,18 @@ from datetime import timedelta
 
 import pytest
 
-from cronman.api.app import create_app
 from cronman.config import Settings
-from cronman.scheduler.coordination.memory import InProcessCoordinator
-from cronman.scheduler.coordination.redis import RedisCoordinator
-from cronman.scheduler.coordinator import NodeInfo
+from cronman.coordination.base import NodeInfo
+from cronman.coordination.memory import InProcessCoordinator
+from cronman.coordination.redis import RedisCoordinator
+from cronman.processes.api import make_app
 from cronman.timeutil import utcnow
 from tests.support.api import free_port, job_spec
 
 
 @pytest.fixture
 def app(store, database_url):
-    return create_app(Settings(database_url=database_url), store=store)
+    return make_app(Settings(database_url=database_url), store=store)
 
 
 @pytest.fixture
@@ -49,20 +49,22 @@ def test_healthz_and_readyz(client):
     assert client.get("/healthz").get_json() == {"status": "ok"}
     resp = client.get("/readyz")
     assert resp.status_code == 200
-    assert resp.get_json() == {"status": "ready",
-                               "checks": {"database": "ok", "redis": "not configured"}}
+    assert resp.get_json() == {
+        "status": "ready", "checks": {"database": "ok", "redis": "not configured"},
+        "auth": {"mode": "open", "reason": "no API token has been created yet and the API "
+                 "listens on loopback only; creating a token requires one for good"}}
 
 
 @pytest.mark.redis
 def test_readyz_with_redis(store, database_url, redis_url):
     settings = Settings(database_url=database_url, redis_url=redis_url)
-    app = create_app(settings, store=store)  # Redis coordinator from the settings
+    app = make_app(settings, store=store)  # Redis coordinator from the settings
     body = app.test_client().get("/readyz").get_json()
     assert body["checks"] == {"database": "ok", "redis": "ok"}
     down = Settings(database_url=database_url, redis_url=f"redis://127.0.0.1:{free_port()}/0")
     coordinator = RedisCoordinator(down)
     try:
-        resp = create_app(down, store=store, coordinator=coordinator).test_client().get("/readyz")
+        resp = make_app(down, store=store, coordinator=coordinator).test_client().get("/readyz")
         assert resp.status_code == 503
         assert resp.get_json()["checks"]["redis"] != "ok"
         assert resp.get_json()["error"]["code"] == "unavailable"
@@ -70,9 +72,30 @@ def test_readyz_with_redis(store, database_url, redis_url):
         coordinator.close()
 
 
+def test_standalone_readyz_does_not_claim_redis(store, database_url):
+    """The in-process coordinator of `cronman standalone` is no Redis."""
+    app = make_app(Settings(database_url=database_url), store=store,
+                     coordinator=InProcessCoordinator(ttl=30.0))
+    body = app.test_client().get("/readyz").get_json()
+    assert body["checks"]["redis"] == "not configured"
+
+
+def test_readiness_checks_registered_by_the_process(app, client):
+    from cronman.api.health import add_readiness_check
+
+    problem: list[str] = []
+    add_readiness_check(app, "run_writes", lambda: problem[0] if problem else None)
+    assert client.get("/readyz").get_json()["checks"]["run_writes"] == "ok"
+    problem.append("stuck for 42 s: integer out of range")
+    resp = client.get("/readyz")
+    assert resp.status_code == 503
+    assert resp.get_json()["checks"]["run_writes"] == "stuck for 42 s: integer out of range"
+    assert "run_writes: stuck for 42 s" in resp.get_json()["error"]["message"]
+
+
 def test_readyz_when_the_database_is_down():
     url = f"postgresql+psycopg2://postgres@127.0.0.1:{free_port()}/none"
-    app = create_app(Settings(database_url=url))
+    app = make_app(Settings(database_url=url))
     client = app.test_client()
     resp = client.get("/readyz")
     assert resp.status_code == 503
@@ -116,10 +139,11 @@ def test_cluster_from_the_coordinator(store, database_url):
     coordinator = InProcessCoordinator(ttl=30)
     started = utcnow() - timedelta(minutes=5)
     for i, stats in enumerate([{"owned_jobs": 10, "fires_last_minute": 4, "lock_wins": 3,
-                                "lock_losses": 1}, {}]):
+                                "lock_losses": 1, "backlog": 120, "behind_ms": 2500,
+                                "saturation_pct": 100}, {}]):
         coordinator.join(NodeInfo(id=f"sched-{i}", address=f"10.0.0.{i}:9000",
                                   started_at=started, stats=stats))
-    app = create_app(Settings(database_url=database_url, replicas=3), store=store,
+    app = make_app(Settings(database_url=database_url, replicas=3), store=store,
                      coordinator=coordinator)
     body = app.test_client().get("/v1/cluster").get_json()
     assert body["replicas"] == 3 and body["agents"] == []
@@ -130,6 +154,10 @@ def test_cluster_from_the_coordinator(store, database_url):
     assert (first["owned_jobs"], first["fires_last_minute"], first["lock_wins"],
             first["lock_losses"]) == (10, 4, 3, 1)
     assert (second["owned_jobs"], second["lock_wins"]) == (0, 0)
+    # Alive but 2.5 s behind: overloaded, not down.
+    assert (first["state"], first["backlog"], first["behind_ms"], first["saturation_pct"]) == (
+        "overloaded", 120, 2500, 100)
+    assert second["state"] == "ok"
     coordinator.leave("sched-1")
     assert [n["id"] for n in app.test_client().get("/v1/cluster").get_json()["nodes"]] == [
         "sched-0"]
@@ -142,7 +170,7 @@ def test_cluster_from_redis(store, database_url, redis_url):
     try:
         node.join(NodeInfo(id="n1", address="127.0.0.1:1", started_at=utcnow(),
                            stats={"owned_jobs": 2}))
-        app = create_app(settings, store=store)
+        app = make_app(settings, store=store)
         nodes = app.test_client().get("/v1/cluster").get_json()["nodes"]
         assert [(n["id"], n["owned_jobs"]) for n in nodes] == [("n1", 2)]
     finally:
@@ -151,13 +179,35 @@ def test_cluster_from_redis(store, database_url, redis_url):
 
 
 def test_dashboard_is_self_contained(client):
+    """The page and every file it loads come from this API; no inline script."""
     resp = client.get("/")
     assert resp.status_code == 200 and resp.mimetype == "text/html"
+    csp = resp.headers["Content-Security-Policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp
     html = resp.get_data(as_text=True)
-    assert "v1/cluster" in html and "localStorage" in html and "Authorization" in html
-    for column in ("Heartbeat age", "Owned jobs", "Fires last minute", "Lock wins",
-                   "Lock losses", "Address", "Started", "Worker agents"):
-        assert column in html
-    # No external assets.
-    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
-    assert "@import" not in html
+    assert not re.search(r"<script(?![^>]*\bsrc=)", html), "inline script"
+    sources = re.findall(r"""(?:src|href)=["']([^"'#]+)""", html)
+    assert "ui/app.js" in sources
+    seen, queue = set(), [s for s in sources if s.startswith("ui/")]
+    while queue:
+        path = queue.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        asset = client.get("/" + path)
+        assert asset.status_code == 200, path
+        text = asset.get_data(as_text=True)
+        assert not re.search(r"https?://(?!www\.w3\.org/2000/svg)", text), path
+        assert "@import" not in text and ".innerHTML" not in text, path
+        base = path.rsplit("/", 1)[0]
+        for rel in re.findall(r"""from\s+["'](\.{1,2}/[^"']+)["']""", text):
+            parts = base.split("/")
+            for piece in rel.split("/"):
+                if piece == "..":
+                    parts.pop()
+                elif piece != ".":
+                    parts.append(piece)
+            queue.append("/".join(parts))
+    assert {"ui/app.js", "ui/api.js", "ui/charts.js", "ui/views/jobs.js",
+            "ui/views/cluster.js"} <= seen
+    assert client.get("/ui/../wsgi.py").status_code == 404

@@ -1,14 +1,16 @@
 """``cronman bench``: the counts add up (a smoke run, not a performance test).
 
-The end-to-end run starts one real scheduler node (PostgreSQL scratch
-database, private redis-server, nginx receiver) and the APScheduler peer with
-its memory job store for a few seconds, and checks only that every owed fire
-is either delivered or missed and that the cost figures were read.
+The end-to-end runs start real scheduler nodes (PostgreSQL scratch database,
+private redis-server, nginx receiver) and, for steady, the APScheduler peers
+(3.x with its memory job store, 4.x with its PostgreSQL data store) for a few
+seconds each; they check only that every owed fire is either delivered or
+missed, that each scenario's figures were read, and the cost split by kind.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -16,17 +18,17 @@ from typing import Any
 
 import pytest
 
-from cronman.bench.nodelog import NodeLog
-from cronman.bench.receiver import Arrival, parse_line
-from cronman.bench.report import (
+from cronman_bench.nodelog import NodeLog
+from cronman_bench.receiver import Arrival, parse_line
+from cronman_bench.report import (
     SteadyWatch,
     Tally,
     format_table,
     percentile,
     steady_after,
 )
-from cronman.bench.scenarios import rate_ladder, search_highest, trial_verdict
-from cronman.bench.workload import Workload
+from cronman_bench.scenarios import rate_ladder, search_highest, trial_verdict
+from cronman_bench.workload import Workload
 from tests.support.databases import PG_ADMIN_DB, pg_url
 
 
@@ -203,7 +205,8 @@ def test_bench_smoke_run_counts_add_up(tmp_path) -> None:
     argv = [sys.executable, "-c", "from cronman.cli import main; main()", "bench",
             "--scenario", "steady", "--nodes", "1", "--replicas", "1", "--jobs", "20",
             "--every", "1", "--duration", "5", "--warmup", "3", "--drain", "10",
-            "--peer", "apscheduler-memory", "--database-url", pg_url(PG_ADMIN_DB),
+            "--peer", "apscheduler-memory,apscheduler4-postgres",
+            "--database-url", pg_url(PG_ADMIN_DB),
             "--json", str(out)]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -212,7 +215,7 @@ def test_bench_smoke_run_counts_add_up(tmp_path) -> None:
     result = json.loads(out.read_text())
     (scenario,) = result["scenarios"]
     phases = {p["system"]: p for p in scenario["phases"]}
-    assert set(phases) == {"cronman", "apscheduler-memory"}
+    assert set(phases) == {"cronman", "apscheduler-memory", "apscheduler4-postgres"}
     for name, phase in phases.items():
         d = phase["delivery"]
         assert d["expected"] == 20 * 5, name
@@ -223,4 +226,179 @@ def test_bench_smoke_run_counts_add_up(tmp_path) -> None:
         procs = phase["cost"]["processes"]
         assert procs and all(p["cpu_s_total"] > 0 and p["peak_rss_mb"] > 0 for p in procs)
     assert "pg_commits_per_fire" in phases["cronman"]["cost"]
+    # CPU per fire by process kind: the database backends of each system's own database.
+    kinds = phases["cronman"]["cost"]["cpu_s_by_kind"]
+    assert kinds["scheduler"] > 0 and kinds["postgresql"] > 0 and kinds["receiver"] >= 0
+    assert phases["apscheduler4-postgres"]["cost"]["cpu_s_by_kind"]["postgresql"] > 0
+    assert "postgresql" not in phases["apscheduler-memory"]["cost"]["cpu_s_by_kind"]
     assert phases["cronman"]["cost"]["redis_commands"] > 0
+
+
+def test_mix_windows_priorities_and_job_definitions() -> None:
+    from cronman_bench.overload import overload_jobs
+    from cronman_bench.workload import Mix, cronman_definition, jobs_from_dict
+
+    w, bounds = overload_jobs(100, now=1_000_000, lead_s=10, phase_s=5, recover_s=5,
+                              grace_s=None)
+    t0, t1, t2, t3, end = bounds
+    assert (t0, t1, t2, t3, end) == (1_010_000, 1_015_000, 1_020_000, 1_025_000, 1_030_000)
+    assert [w.rate_at(t) for t in (t0, t1, t2, t3)] == [100, 200, 300, 100]
+    assert w.expected_count(t0, t1) == 500 and w.expected_count(t2, t3) == 1500
+    assert w.count == 300
+    high = [g for g in w.parts if g.priority]
+    assert sum(g.count for g in high) == 15  # 5 % of every group
+    # A job of the 3x group: its window is [t2, t3), end_at inclusive one ms before.
+    i = next(i for i in range(w.count) if w.local(i)[0].name == "extra-b-high")
+    spec = cronman_definition(w, i, "http://127.0.0.1:9/cb", "run")
+    assert spec["priority"] == 10 and spec["namespace"] == "bench"
+    assert spec["start_at"] == "1970-01-01T00:17:00Z"  # t2
+    assert spec["end_at"] == "1970-01-01T00:17:04.999Z"  # t3 - 1 ms
+    fires = list(w.fires_of(i, 0, 2_000_000))
+    assert fires and t2 <= fires[0] and fires[-1] < t3 and len(fires) == 5
+    assert w.on_grid(i, fires[0]) and not w.on_grid(i, fires[0] - 1000)
+    again = jobs_from_dict(w.to_dict())
+    assert isinstance(again, Mix) and again.expected_count(t0, end) == w.expected_count(t0, end)
+
+
+def test_slices_recovery_and_herd_order() -> None:
+    from cronman_bench.harness import PhaseOutcome
+    from cronman_bench.priority_herd import herd_figures, herd_jobs
+    from cronman_bench.slices import early_late, recovered_after
+
+    w = Workload(count=10, every_ms=1000, base_ms=0)
+    keys = [f"j{i}" for i in range(10)]
+    t = Tally(w, keys, 0, 40_000)
+    for i, f in w.expected(0, 40_000):
+        # Behind by 5 s at 20 s, catching up by 1 s per second: on time from 25 s.
+        late = max(5, 5000 - (f - 20_000)) if f >= 20_000 else 5
+        t.add(Arrival(f + late, keys[i], f, "r", 1))
+    assert recovered_after(t, 20_000, 40_000, 50) == 5.0
+    assert recovered_after(t, 20_000, 30_000, 50) is None  # too little time left after it
+    t.add(Arrival(30_000 - 100, keys[0], 30_000, "r2", 1))  # an early duplicate
+    assert early_late(t, 0, 40_000, 1000)["early"] == 1
+
+    mix = herd_jobs(low=6, high=2, steady=2, now=0, lead_s=10)
+    due = 10_000
+    ht = Tally(mix, [f"k{i}" for i in range(mix.count)], 0, 20_000)
+    arrive = {0: 300, 1: 310, 2: 320, 3: 330, 4: 340, 5: 350, 6: 100, 7: 305}  # 7: high
+    for i, ms in arrive.items():
+        ht.add(Arrival(due + ms, f"k{i}", due, "r", 1))
+    for i, f in mix.expected(0, 20_000):
+        if i >= 8:
+            ht.add(Arrival(f + (400 if due <= f < due + 1000 else 3), f"k{i}", f, "r", 1))
+    o = PhaseOutcome(result={}, tally=ht, workload=mix, started_ms=0)
+    h = herd_figures(o)
+    assert h["high"]["max_ms"] == 305 and h["low"]["p50_ms"] == 320
+    assert h["low_before_last_high"] == 1  # the low one at 300 ms
+    assert h["steady_during_herd"]["max_ms"] == 400
+    assert h["steady_before_herd"]["max_ms"] == 3
+
+
+def test_cpu_meter_counts_processes_born_and_gone_between_snapshots() -> None:
+    import os as _os
+    import subprocess as _sp
+    import time as _time
+
+    from cronman_bench.cost import CpuMeter
+
+    meter = CpuMeter()
+    children: list[int] = []
+    meter.add("scheduler", lambda: [_os.getpid()])
+    meter.add("postgresql", lambda: list(children))
+    a = meter.snapshot()
+    busy = _sp.Popen([sys.executable, "-c", "import time\nt=time.process_time()\n"
+                      "while time.process_time() - t < 0.3: pass\ntime.sleep(5)"])
+    try:
+        children.append(busy.pid)
+        deadline = _time.monotonic() + 10
+        spent = 0.0
+        while spent < 0.25 and _time.monotonic() < deadline:
+            _time.sleep(0.1)
+            meter.sample()
+            spent = meter.between(a, meter.snapshot())["postgresql"]
+        b = meter.snapshot()
+    finally:
+        busy.kill()
+        busy.wait()
+    cpu = meter.between(a, b)
+    assert 0.25 <= cpu["postgresql"] < 1.0  # born after a: all of its CPU counts
+    assert cpu["scheduler"] >= 0.0
+    assert meter.processes("postgresql", a, b) == 1
+
+
+def test_node_metrics_parse_counters_by_label() -> None:
+    from cronman_bench import nodemetrics
+
+    text = ("# HELP cronman_fire_takeovers_total x\n# TYPE cronman_fire_takeovers_total counter\n"
+            'cronman_fire_takeovers_total{reason="gone"} 3.0\n'
+            'cronman_fire_takeovers_total{reason="stalled"} 1.0\n'
+            "# HELP cronman_clock_offset_seconds y\n# TYPE cronman_clock_offset_seconds gauge\n"
+            "cronman_clock_offset_seconds 2.01\n")
+    after = {"n1": nodemetrics.parse(text)}
+    before = {"n1": nodemetrics.parse(text.replace("3.0", "1.0"))}
+    assert nodemetrics.counter_delta(before, after, nodemetrics.TAKEOVERS, "reason") == {
+        "gone": 2.0, "stalled": 0.0}
+    assert nodemetrics.gauges([(5, after)], nodemetrics.CLOCK_OFFSET) == {"n1": [(5, 2.01)]}
+
+
+def _bench(tmp_path: Any, *args: str, timeout: float = 300) -> dict[str, Any]:
+    out = tmp_path / "bench.json"
+    argv = [sys.executable, "-c", "from cronman.cli import main; main()", "bench", *args,
+            "--database-url", pg_url(PG_ADMIN_DB), "--json", str(out)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (scenario,) = json.loads(out.read_text())["scenarios"]
+    assert "error" not in scenario, scenario
+    return dict(scenario)
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_bench_overload_smoke_run_has_every_phase(tmp_path) -> None:
+    s = _bench(tmp_path, "--scenario", "overload", "--nodes", "2", "--rate", "20",
+               "--phase-seconds", "5", "--recover-seconds", "12", "--lead", "12",
+               "--drain", "10", "--peer", "none")
+    (phase,) = s["phases"]
+    ov = phase["overload"]
+    assert ov["knee_per_s"] == 20
+    per = ov["phases"]
+    assert [per[p]["offered_per_s"] for p in ("knee", "2x", "3x", "back")] == [20, 40, 60, 20]
+    for name, f in per.items():
+        assert f["due"] == f["due_delivered"] + f["missed"], name
+        assert f["due_delivered"] > 0, name
+        assert isinstance(f["takeovers_by_reason"], dict), name  # read from the nodes
+        assert set(f["cpu_ms_per_fire_by_kind"]) >= {"scheduler", "postgresql", "redis",
+                                                     "receiver", "total"}, name
+        assert set(f["lateness_by_priority"]) <= {"0", "10"}, name
+    assert "recovery_s" in ov and ov["recovered_limit_ms"] is not None
+    assert "p99 high" in s["table"]
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_bench_priority_herd_smoke_run_counts_both_priorities(tmp_path) -> None:
+    s = _bench(tmp_path, "--scenario", "priority-herd", "--nodes", "2", "--jobs", "300",
+               "--high-jobs", "30", "--steady-jobs", "10", "--duration", "8", "--lead", "12",
+               "--drain", "10")
+    (phase,) = s["phases"]
+    h = phase["priority_herd"]
+    assert h["low"]["owed"] == 300 and h["high"]["owed"] == 30
+    for g in ("low", "high"):
+        assert h[g]["delivered"] + h[g]["missed"] == h[g]["owed"]
+    assert h["high"]["delivered"] > 0 and isinstance(h["low_before_last_high"], int)
+    assert h["steady_before_herd"]["count"] > 0
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"),
+                    reason="Debian's faketime is missing")
+def test_bench_skew_smoke_run_reads_the_skewed_nodes_offset(tmp_path) -> None:
+    s = _bench(tmp_path, "--scenario", "skew", "--nodes", "2", "--rate", "20",
+               "--duration", "6", "--warmup", "4", "--skews=+2s", "--drain", "10")
+    base, skewed = s["phases"]
+    assert base["skew"]["offset"] == "none" and skewed["skew"]["offset"] == "+2s"
+    assert skewed["skew"]["skewed_node_offset_s"] == pytest.approx(2.0, abs=0.3)
+    assert skewed["skew"]["skewed_node_stepped_out"] is True
+    assert abs(base["skew"]["skewed_node_offset_s"]) < 0.3
+    assert skewed["delivery"]["expected"] == 20 * 6

@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from cronman.cli import cli
-from cronman.cli.client import format_table
 from cronman.cli.group import RET_ERROR, RET_UNAVAILABLE
+from cronman.cli.output import format_table
 from cronman.store.migrate import upgrade
 from tests.support.api import free_port, job_spec, running_api
 
@@ -174,7 +174,7 @@ def test_tokens_and_an_api_that_needs_them(tmp_path):
 
 
 def test_cluster_table_with_nodes_and_agents():
-    from cronman.cli.client import cluster_text
+    from cronman.cli.output import cluster_text
 
     text = cluster_text({"replicas": 2, "nodes": [
         {"id": "sched-1", "address": "10.0.0.1:9000", "started_at": "2026-01-01T00:00:00Z",

@@ -211,7 +211,7 @@ def test_guard_refuses_loopback_literal_and_nothing_is_sent(rx):
 
 def test_guard_refuses_a_name_resolving_to_loopback_at_connect_time(rx):
     target = make(f"http://localhost:{rx.port}/x")
-    # Twice: the second lookup may come from aiohttp's DNS cache and must be refused too.
+    # Twice: the second lookup may come from the client's DNS cache and must be refused too.
     outcomes = fire(GUARDED, delivery(target), delivery(target, attempt=2))
     for outcome in outcomes:
         assert not outcome.ok and not outcome.retryable

@@ -12,11 +12,11 @@ import pytest
 import redis
 
 from cronman.config import Settings
+from cronman.coordination import make_coordinator
+from cronman.coordination.base import NodeInfo
+from cronman.coordination.memory import InProcessCoordinator
+from cronman.coordination.redis import CLAIM_CHUNK, RedisCoordinator
 from cronman.errors import CoordinatorUnavailable
-from cronman.scheduler.coordination import make_coordinator
-from cronman.scheduler.coordination.memory import InProcessCoordinator
-from cronman.scheduler.coordination.redis import CLAIM_CHUNK, RedisCoordinator
-from cronman.scheduler.coordinator import NodeInfo
 from tests.support.redis_servers import free_port
 
 pytestmark = pytest.mark.redis

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 from cronman.config import Settings
+from cronman.coordination.base import NodeInfo
+from cronman.coordination.redis import RedisCoordinator
 from cronman.errors import CoordinatorUnavailable
-from cronman.scheduler.coordination.redis import RedisCoordinator
-from cronman.scheduler.coordinator import NodeInfo
 from tests.support.redis_servers import RedisProcess, redis_servers, wait_until
 
 pytestmark = pytest.mark.redis

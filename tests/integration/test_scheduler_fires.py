@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from cronman.api.app import create_app
 from cronman.callbacks.signing import verify_signature
 from cronman.config import Settings
+from cronman.processes.api import make_app
 from cronman.store import open_store
 from cronman.store.migrate import upgrade
-from cronman.store.tables import FINAL_STATUSES
 from cronman.timeutil import format_rfc3339, parse_rfc3339, utcnow
+from cronman.vocabulary import FINAL_STATUSES
 from tests.support.databases import temporary_pg_database
 from tests.support.processes import CronmanProcess, Processes
 from tests.support.receiver import ReceivedRequest, Receiver
@@ -80,7 +80,7 @@ def env(tmp_path_factory):
         rx.reply("/refused-dlq", status=204)
         node = procs.scheduler(url, "fires-1", env={"CRONMAN_SIGNING_SECRET": SECRET,
                                                      "CRONMAN_LEASE_SECONDS": "6"})
-        app = create_app(Settings(database_url=url, allow_private_targets=True))
+        app = make_app(Settings(database_url=url, allow_private_targets=True))
         e = Env(url, rx, node, app.test_client(), time.monotonic())
         now = utcnow()
         in2 = format_rfc3339((now + timedelta(seconds=2)).replace(microsecond=0))

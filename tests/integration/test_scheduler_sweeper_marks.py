@@ -22,10 +22,10 @@ from prometheus_client import CollectorRegistry
 from cronman.callbacks import TargetRegistry
 from cronman.callbacks.recording import RecordingTarget
 from cronman.config import Settings
+from cronman.coordination.memory import InProcessCoordinator
+from cronman.coordination.redis import RedisCoordinator
 from cronman.ids import run_id_for
 from cronman.models import Run
-from cronman.scheduler.coordination.memory import InProcessCoordinator
-from cronman.scheduler.coordination.redis import RedisCoordinator
 from cronman.scheduler.node import SchedulerNode
 from cronman.scheduler.outcome_marks import OutcomeMark
 from cronman.store import open_store

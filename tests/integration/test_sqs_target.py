@@ -1,4 +1,5 @@
-"""SqsTarget against a real moto SQS server on a random loopback port."""
+"""SqsTarget against a real moto SQS server on a random loopback port (private
+targets allowed), and the private-address guard against a loopback listener."""
 
 from __future__ import annotations
 
@@ -15,9 +16,15 @@ import pytest
 from cronman.callbacks import Delivery, Outcome, dead_letter_delivery, validate_target
 from cronman.callbacks.dead_letter import validate_dead_letter
 from cronman.callbacks.sqs import SqsTarget
+from cronman.config import Settings
 from cronman.ids import run_id_for
+from tests.support.listener import LoopbackListener
 from tests.support.moto import MotoServer, aws_test_env, moto_server
 from tests.support.receiver import Receiver
+
+# moto listens on loopback: the guard must let it through for these tests.
+PRIVATE_OK = Settings(allow_private_targets=True)
+GUARDED = Settings(allow_private_targets=False)
 
 REGION = "us-east-1"
 WHEN = datetime(2026, 11, 22, 7, 0, 0, 250000, tzinfo=UTC)
@@ -60,9 +67,9 @@ def delivery(target: dict, *, job_id: str = "job-1", when: datetime = WHEN, atte
     )
 
 
-def fire(*deliveries: Delivery, **kwargs) -> list[Outcome]:
+def fire(*deliveries: Delivery, settings: Settings = PRIVATE_OK, **kwargs) -> list[Outcome]:
     async def go():
-        target = SqsTarget(**kwargs)
+        target = SqsTarget(settings, **kwargs)
         try:
             return [await target.deliver(d) for d in deliveries]
         finally:
@@ -183,7 +190,7 @@ def test_sends_do_not_block_the_event_loop(moto, sqs):
     target = make(moto, queue)
 
     async def go():
-        sender = SqsTarget(max_workers=4)
+        sender = SqsTarget(PRIVATE_OK, max_workers=4)
         gaps: list[float] = []
         stop = asyncio.Event()
 
@@ -232,3 +239,66 @@ def test_dead_letter_to_sqs(moto, sqs):
     [message] = receive_all(sqs, queue)
     assert json.loads(message["Body"]) == record
     assert message["MessageAttributes"]["cronman-run-id"]["StringValue"] == record["id"]
+
+
+def _sqs_to(endpoint: str, **fields) -> dict:
+    return validate_target({"kind": "sqs", "region": REGION, "body": "hello",
+                            "queue_url": "https://sqs.us-east-1.amazonaws.com/1/q",
+                            "endpoint_url": endpoint, **fields})
+
+
+def test_private_endpoints_are_refused_and_receive_nothing(monkeypatch):
+    """Found by probing: an sqs target (or dead letter) with endpoint_url
+    http://127.0.0.1:PORT sent a signed SendMessage -- the node's AWS
+    credentials in its Authorization header -- there, and the run succeeded."""
+    aws_test_env(monkeypatch=monkeypatch)
+    with LoopbackListener() as ear:
+        dead_letter = validate_dead_letter({"kind": "sqs", "region": REGION,
+                                            "queue_url": "https://sqs.us-east-1.amazonaws.com/1/d",
+                                            "endpoint_url": ear.url()})
+        record = {"id": run_id_for("job-1", WHEN), "job_id": "job-1",
+                  "scheduled_for": "2026-11-22T07:00:00.25Z", "status": "failed",
+                  "attempt": 1, "error": "HTTP 500", "result": None}
+        outcomes = fire(delivery(_sqs_to(ear.url())),
+                        delivery(_sqs_to(ear.url("localhost"))),  # a name, resolved then
+                        dead_letter_delivery(dead_letter, record),
+                        settings=GUARDED)
+        time.sleep(0.3)
+        assert (ear.connections, ear.data) == (0, b"")
+    for outcome in outcomes:
+        assert not outcome.ok and not outcome.retryable
+        assert outcome.error.startswith("SQS endpoint ")
+        assert "a loopback address 127.0.0.1" in outcome.error or \
+            "a loopback address ::1" in outcome.error
+        assert "CRONMAN_ALLOW_PRIVATE_TARGETS=true" in outcome.error
+
+
+def test_the_listener_hears_an_unguarded_send(monkeypatch):
+    """The control of the test above: with private targets allowed the same
+    send reaches the listener, signed with the node's credentials."""
+    aws_test_env(monkeypatch=monkeypatch)
+    with LoopbackListener() as ear:
+        [outcome] = fire(delivery(_sqs_to(ear.url())), settings=PRIVATE_OK, max_attempts=1)
+        time.sleep(0.3)
+        assert ear.connections >= 1 and b"AWS4-HMAC-SHA256" in ear.data
+    assert not outcome.ok  # the listener hangs up without an answer
+
+
+def test_guarded_sends_to_public_names_resolve_and_connect_as_usual(moto, sqs, monkeypatch):
+    """The guard resolves and connects itself: a host it allows works as before
+    (moto stands in for the public endpoint: its loopback address is let
+    through only for this check of the connection code)."""
+    from cronman.callbacks import guarded_sockets
+
+    queue = sqs.create_queue(QueueName="guarded")["QueueUrl"]
+    allowed = []
+
+    def allow_loopback(address):
+        allowed.append(address)
+        return None
+
+    monkeypatch.setattr(guarded_sockets, "address_refusal", allow_loopback)
+    [outcome] = fire(delivery(make(moto, queue)), settings=GUARDED)
+    assert outcome.ok, outcome.error
+    assert allowed and set(allowed) <= {"127.0.0.1", "::1"}
+    assert len(receive_all(sqs, queue)) == 1

@@ -75,6 +75,13 @@ def test_standalone_fires_jobs_created_over_http(tmp_path):
         assert status == 200
         assert "cronman_fires_total" in text and "cronman_api_requests_total" in text
 
+        # Readiness: no Redis (so not "ok"), the node's run writes, the auth state.
+        status, ready, _ = http("GET", f"{base}/readyz")
+        assert status == 200, ready
+        assert ready["checks"] == {"database": "ok", "redis": "not configured",
+                                   "run_writes": "ok"}
+        assert ready["auth"]["mode"] == "open"
+
         status, _, _ = http("DELETE", f"{base}/v1/jobs/{job['id']}")
         assert status == 204
         deleted_at = time.time()
@@ -87,14 +94,19 @@ def test_standalone_fires_jobs_created_over_http(tmp_path):
         assert "Traceback" not in sa.log_text()
 
 
-def test_standalone_container_targets_fail_with_a_clear_error(tmp_path):
+def test_standalone_container_targets_no_agent_fits_fail_with_a_clear_error(tmp_path):
+    # Standalone runs container targets on its in-process agent
+    # (tests/agent/test_standalone_process_agent.py); one whose selector no
+    # agent matches fails once the placement deadline passes.
     db = f"sqlite:///{tmp_path / 'cronman.db'}"
     with Processes(tmp_path) as procs:
-        sa = procs.standalone(db)
+        sa = procs.standalone(db, env={"CRONMAN_AGENT_PLACEMENT_TIMEOUT": "1"})
         status, job, _ = http("POST", f"{sa.url}/v1/jobs", {
             "name": "box",
             "schedule": {"kind": "interval", "every": 1},
-            "target": {"kind": "container", "image": "busybox", "command": ["true"]},
+            "target": {"kind": "container", "image": "busybox", "command": ["true"],
+                       "selector": {"gpu": "yes"}},
+            "retry": {"max_attempts": 1},
         })
         if status != 201:
             pytest.skip(f"the API does not take container targets yet: {json.dumps(job)}")
@@ -103,6 +115,7 @@ def test_standalone_container_targets_fail_with_a_clear_error(tmp_path):
             _, page, _ = http("GET", f"{sa.url}/v1/jobs/{job['id']}/runs")
             return [r for r in page["items"] if r["status"] == "failed"]
 
-        run = wait_for(failed, 5, "a failed container run")[0]
-        assert "worker agent" in run["error"]
+        run = wait_for(failed, 10, "a failed container run")[0]
+        assert "no worker agent with room" in run["error"]
+        assert "matches the selector" in run["error"]
         assert sa.stop() == 0

@@ -13,7 +13,7 @@ from cronman.errors import StoreUnavailable
 from cronman.models import JobFilter, RunUpdate
 from cronman.store import open_store
 from cronman.store.engine import normalise_url
-from cronman.store.migrate import SchemaNotCurrent, check_schema_current
+from cronman.store.migrate import SchemaNotCurrent, check_schema_current, head_revision
 from tests.support.store_data import base_time, job_spec, make_run
 
 
@@ -45,7 +45,7 @@ def test_ping_and_schema_check(database_url, tmp_path):
         assert store.dialect in ("postgresql", "sqlite")
     finally:
         store.close()
-    assert check_schema_current(database_url) == "0001"
+    assert check_schema_current(database_url) == head_revision()
     with pytest.raises(SchemaNotCurrent, match="cronman migrate"):
         check_schema_current(f"sqlite:///{tmp_path / 'empty.db'}")
 

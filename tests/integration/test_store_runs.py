@@ -49,6 +49,22 @@ def test_claim_advances_the_job_cursor_never_backwards(store, job):
     assert got.last_fire_at == later and got.skipped_pending == 0
 
 
+def test_the_fence_refuses_rows_too_far_ahead_of_the_database_clock(store, job):
+    """SPEC §6: with the coordinator out, the fence decides on the database's
+    clock; a fast host's early rows (and their cursors) are refused, named."""
+    now = utcnow().replace(microsecond=0)
+    due, ahead = now - timedelta(seconds=1), now + timedelta(seconds=30)
+    runs = [make_run(job.id, due), make_run(job.id, ahead)]
+    got = store.runs.claim_runs(runs, [(job.id, due, 0), (job.id, ahead, 0)],
+                                max_ahead_ms=5_000)
+    assert got == {runs[0].id} and got.too_early == {runs[1].id}
+    assert store.runs.get_run(runs[1].id) is None
+    assert store.jobs.get_job(job.id).last_fire_at == due
+    # Without a bound (a claim the coordinator decided), the row goes in.
+    again = store.runs.claim_runs([runs[1]])
+    assert again == {runs[1].id} and again.too_early == frozenset()
+
+
 def test_concurrent_claims_from_threads_insert_each_run_once(database_url, job):
     t0 = base_time()
     runs = [make_run(job.id, t0 + timedelta(seconds=i)) for i in range(300)]
@@ -334,3 +350,29 @@ def _run_per_store(stores, work) -> None:
     finally:
         for s in stores:
             s.close()
+
+
+def test_figures_beyond_32_bits_and_text_a_database_refuses_are_stored(store, job):
+    """A run replayed 40 days after its time has a lateness over 2^31 ms; a target
+    may answer with NUL bytes or a broken encoding. Neither may be refused."""
+    t0 = base_time() - timedelta(days=40)
+    late = 40 * 86_400_000
+    store.runs.claim_runs([make_run(job.id, t0, skipped_before=3_000_000_000)],
+                          [(job.id, t0, 3_000_000_000)])
+    store.runs.write_run_updates([RunUpdate(
+        id=run_id_for(job.id, t0), scheduled_for=t0, status="succeeded", attempt=1,
+        started_at=utcnow(), finished_at=utcnow(), lateness_ms=late, duration_ms=2**40,
+        result={"http_status": 200, "response_snippet": "a\x00b\ud800c"},
+        error="odd\x00text")], "n1")
+    run = store.runs.get_run(run_id_for(job.id, t0))
+    assert run.status == "succeeded" and run.lateness_ms == late
+    assert run.duration_ms == 2**40 and run.skipped_before == 3_000_000_000
+    assert run.result == {"http_status": 200, "response_snippet": "a\ufffdb\ufffdc"}
+    assert run.error == "odd\ufffdtext"
+    assert store.jobs.get_job(job.id).skipped_pending == 3_000_000_000
+    # A claim (a run row inserted whole) with such text is stored as well.
+    t1 = t0 + timedelta(hours=1)
+    store.runs.claim_runs([make_run(job.id, t1, status="skipped", error="x\x00y",
+                                    result={"k\x00": "v"})])
+    run = store.runs.get_run(run_id_for(job.id, t1))
+    assert run.error == "x\ufffdy" and run.result == {"k\ufffd": "v"}

@@ -11,11 +11,11 @@ from cronman.store import tokens as tokens_mod
 
 
 def test_create_find_revoke(store):
-    assert store.tokens.any_tokens() is False
+    assert store.tokens.any_token_created() is False
     secret, record = store.tokens.create_token("billing-ci", ["billing", "ops"])
     assert secret.startswith("cm_") and len(secret) > 40
     assert record["namespaces"] == ["billing", "ops"] and record["admin"] is False
-    assert store.tokens.any_tokens() is True
+    assert store.tokens.any_token_created() is True
     found = store.tokens.find_token(secret)
     assert found["id"] == record["id"] and found["namespaces"] == ["billing", "ops"]
     assert "token_hash" not in found
@@ -29,9 +29,10 @@ def test_create_find_revoke(store):
     assert store.tokens.revoke_token(record["id"]) is True
     assert store.tokens.revoke_token(record["id"]) is False
     assert store.tokens.find_token(secret) is None
-    assert store.tokens.any_tokens() is True
+    assert store.tokens.any_token_created() is True
     store.tokens.revoke_token(admin["id"])
-    assert store.tokens.any_tokens() is False
+    # Every token revoked: tokens were created, so the API still requires one.
+    assert store.tokens.any_token_created() is True
     assert all(t["revoked_at"] is not None for t in store.tokens.list_tokens())
 
 
@@ -50,15 +51,16 @@ def test_other_stores_see_changes_after_the_cache_period(database_url, monkeypat
     cli = open_store(database_url)
     try:
         api.tokens._clock = lambda: clock[0]
-        assert api.tokens.any_tokens() is False
+        assert api.tokens.any_token_created() is False
         secret, record = cli.tokens.create_token("late", None)
-        assert api.tokens.any_tokens() is False  # cached
+        assert api.tokens.any_token_created() is False  # cached
         clock[0] += tokens_mod.CACHE_SECONDS + 0.1
-        assert api.tokens.any_tokens() is True
+        assert api.tokens.any_token_created() is True
         assert api.tokens.find_token(secret)["id"] == record["id"]
         cli.tokens.revoke_token(record["id"])
         clock[0] += tokens_mod.CACHE_SECONDS + 0.1
         assert api.tokens.find_token(secret) is None
+        assert api.tokens.any_token_created() is True
     finally:
         api.close()
         cli.close()

@@ -60,7 +60,7 @@ def fresh_url(request, tmp_path):
 def test_upgrade_yields_the_models_schema(fresh_url):
     assert current_revision(fresh_url) is None
     report = upgrade(fresh_url)
-    assert report.before is None and report.after == head_revision() == "0001"
+    assert report.before is None and report.after == head_revision()
     assert _diff(fresh_url) == []
     assert _diff(fresh_url, _altered_metadata()) != []  # the comparison does compare
 
@@ -70,7 +70,7 @@ def test_upgrade_twice_is_a_no_op(fresh_url):
     report = upgrade(fresh_url)
     assert not report.changed and report.partitions_created == []
     assert _diff(fresh_url) == []
-    assert check_schema_current(fresh_url) == "0001"
+    assert check_schema_current(fresh_url) == head_revision()
 
 
 def test_postgres_partitions_and_sequence(fresh_pg_url):
@@ -121,7 +121,7 @@ def test_concurrent_upgrades_serialise(fresh_pg_url):
     for p in procs:
         p.join(10)
     assert results == [None, None, None]
-    assert current_revision(fresh_pg_url) == "0001"
+    assert current_revision(fresh_pg_url) == head_revision()
     assert _diff(fresh_pg_url) == []
 
 
@@ -140,7 +140,7 @@ def test_upgrades_from_threads_of_one_process(fresh_url):
     for t in threads:
         t.join()
     assert errors == []
-    assert current_revision(fresh_url) == "0001"
+    assert current_revision(fresh_url) == head_revision()
 
 
 def test_schema_checks_refuse_missing_and_unknown_revisions(fresh_url):
@@ -172,9 +172,9 @@ def test_cli_migrate_is_idempotent(tmp_path):
     runner = CliRunner()
     first = runner.invoke(cli, ["migrate", "--database-url", url])
     assert first.exit_code == 0, first.output
-    assert "upgraded schema (empty) -> 0001" in first.output
+    assert f"upgraded schema (empty) -> {head_revision()}" in first.output
     second = runner.invoke(cli, ["migrate", "--database-url", url])
-    assert second.exit_code == 0 and "already at 0001" in second.output
+    assert second.exit_code == 0 and f"already at {head_revision()}" in second.output
 
 
 def test_cli_migrate_postgres(fresh_pg_url):
@@ -183,3 +183,38 @@ def test_cli_migrate_postgres(fresh_pg_url):
     assert "created partitions: scheduled_jobs_" in result.output
     again = CliRunner().invoke(cli, ["migrate", "--database-url", fresh_pg_url])
     assert "nothing to do" in again.output and "created partitions" not in again.output
+
+
+def test_upgrade_from_0001_keeps_runs_and_widens_the_figures(fresh_url):
+    """A database made by 0001, with a job and a run in it, upgraded to 64-bit figures."""
+    command.upgrade(alembic_config(fresh_url), "0001")
+    engine = create_engine(normalise_url(fresh_url))
+    try:
+        with engine.begin() as conn:
+            if engine.dialect.name == "postgresql":
+                conn.execute(text(
+                    "CREATE TABLE scheduled_jobs_old PARTITION OF scheduled_jobs "
+                    "FOR VALUES FROM ('2026-01-01') TO ('2026-01-02')"))
+            conn.execute(text(
+                "INSERT INTO jobs (id, namespace, name, version, schedule, target, retry, "
+                "misfire, delivery, concurrency, priority, paused, labels, created_at, "
+                "updated_at, change_seq, skipped_pending) VALUES ('j1', 'default', 'n', 1, "
+                "'{}', '{}', '{}', '{}', 'at_least_once', 'allow', 0, false, '{}', "
+                "'2026-01-01 00:00:00+00', '2026-01-01 00:00:00+00', 1, 7)"))
+            conn.execute(text(
+                "INSERT INTO scheduled_jobs (id, job_id, scheduled_for, status, attempt, "
+                "origin, lateness_ms, duration_ms, skipped_before) VALUES ('r1', 'j1', "
+                "'2026-01-01 07:00:00+00', 'succeeded', 1, 'schedule', 12, 34, 5)"))
+        upgrade(fresh_url)
+        assert _diff(fresh_url) == []
+        with engine.begin() as conn:
+            row = conn.execute(text("SELECT lateness_ms, duration_ms, skipped_before "
+                                    "FROM scheduled_jobs WHERE id = 'r1'")).one()
+            assert tuple(row) == (12, 34, 5)
+            conn.execute(text("UPDATE scheduled_jobs SET lateness_ms = 3456000000, "
+                              "skipped_before = 3000000000 WHERE id = 'r1'"))
+            conn.execute(text("UPDATE jobs SET skipped_pending = 3000000000"))
+            assert conn.execute(text("SELECT lateness_ms FROM scheduled_jobs")).scalar() \
+                == 3_456_000_000
+    finally:
+        engine.dispose()

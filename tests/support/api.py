@@ -62,22 +62,28 @@ def http(method: str, url: str, body: Any = None, token: str | None = None,
 @contextmanager
 def running_api(database_url: str, *, workers: int = 1, threads: int = 4,
                 extra_env: dict[str, str] | None = None,
-                startup_timeout: float = 30.0) -> Iterator[str]:
-    """`cronman api` on a free loopback port; yields its base URL; stops it by PID."""
+                startup_timeout: float = 30.0, log_path: Path | None = None) -> Iterator[str]:
+    """`cronman api` on a free loopback port; yields its base URL; stops it by PID.
+
+    Its output goes to ``log_path`` when given (complete once the block ends).
+    """
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRONMAN_")}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     env.update({"CRONMAN_DATABASE_URL": database_url, **(extra_env or {})})
     cmd = [*CRONMAN, "api", "--bind", f"127.0.0.1:{port}",
            "--workers", str(workers), "--threads", str(threads)]
-    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE,
+    sink = open(log_path, "wb") if log_path is not None else None  # noqa: SIM115
+    proc = subprocess.Popen(cmd, env=env, cwd=REPO,
+                            stdout=sink if sink is not None else subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + startup_timeout
         while True:
             if proc.poll() is not None:
-                out = proc.stdout.read().decode() if proc.stdout else ""
+                out = (proc.stdout.read().decode() if proc.stdout
+                       else log_path.read_text() if log_path else "")
                 raise RuntimeError(f"cronman api exited with {proc.returncode}:\n{out}")
             try:
                 status, _, _ = http("GET", base + "/healthz", timeout=1.0)
@@ -99,3 +105,5 @@ def running_api(database_url: str, *, workers: int = 1, threads: int = 4,
                 proc.wait(timeout=5)
         if proc.stdout:
             proc.stdout.close()
+        if sink is not None:
+            sink.close()

@@ -54,7 +54,8 @@ def available() -> bool:
 class PrivatePostgres:
     """One private PostgreSQL server (data dir, port and socket dir of its own)."""
 
-    def __init__(self, base: Path | None = None, port: int | None = None) -> None:
+    def __init__(self, base: Path | None = None, port: int | None = None,
+                 settings: dict[str, str] | None = None) -> None:
         self.base = Path(base or tempfile.mkdtemp(prefix="cronman-pg-"))
         self.data = self.base / "data"
         self.sockets = self.base / "run"
@@ -62,6 +63,8 @@ class PrivatePostgres:
         self.port = port or _free_port()
         self._own_base = base is None
         self.initialised = False
+        # Extra server settings (``{"wal_level": "logical"}``), as -c options.
+        self.settings = dict(settings or {})
 
     # -- commands ---------------------------------------------------------
 
@@ -96,6 +99,7 @@ class PrivatePostgres:
         opts = (f"-p {self.port} -k {self.sockets} -c listen_addresses={LOOPBACK} "
                 "-c fsync=off -c full_page_writes=off "
                 "-c max_connections=200 -c shared_buffers=64MB")
+        opts += "".join(f" -c {name}={value}" for name, value in self.settings.items())
         self._as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-l",
                            str(self.log_path), "-o", opts, "-w", "-t", str(int(timeout)),
                            "start"], timeout=timeout + 10)
@@ -193,12 +197,13 @@ def _port_open(port: int) -> bool:
 
 
 @contextmanager
-def private_postgres(attempts: int = 3) -> Iterator[PrivatePostgres]:
+def private_postgres(attempts: int = 3,
+                     settings: dict[str, str] | None = None) -> Iterator[PrivatePostgres]:
     """A started private PostgreSQL; stopped and removed afterwards. Retries on
     another port when the chosen one was taken in the meantime."""
     server: PrivatePostgres | None = None
     for attempt in range(attempts):
-        server = PrivatePostgres()
+        server = PrivatePostgres(settings=settings)
         try:
             server.start()
             break

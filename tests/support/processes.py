@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 CRONMAN = [sys.executable, "-c", "from cronman.cli import main; main()"]
@@ -134,16 +134,26 @@ class Processes:
 
     def scheduler(self, database_url: str, node_id: str, *, redis_url: str | None = None,
                   env: Mapping[str, str] | None = None, wait: bool = True,
-                  ready_count: int = 1) -> CronmanProcess:
+                  ready_count: int = 1, extra_args: Sequence[str] = ()) -> CronmanProcess:
         """``cronman scheduler`` on ``database_url``; waits for its ready line."""
         full = {"CRONMAN_ALLOW_PRIVATE_TARGETS": "true"}
         full.update(env or {})
-        args = ["scheduler", "--node-id", node_id, "--database-url", database_url]
+        args = ["scheduler", "--node-id", node_id, "--database-url", database_url,
+                *extra_args]
         if redis_url:
             args += ["--redis-url", redis_url]
         p = self.start(node_id, args, full)
         if wait:
             p.wait_for_log(READY_LINE, count=ready_count)
+        return p
+
+    def agent(self, agent_id: str, *, redis_url: str, runtime: str = "containerd",
+              env: Mapping[str, str] | None = None, wait: bool = True) -> CronmanProcess:
+        """``cronman agent``; waits for its ready line."""
+        args = ["agent", "--runtime", runtime, "--agent-id", agent_id, "--redis-url", redis_url]
+        p = self.start(agent_id, args, env)
+        if wait:
+            p.wait_for_log(f"agent {agent_id} ready")
         return p
 
     def standalone(self, database_url: str, port: int | None = None,

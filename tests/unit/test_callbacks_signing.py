@@ -7,7 +7,7 @@ import hmac
 
 import pytest
 
-from cronman.callbacks.signing import Signer, sign, verify_signature
+from cronman.signing import Signer, sign, verify_signature
 
 BODY = b'{"kind":"digest"}'
 T = 1_795_000_000

@@ -318,6 +318,9 @@ def test_container_defaults_and_idempotent():
         "cpu": 1,
         "memory_mb": 256,
         "timeout": 3600,
+        "selector": {},
+        "network": "none",
+        "user": None,
     }
     assert validate_target(out) == out
 
@@ -330,11 +333,19 @@ def test_container_full():
         "cpu": 0.5,
         "memory_mb": 64,
         "timeout": 30,
+        "selector": {"zone": "a", "disk": "ssd"},
+        "network": "host",
+        "user": "1000:1000",
     }
     out = validate_target(spec)
+    assert out["selector"] == {"zone": "a", "disk": "ssd"}
+    assert (out["network"], out["user"]) == ("host", "1000:1000")
     assert out["command"] == ["sh", "-c", "echo hi"]
     assert out["env"] == {"A": "1", "_B2": ""}
     assert (out["cpu"], out["memory_mb"], out["timeout"]) == (0.5, 64, 30)
+    # JSON does not tell 64.0 from 64 (the OpenAPI "integer" takes both).
+    again = validate_target({**spec, "memory_mb": 64.0})
+    assert again["memory_mb"] == 64 and isinstance(again["memory_mb"], int)
 
 
 @pytest.mark.parametrize(
@@ -363,6 +374,15 @@ def test_container_full():
         ({"timeout": 0}, "timeout"),
         ({"timeout": False}, "timeout"),
         ({"timeout": 8 * 86400}, "timeout"),
+        ({"selector": ["zone=a"]}, "selector"),
+        ({"selector": {"zone": 1}}, "selector.zone"),
+        ({"selector": {"bad key": "x"}}, "selector.bad key"),
+        ({"selector": {"zone": "a,b"}}, "selector.zone"),
+        ({"network": "bridge"}, "network"),
+        ({"network": 1}, "network"),
+        ({"user": "alice"}, "user"),
+        ({"user": 0}, "user"),
+        ({"user": "1000:"}, "user"),
     ],
 )
 def test_container_bad_fields(changes, field):

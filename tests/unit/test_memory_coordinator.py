@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from cronman.coordination.base import NodeInfo
+from cronman.coordination.memory import InProcessCoordinator
 from cronman.errors import CoordinatorUnavailable
-from cronman.scheduler.coordination.memory import InProcessCoordinator
-from cronman.scheduler.coordinator import NodeInfo
 
 
 class FakeClock:

@@ -12,8 +12,8 @@ from prometheus_client import CollectorRegistry
 from cronman.callbacks import TargetRegistry
 from cronman.callbacks.recording import RecordingTarget
 from cronman.config import Settings
+from cronman.coordination.memory import InProcessCoordinator
 from cronman.models import RunFilter
-from cronman.scheduler.coordination.memory import InProcessCoordinator
 from cronman.scheduler.node import SchedulerNode
 from cronman.store import open_store
 from cronman.store.migrate import upgrade
@@ -29,8 +29,9 @@ def test_a_run_replaced_from_another_node_keeps_its_record(tmp_path):
     jobs = store.jobs.create_jobs([
         job_spec(f"replace-{i}", schedule={"kind": "interval", "every": 1},
                  concurrency="replace") for i in range(16)])
-    # Both nodes own every job and race for each fire's lock; with enough jobs
-    # some job's consecutive fires go to different nodes (a cross-node replace).
+    # Both nodes own every job, each the first owner of about half of them. a
+    # starts alone and fires every job; b joins a moment later and fires its
+    # half from then on: their next fires replace a's runs still in flight.
     coord = InProcessCoordinator(ttl=5.0)
     # Every attempt outlasts the next fire; the long lease keeps B's renewal
     # from noticing the replacement before its attempt answers.
@@ -43,8 +44,10 @@ def test_a_run_replaced_from_another_node_keeps_its_record(tmp_path):
                            run_maintenance=False) for n in ("a", "b")]
 
     async def main():
-        tasks = [asyncio.create_task(n.main()) for n in nodes]
-        await asyncio.sleep(4.5)
+        tasks = [asyncio.create_task(nodes[0].main())]
+        await asyncio.sleep(1.2)
+        tasks.append(asyncio.create_task(nodes[1].main()))
+        await asyncio.sleep(3.3)
         for n in nodes:
             n.request_stop()
         await asyncio.wait_for(asyncio.gather(*tasks), 20)

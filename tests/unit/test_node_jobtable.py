@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from cronman.coordination.ownership import Ownership
 from cronman.models import Job
 from cronman.scheduler.jobtable import JobTable
-from cronman.scheduler.ownership import Ownership
 from cronman.timeutil import from_ms, parse_rfc3339, to_ms
 
 T0 = 1_800_000_000_000  # a whole second
@@ -45,11 +45,11 @@ def test_new_job_fires_from_its_creation_on():
 
 
 @pytest.mark.parametrize(("policy", "fires", "cursors"), [
-    # Missed: 4000..9000 (last fire 3000, now 9400, grace 2.5 s).
-    ("fire_once", [(9000, 5)], []),
-    ("fire_all", [(7000, 3), (8000, 0), (9000, 0)], []),
-    # skip passes over 4000..8000; 9000 is only 400 ms late and fires, carrying the count.
-    ("skip", [(9000, 5)], [(8000, 5)]),
+    # Missed: 4000..9000 (last fire 3000, now 9400, grace 2.5 s): 4000..6000
+    # are misfires (older than grace), 7000..9000 fire as usual under every policy.
+    ("fire_once", [(6000, 2), (7000, 0), (8000, 0), (9000, 0)], []),
+    ("fire_all", [(4000, 0), (5000, 0), (6000, 0), (7000, 0), (8000, 0), (9000, 0)], []),
+    ("skip", [(7000, 3), (8000, 0), (9000, 0)], []),
 ])
 def test_misfire_on_load_after_downtime(policy, fires, cursors):
     job = make_job(policy=policy, grace=2.5, last_fire_at=from_ms(T0 + 3000))
@@ -57,13 +57,13 @@ def test_misfire_on_load_after_downtime(policy, fires, cursors):
     t.load(job, T0 + 9400)
     assert fires_of(t, T0 + 9400) == (fires, cursors)
     assert fires_of(t, T0 + 10_000) == ([(10_000, 0)], [])
-    assert t.misfires_skipped == {"fire_once": 5, "fire_all": 3, "skip": 5}[policy]
+    assert t.take_misfires_skipped() == {"fire_once": 2, "fire_all": 0, "skip": 3}[policy]
 
 
 def test_skip_carries_its_count_into_the_next_run():
-    job = make_job(policy="skip", grace=2.5, last_fire_at=from_ms(T0 + 3000))
+    job = make_job(policy="skip", grace=0.5, last_fire_at=from_ms(T0 + 3000))
     t = JobTable("n1", 2)
-    t.load(job, T0 + 9000)  # 9000 itself is due now and fires normally
+    t.load(job, T0 + 9000)  # 4000..8000 are misfires; 9000 is due now and fires normally
     assert fires_of(t, T0 + 8999) == ([], [(8000, 5)])
     assert fires_of(t, T0 + 9000) == ([(9000, 5)], [])
     assert fires_of(t, T0 + 10_000) == ([(10_000, 0)], [])
@@ -82,7 +82,10 @@ def test_long_downtime_is_counted_arithmetically_for_intervals():
     now = T0 + 1000 + 86_400_000  # a day later, 86,400 missed fire times
     t.load(job, now)
     fires, _ = fires_of(t, now)
-    assert fires == [(86_401_000, 86_399)]
+    # The latest misfire (older than the 10 s grace) once, carrying the count of
+    # the others; the 11 fire times within grace as usual.
+    assert fires[0] == (86_390_000, 86_388)
+    assert fires[1:] == [(86_391_000 + 1000 * i, 0) for i in range(11)]
 
 
 def test_fire_all_is_bounded_within_grace():
@@ -110,15 +113,21 @@ def test_once_job_fires_once_even_when_found_late():
     assert t2.pop_due(at_ms + 5000, at_ms + 10_000) == ([], [])
 
 
-def test_once_job_beyond_grace_is_skipped_and_counted():
+@pytest.mark.parametrize("policy", ["fire_once", "skip"])
+def test_once_job_beyond_grace_follows_its_policy(policy):
     job = make_job(schedule={"kind": "once", "at": "2027-01-15T08:00:00Z"}, grace=1,
+                   policy=policy,
                    created=to_ms(datetime(2027, 1, 15, 7, 0, tzinfo=from_ms(0).tzinfo)))
     at_ms = to_ms(parse_rfc3339("2027-01-15T08:00:00Z"))
     t = JobTable("n1", 2)
     t.load(job, at_ms + 10_000)
     fires, cursors = t.pop_due(at_ms + 10_000, at_ms + 10_000)
-    assert fires == []
-    assert [(to_ms(c[1]), c[2]) for c in cursors] == [(at_ms, 1)]
+    if policy == "fire_once":  # the misfired time, once, now
+        assert [(f.fire_ms, f.skipped_before) for f in fires] == [(at_ms, 0)]
+        assert cursors == []
+    else:
+        assert fires == []
+        assert [(to_ms(c[1]), c[2]) for c in cursors] == [(at_ms, 1)]
 
 
 def test_change_reschedules_without_catch_up_and_drops_the_old_entry():
@@ -140,7 +149,7 @@ def test_pause_and_resume_do_not_make_up_for_the_pause():
     fires_of(t, T0 + 1000)
     t.load(replace(job, version=2, paused=True), T0 + 1100)
     assert fires_of(t, T0 + 9000) == ([], [])
-    assert t.lookup("job-1")[0].paused
+    assert t.held_version("job-1")[1]
     t.load(replace(job, version=3, paused=False), T0 + 9500)
     assert fires_of(t, T0 + 10_000) == ([(10_000, 0)], [])
 
@@ -150,16 +159,17 @@ def test_delete_forgets_the_job_and_remembers_the_deletion():
     job = make_job()
     t.load(job, T0 + 600)
     t.load(replace(job, version=2, deleted_at=from_ms(T0 + 700)), T0 + 700)
-    assert t.lookup("job-1") == (None, True)
+    assert t.held_version("job-1") is None and t.is_deleted("job-1")
     assert fires_of(t, T0 + 5000) == ([], [])
 
 
 def test_falling_behind_more_than_grace_applies_the_policy():
     t = JobTable("n1", 2)
     t.load(make_job(policy="fire_once", grace=2), T0 + 600)
-    # The loop stalls for 10 s: 1000..10000 are past.
+    # The loop stalls for 10 s: 1000..10000 are past; 1000..8000 beyond grace
+    # (the latest of them fires once), 9000 and 10000 within it.
     fires, _ = fires_of(t, T0 + 10_300)
-    assert fires == [(10_000, 9)]
+    assert fires == [(8000, 7), (9000, 0), (10_000, 0)]
     assert t.heap.peek_due() == T0 + 11_000
 
 
@@ -259,7 +269,8 @@ def test_a_lean_row_loads_like_the_job(tmp_path):
     assert set(by_row.jobs) == set(by_job.jobs) == {j.id for j in jobs}
     for job in jobs:
         a, b = by_job.jobs[job.id], by_row.jobs[job.id]
-        assert a.job.schedule == b.job.schedule and a.job.target == b.job.target
+        aj, bj = by_job.job(a), by_row.job(b)
+        assert aj.schedule == bj.schedule and aj.target == bj.target
         assert (a.policy, a.grace_ms, a.common.retry, a.common.dead_letter) == (
             b.policy, b.grace_ms, b.common.retry, b.common.dead_letter)
         assert a.times.next_fire_after(from_ms(now)) == b.times.next_fire_after(from_ms(now))

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 
+from cronman.coordination.memory import InProcessCoordinator
 from cronman.models import RunUpdate
-from cronman.scheduler.coordination.memory import InProcessCoordinator
 from cronman.scheduler.metrics import NodeMetrics
 from cronman.scheduler.outcome_marks import (
     MAX_ERROR_CHARS,

@@ -11,8 +11,8 @@ from array import array
 
 import pytest
 
-from cronman.scheduler import ownership
-from cronman.scheduler.ownership import Ownership, job_hash, node_hash, owners
+from cronman.coordination import ownership
+from cronman.coordination.ownership import Ownership, job_hash, node_hash, owners
 
 N_JOBS = 100_000
 

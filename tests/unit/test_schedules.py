@@ -90,6 +90,18 @@ def test_interval_fractional_seconds_in_milliseconds():
     assert parse({"kind": "interval", "every": 2.0}).to_dict()["every"] == 2
 
 
+def test_interval_whole_milliseconds_at_any_size():
+    """k * 0.001 (the OpenAPI multipleOf) is a whole number of ms however large;
+    half a millisecond never is."""
+    for k in (1, 3, 1_234_567_891, 3_000_000_000_123, 3_162_240_000_000):
+        every = k * 0.001
+        assert parse({"kind": "interval", "every": every}).to_dict()["every"] == \
+            pytest.approx(every)
+    for every in (0.0005, 1.0005, 123456.7895):
+        with pytest.raises(ValidationError, match="whole number of milliseconds"):
+            parse({"kind": "interval", "every": every})
+
+
 def test_interval_anchor_truncated_to_millisecond():
     s = parse({"kind": "interval", "every": 1, "anchor": "2026-01-01T00:00:00.1239Z"})
     assert s.to_dict()["anchor"] == "2026-01-01T00:00:00.123Z"
@@ -320,9 +332,9 @@ def test_validation_names_the_field(spec, field):
     ("* H * * *", "hour"), ("* * H * *", "day-of-month"), ("* * * H *", "month"),
     ("* * * * H", "day-of-week"), ("H(50-10) * * * *", "ends before"),
     ("H(0-70) * * * *", "minute"), ("Hx * * * *", "minute"), ("H(1-2 * * * *", "minute"),
-    ("L * * * *", "minute"), ("? * * * *", "minute"), ("* * L * *", "day-of-month"),
-    ("* * ? * *", "day-of-month"), ("* * * * 1#2", "day-of-week"),
-    ("* * 15W * *", "day-of-month"), ("* * * * 5L", "day-of-week"),
+    ("L * * * *", "minute"), ("? * * * *", "minute"), ("* L * * *", "hour"),
+    ("* * * L *", "month"), ("* * ? * *", "day-of-month"), ("* * * * ?", "day-of-week"),
+    ("1#2 * * * *", "minute"), ("* * 15W-20 * *", "day-of-month"),
     ("@reboot", "macro"), ("@every 5m", "macro"), ("@", "macro"),
     ("0 0 31 2 *", "never"), ("0 0 30 2 *", "never"), ("0 0 31 4,6,9,11 *", "never"),
     ("0 0 30,31 2 */2", "never"),

@@ -121,8 +121,8 @@ def theirs(expr: str, zone: str, start: datetime, n: int) -> list[datetime] | No
 
 
 def compare(seed: int, count: int, zone: str, *, seconds: bool = False, n: int = 5,
-            starts=None) -> int:
-    gen = Generator(seed)
+            starts=None, gen=None) -> int:
+    gen = (gen or Generator)(seed)
     compared = 0
     while compared < count:
         expr = gen.expression(seconds)

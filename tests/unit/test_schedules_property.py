@@ -104,8 +104,13 @@ def build(expr: str, zone: str, dst: dict | None = None, job_id: str = "prop"):
 
 # --- the oracle -----------------------------------------------------------------
 
-def oracle(schedule, since: datetime, until: datetime, step: int) -> list[datetime]:
-    """Every fire in (since, until] by walking UTC in ``step`` seconds."""
+def oracle(schedule, since: datetime, until: datetime, step: int,
+           day_matches=None) -> list[datetime]:
+    """Every fire in (since, until] by walking UTC in ``step`` seconds.
+
+    ``day_matches(date)``, when given, decides the day fields instead of the
+    parsed plain day sets (for the Quartz day forms, tested independently).
+    """
     expr, zone = schedule.expr, schedule.zone
     minute, hour = expr.fields[1], expr.fields[2]
     wildcard = minute.startswith("*") or hour.startswith("*")
@@ -117,6 +122,8 @@ def oracle(schedule, since: datetime, until: datetime, step: int) -> list[dateti
         if (local.second not in expr.seconds or local.minute not in expr.minutes
                 or local.hour not in expr.hours or local.month not in expr.months):
             return False
+        if day_matches is not None:
+            return day_matches(local.date())
         dom = local.day in expr.days
         dow = local.isoweekday() % 7 in expr.weekdays
         return (dom and dow) if (expr.dom_star or expr.dow_star) else (dom or dow)

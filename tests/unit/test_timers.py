@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import random
 
-from cronman.scheduler.timers import PriorityQueue, TimerHeap
+from cronman.scheduler.timers import TimerHeap
+from cronman.scheduler.waitqueue import FairQueue
 
 
 def test_pops_in_due_order_then_priority_then_job_id():
@@ -61,8 +62,8 @@ def test_empty_heap():
     assert h.pop_due(10**12) == []
 
 
-def test_priority_queue_orders_by_priority_then_due():
-    q = PriorityQueue()
+def test_wait_queue_orders_by_priority_then_due():
+    q = FairQueue()
     q.push(0, 100, "low-early")
     q.push(5, 300, "high-late")
     q.push(5, 200, "high-early")
@@ -71,3 +72,41 @@ def test_priority_queue_orders_by_priority_then_due():
     assert q.pop() == "high-early"
     assert q.drain() == ["high-late", "low-earliest", "low-early"]
     assert len(q) == 0
+
+
+def test_a_namespace_herd_does_not_starve_another_namespace():
+    """A herd queued at once; another namespace's fires queued behind it wait
+    for at most one herd fire each, not for the herd."""
+    q = FairQueue()
+    for i in range(1000):
+        q.push(0, i, f"herd-{i}", "herd")
+    assert q.pop() == "herd-0"
+    q.push(0, 5000, "steady-a", "steady")
+    assert [q.pop(), q.pop()] == ["herd-1", "steady-a"]
+    q.push(0, 6000, "steady-b", "steady")
+    assert [q.pop(), q.pop()] == ["herd-2", "steady-b"]
+    assert len(q) == 997
+
+
+def test_namespaces_take_turns_within_a_priority_and_priority_stays_strict():
+    q = FairQueue()
+    for i in range(3):
+        q.push(0, i, f"a{i}", "a")
+    for i in range(3):
+        q.push(0, 10 + i, f"b{i}", "b")
+    q.push(5, 99, "urgent", "a")
+    assert [q.pop() for _ in range(7)] == ["urgent", "a0", "b0", "a1", "b1", "a2", "b2"]
+    assert len(q) == 0
+
+
+def test_a_late_namespace_does_not_get_credit_for_its_idle_time():
+    """A namespace that arrives late is tagged from what is being served,
+    not from zero: it takes turns, it does not jump the whole queue."""
+    q = FairQueue()
+    for i in range(10):
+        q.push(0, i, f"a{i}", "a")
+    popped = [q.pop() for _ in range(5)]
+    assert popped == [f"a{i}" for i in range(5)]
+    for i in range(3):
+        q.push(0, 100 + i, f"b{i}", "b")
+    assert [q.pop() for _ in range(6)] == ["a5", "b0", "a6", "b1", "a7", "b2"]

@@ -247,8 +247,13 @@ def test_not_an_object():
 def test_check_read_only():
     created = datetime(2026, 1, 1, tzinfo=UTC)
     ok = {"id": JOB_ID, "version": 4, "created_at": "2026-01-01T00:00:00Z",
-          "updated_at": "whatever", "next_fire_at": None, "last_run": None}
+          "updated_at": "2020-05-05T05:05:05Z", "next_fire_at": None, "last_run": {"x": 1}}
     v.check_read_only(ok, job_id=JOB_ID, version=4, created_at=created)
+    # The ignored ones are ignored only in the form the API writes them.
+    for key, value in (("updated_at", "whatever"), ("next_fire_at", 5), ("last_run", "x")):
+        with pytest.raises(ValidationError) as info:
+            v.check_read_only({**ok, key: value}, job_id=JOB_ID, version=4, created_at=created)
+        assert info.value.field == key
     with pytest.raises(ValidationError) as info:
         v.check_read_only({"id": "other"}, job_id=JOB_ID, version=4, created_at=created)
     assert info.value.field == "id"

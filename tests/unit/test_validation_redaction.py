@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from cronman.api.serialize import redact_target, redact_value, restore_redacted
+import pytest
+
+from cronman.api.serialize import destination, redact_target, redact_value, restore_redacted
+from cronman.errors import ValidationError
 
 
 def test_redact_value():
@@ -47,3 +50,33 @@ def test_restore_redacted_keeps_stored_secrets():
     env_stored = {"kind": "container", "image": "i", "env": {"TOKEN": "0123456789abc"}}
     env_sent = {"kind": "container", "image": "i", "env": {"TOKEN": "0123…"}}
     assert restore_redacted(env_sent, env_stored)["env"] == {"TOKEN": "0123456789abc"}
+
+
+def test_destination_is_scheme_host_and_port():
+    def http(url):
+        return destination({"kind": "http", "url": url})
+
+    assert http("https://a.example.com/x") == http("https://A.example.com:443/y?z")
+    assert http("http://a.example.com/") == http("http://a.example.com:80")
+    assert http("https://a.example.com/") != http("http://a.example.com/")
+    assert http("https://a.example.com/") != http("https://a.example.com:8443/")
+    assert http("https://a.example.com/") != http("https://b.example.com/")
+    sqs = {"kind": "sqs", "queue_url": "https://sqs.eu-west-1.amazonaws.com/1/q",
+           "region": "eu-west-1", "endpoint_url": None}
+    assert destination(sqs) != destination({**sqs, "endpoint_url": "http://127.0.0.1:9/"})
+    box = {"kind": "container", "image": "busybox", "command": ["true"]}
+    assert destination(box) != destination({**box, "command": ["env"]})
+    assert destination(box) != destination({**box, "image": "alpine"})
+
+
+def test_redacted_values_refused_when_the_destination_moved():
+    stored = {"kind": "http", "url": "https://a.example.com/hook",
+              "headers": {"Authorization": "Bearer abcdefghijkl", "Content-Type": "text/plain"}}
+    sent = {"kind": "http", "url": "https://evil.example.net/hook",
+            "headers": {"Authorization": "Bear…", "Content-Type": "text/plain"}}
+    with pytest.raises(ValidationError) as caught:
+        restore_redacted(sent, stored, "dead_letter")
+    assert caught.value.field == "dead_letter.headers.Authorization"
+    # Public headers are shown in full, so sending them back is no restore.
+    sent["headers"] = {"Authorization": "Bearer fresh-value", "Content-Type": "text/plain"}
+    assert restore_redacted(sent, stored) == sent

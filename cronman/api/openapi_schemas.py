@@ -1,0 +1,356 @@
+"""The component schemas of ``/openapi.json``: what the API accepts and answers.
+
+Request schemas say what the server accepts, as far as JSON Schema can say
+it: patterns, bounds and enums come from the validation modules themselves.
+The rules JSON Schema cannot express -- one field compared with another or
+with the clock, the cron grammar, a URL's host, byte (not character)
+lengths -- are listed in ``SEMANTIC_RULES`` (the document carries them as
+``x-semantic-rules``), each with the error field and message the API
+answers when it is broken.
+"""
+
+from __future__ import annotations
+
+from copy import deepcopy
+from typing import Any
+
+from cronman.api import validation as v
+from cronman.api.notify_openapi import job_notify_schema
+from cronman.api.openapi_parts import (
+    JOB_TIME,
+    SECONDS,
+    STRING,
+    STRING_MAP,
+    TEXT,
+    TIME,
+    list_of,
+    nullable,
+    obj,
+    ref,
+)
+from cronman.api.openapi_targets import DEAD_LETTER_TARGETS, TARGETS
+from cronman.api.workflow_openapi import EXCLUDED, GATE, after_schedule
+from cronman.api.workflow_openapi import definition_props as workflow_props
+from cronman.callbacks import validation as tv
+from cronman.schedules.cron import zone_names
+from cronman.schedules.cronexpr import MAX_CRON_LENGTH
+from cronman.schedules.simple import MAX_EVERY_SECONDS
+from cronman.vocabulary import (
+    CONCURRENCY_POLICIES,
+    DEFAULT_CONCURRENCY,
+    DEFAULT_DELIVERY,
+    DEFAULT_NAMESPACE,
+    DELIVERY_MODES,
+    MISFIRE_POLICIES,
+    RUN_STATUSES,
+)
+
+_SPACE = f"[{tv.WHITESPACE}]"  # the cron parser splits on Python's whitespace
+_FIELD = f"[^{tv.WHITESPACE}\\u0000]+"
+CRON_PATTERN = f"^{_SPACE}*(?:@{_FIELD}|{_FIELD}(?:{_SPACE}+{_FIELD}){{4,5}}){_SPACE}*$"
+
+SCHEDULES = {
+    "OnceSchedule": obj({
+        "kind": {"const": "once"},
+        "at": {**JOB_TIME, "description": "RFC 3339 with offset; not in the past when the "
+                                          "schedule is new or changed"},
+    }, ("kind", "at")),
+    "IntervalSchedule": obj({
+        "kind": {"const": "interval"},
+        "every": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_EVERY_SECONDS,
+                  "multipleOf": 0.001, "description": "seconds, a whole number of ms"},
+        "anchor": {**nullable(JOB_TIME), "description": "default: the creation time, to the "
+                                                        "second"},
+    }, ("kind", "every")),
+    "CronSchedule": obj({
+        "kind": {"const": "cron"},
+        "cron": {"type": "string", "maxLength": MAX_CRON_LENGTH, "pattern": CRON_PATTERN,
+                 "description": "5 fields, 6 with leading seconds, or @hourly/@daily/...; "
+                                "Vixie cron syntax plus Quartz's day forms: L, L-n, LW, "
+                                "L-nW, nW (day-of-month), D#k, DL (day-of-week; Sunday "
+                                "is 0 or 7, so 5#3 is the third Friday)"},
+        "timezone": {"enum": [*sorted(zone_names()), None], "default": "UTC",
+                     "description": "an IANA zone"},
+        "dst": nullable(obj({
+            "gap": {"enum": ["shift", "skip"]},
+            "repeat": {"enum": ["first", "both"]},
+        })),
+    }, ("kind", "cron")),
+}
+
+
+RETRY = obj({
+    "max_attempts": {"type": "integer", "minimum": 1, "maximum": v.MAX_ATTEMPTS_MAX,
+                     "default": v.DEFAULT_RETRY["max_attempts"]},
+    "min_backoff": {**SECONDS, "maximum": v.BACKOFF_MAX, "default": v.DEFAULT_RETRY["min_backoff"]},
+    "max_backoff": {**SECONDS, "maximum": v.BACKOFF_MAX, "default": v.DEFAULT_RETRY["max_backoff"]},
+})
+MISFIRE = obj({
+    "policy": {"enum": list(MISFIRE_POLICIES), "default": v.DEFAULT_MISFIRE["policy"]},
+    "grace": {**SECONDS, "maximum": v.GRACE_MAX, "default": v.DEFAULT_MISFIRE["grace"]},
+})
+
+# JSON whose strings hold no NUL (what any request body may carry).
+PLAIN_JSON = {"anyOf": [
+    {"type": ["number", "boolean", "null"]},
+    TEXT,
+    {"type": "array", "items": ref("PlainJson")},
+    {"type": "object", "propertyNames": TEXT, "additionalProperties": ref("PlainJson")},
+]}
+
+
+def _definition_props() -> dict[str, Any]:
+    return {
+        "name": {"type": "string", "minLength": 1, "maxLength": v.NAME_MAX,
+                 "pattern": v.NAME_RE.pattern},
+        "namespace": {"type": ["string", "null"], "minLength": 1, "maxLength": v.NAMESPACE_MAX,
+                      "pattern": v.NAMESPACE_RE.pattern, "default": DEFAULT_NAMESPACE},
+        "schedule": ref("Schedule"),
+        "target": ref("Target"),
+        "retry": nullable(ref("Retry")),
+        "misfire": nullable(ref("Misfire")),
+        "delivery": {"enum": [*DELIVERY_MODES, None], "default": DEFAULT_DELIVERY},
+        "concurrency": {"enum": [*CONCURRENCY_POLICIES, None],
+                        "default": DEFAULT_CONCURRENCY},
+        "priority": {"type": ["integer", "null"], "minimum": v.PRIORITY_MIN,
+                     "maximum": v.PRIORITY_MAX, "default": 0},
+        "start_at": nullable(JOB_TIME),
+        "end_at": nullable(JOB_TIME),
+        "jitter": {"type": ["number", "null"], "minimum": 0, "maximum": v.JITTER_MAX},
+        "paused": {"type": ["boolean", "null"], "default": False},
+        "labels": {"type": ["object", "null"], "maxProperties": v.LABELS_MAX,
+                   "additionalProperties": {**TEXT, "maxLength": v.LABEL_VALUE_MAX},
+                   "propertyNames": {"pattern": v.LABEL_KEY_RE.pattern,
+                                     "maxLength": v.LABEL_KEY_MAX}},
+        "dead_letter": nullable(ref("DeadLetterTarget")),
+        "notify": job_notify_schema(),
+        **workflow_props(),
+    }
+
+
+def _sent_back_props() -> dict[str, Any]:
+    """Read-only keys a PUT/PATCH may send back as it read them."""
+    return {
+        "id": {**STRING, "readOnly": True, "description": "the job id of the URL"},
+        "version": {"type": ["integer", "null"], "minimum": 0, "maximum": 2**62,
+                    "description": "the version read: the write is made only if the job "
+                                   "is still at it (else 409)"},
+        "created_at": {**TIME, "readOnly": True, "description": "as stored"},
+        "updated_at": {**nullable(TIME), "description": "ignored"},
+        "next_fire_at": {**nullable(TIME), "description": "ignored"},
+        "last_run": {"type": ["object", "null"], "propertyNames": TEXT,
+                     "additionalProperties": ref("PlainJson"), "description": "ignored"},
+    }
+
+
+def _job_schemas() -> dict[str, Any]:
+    definition = _definition_props()
+    job_props: dict[str, Any] = {"id": STRING, **deepcopy(definition), **_sent_back_props()}
+    # Answers carry normalised values: no nulls where a default exists.
+    job_props.update({
+        "namespace": STRING, "name": STRING, "version": {"type": "integer", "minimum": 1},
+        "created_at": TIME, "updated_at": TIME, "next_fire_at": nullable(TIME),
+        "last_run": nullable(ref("Run")), "start_at": nullable(TIME), "end_at": nullable(TIME),
+        "schedule": {"type": "object"}, "target": {"type": "object"},
+        "dead_letter": {"type": ["object", "null"]},
+        "retry": ref("Retry"), "misfire": ref("Misfire"),
+        "delivery": {"enum": list(DELIVERY_MODES)},
+        "concurrency": {"enum": list(CONCURRENCY_POLICIES)},
+        "priority": {"type": "integer"}, "paused": {"type": "boolean"},
+        "labels": STRING_MAP,
+    })
+    answer_required = ("id", *v.DEFINITION_KEYS, "version", "created_at", "updated_at",
+                       "next_fire_at")
+    writable = {**deepcopy(definition), **_sent_back_props()}
+    create = obj(deepcopy(definition), v.REQUIRED_KEYS, description=(
+        "A new job. Unknown and read-only keys are refused (400)."))
+    create["examples"] = [JOB_EXAMPLE]
+    replace = obj(writable, v.REQUIRED_KEYS, description=(
+        "The whole new definition. Read-only keys may be sent back as read: id and "
+        "created_at must match; with version, the write is made only if the job is still "
+        "at that version (else 409). A redacted header or env value equal to the redacted "
+        "stored one keeps it, unless the destination changed (scheme, host or port; image "
+        "or command): then it must be given again (400 naming it)."))
+    replace["examples"] = [{**JOB_EXAMPLE, "name": "daily-digest-v2"}]
+    patch = obj(deepcopy(writable), description=(
+        "Top-level keys to change, and only those: nested objects (schedule, target, "
+        "retry, ...) are replaced whole, null resets a key to its default. The merged "
+        "definition is validated as a PUT. Without version, a write that lost to a "
+        "concurrent one is applied again to the job as it then is (a concurrent pause "
+        "stays); with version, it is a 409."))
+    patch["examples"] = [{"priority": 5, "labels": {"team": "billing", "tier": "1"}},
+                         {"paused": True}]
+    return {"JobCreate": create, "JobReplace": replace, "JobPatch": patch,
+            "Job": obj(job_props, answer_required, closed=True)}
+
+
+JOB_EXAMPLE: dict[str, Any] = {
+    "name": "daily-digest",
+    "namespace": "billing",
+    "schedule": {"kind": "cron", "cron": "0 7 * * *", "timezone": "Europe/Berlin"},
+    "target": {"kind": "http", "url": "https://billing.example.com/digest", "method": "POST",
+               "headers": {"Content-Type": "application/json"},
+               "body": "{\"kind\":\"digest\"}", "timeout": 10},
+    "retry": {"max_attempts": 3, "min_backoff": 1, "max_backoff": 60},
+    "misfire": {"policy": "fire_once", "grace": 300},
+    "delivery": "at_least_once",
+    "concurrency": "allow",
+    "priority": 0,
+    "paused": False,
+    "labels": {"team": "billing"},
+}
+
+RUN = obj({
+    "id": STRING,
+    "job_id": STRING,
+    "scheduled_for": TIME,
+    "status": {"enum": list(RUN_STATUSES)},
+    "attempt": {"type": "integer", "minimum": 0},
+    "origin": STRING,
+    "node_id": nullable(STRING),
+    "claimed_at": nullable(TIME),
+    "started_at": nullable(TIME),
+    "finished_at": nullable(TIME),
+    "next_attempt_at": nullable(TIME),
+    "lateness_ms": {"type": ["integer", "null"]},
+    "duration_ms": {"type": ["integer", "null"]},
+    "skipped_before": {"type": "integer", "minimum": 0},
+    "result": {"type": ["object", "null"]},
+    "error": nullable(STRING),
+    "gate": {"type": ["object", "null"]},
+}, ("id", "job_id", "scheduled_for", "status", "attempt", "origin", "result", "error"))
+
+ERROR = obj({
+    "error": obj({
+        "code": STRING,
+        "message": STRING,
+        "field": {**nullable(STRING), "description": "dotted path of the offending value"},
+    }, ("code", "message", "field")),
+}, ("error",))
+
+NODE = obj({
+    "id": STRING,
+    "address": STRING,
+    "started_at": nullable(TIME),
+    "last_heartbeat": nullable(TIME),
+    "heartbeat_age_s": {"type": ["number", "null"], "minimum": 0},
+    "owned_jobs": {"type": "integer"},
+    "fires_last_minute": {"type": "integer"},
+    "lock_wins": {"type": "integer"},
+    "lock_losses": {"type": "integer"},
+}, ("id", "address", "started_at", "last_heartbeat", "heartbeat_age_s", "owned_jobs",
+    "fires_last_minute", "lock_wins", "lock_losses"))
+
+AUTH_STATE = obj({
+    "mode": {"enum": ["required", "off", "open", "unknown"],
+             "description": "whether /v1 calls need a token"},
+    "reason": STRING,
+}, ("mode", "reason"))
+
+# Query parameters (strings in the URL).
+
+# What JSON Schema cannot say. A (positive) request refused with a 400 whose
+# ``field`` ends with one of these and whose message contains the text given
+# broke that rule, not the document. "" matches any message of the field.
+SEMANTIC_RULES: list[dict[str, str]] = [
+    {"field": "late_after", "message": "is required when `events` holds late",
+     "rule": "a notification rule with the late event says late_after"},
+    {"field": "late_after", "message": "only applies when `events` holds late",
+     "rule": "late_after is given only with the late event"},
+    {"field": "cursor", "message": "is a position of",
+     "rule": "a jobs cursor goes back with the sort order it was answered with "
+             "(sort=name: namespace/name; else a job id)"},
+    {"field": "end_at", "message": "must be later than start_at",
+     "rule": "end_at is later than start_at"},
+    {"field": "retry.max_backoff", "message": "must not be less than min_backoff",
+     "rule": "max_backoff is at least min_backoff"},
+    {"field": "schedule.at", "message": "is in the past",
+     "rule": "a new or changed once schedule is not in the past"},
+    {"field": "schedule.cron", "message": "",
+     "rule": "the cron expression parses (fields, ranges, steps, names: Vixie cron)"},
+    {"field": "since", "message": "must be earlier than until",
+     "rule": "a backfill's since is earlier than its until and than now"},
+    {"field": "until", "message": "fire times",
+     "rule": "a backfill's range holds at most 10,000 fire times"},
+    {"field": "url", "message": "", "rule": "a target URL's host is a valid host"},
+    {"field": "queue_url", "message": "", "rule": "an sqs queue_url's host is a valid host"},
+    {"field": "endpoint_url", "message": "", "rule": "an endpoint_url's host is a valid host"},
+    {"field": "body", "message": "bytes", "rule": "a body is at most 64 KiB of UTF-8"},
+    {"field": "headers", "message": "", "rule": "header names are case-insensitive: no "
+                                                "duplicates; values at most 8 KiB of UTF-8"},
+    {"field": "attributes", "message": "",
+     "rule": "sqs attributes and body together fit 256 KiB"},
+    {"field": "id", "message": "does not match the job id",
+     "rule": "an id sent back is the job's"},
+    {"field": "created_at", "message": "does not match the stored job",
+     "rule": "a created_at sent back is the job's"},
+    {"field": "", "message": "must be between 1970 and",
+     "rule": "a job's times lie in [1970, 9000) in UTC (an offset can carry a time across)"},
+]
+
+
+def components() -> dict[str, Any]:
+    schemas: dict[str, Any] = {**deepcopy(SCHEDULES), **deepcopy(TARGETS),
+                               **deepcopy(DEAD_LETTER_TARGETS)}
+    schemas["AfterSchedule"] = after_schedule()
+    schemas["Schedule"] = {"oneOf": [ref(k) for k in (*SCHEDULES, "AfterSchedule")]}
+    schemas["Target"] = {"oneOf": [ref(k) for k in TARGETS]}
+    schemas["DeadLetterTarget"] = {"oneOf": [ref(k) for k in DEAD_LETTER_TARGETS]}
+    schemas["Retry"] = RETRY
+    schemas["Misfire"] = MISFIRE
+    schemas["PlainJson"] = PLAIN_JSON
+    schemas.update(_job_schemas())
+    schemas["Run"] = deepcopy(RUN)
+    schemas["Run"]["properties"]["gate"] = GATE
+    schemas["Error"] = ERROR
+    schemas["JobList"] = list_of("Job")
+    schemas["RunList"] = list_of("Run")
+    schemas["BulkCreate"] = obj({"jobs": {"type": "array", "items": ref("JobCreate"),
+                                           "minItems": 1, "maxItems": v.BULK_MAX}}, ("jobs",))
+    schemas["BulkCreated"] = obj({"items": {"type": "array", "items": ref("Job")}},
+                                  ("items",))
+    schemas["FireTimes"] = obj({"fire_times": {"type": "array", "items": TIME},
+                                 "excluded": EXCLUDED}, ("fire_times",))
+    schemas["Backfill"] = obj({"since": JOB_TIME, "until": JOB_TIME}, ("since", "until"))
+    schemas["BackfillAccepted"] = obj({
+        "requested": {"type": "integer", "minimum": 0,
+                      "description": "runs stored (fire times that had none yet)"},
+        "fire_times": {"type": "integer", "minimum": 0,
+                       "description": "fire times in the range"},
+    }, ("requested", "fire_times"))
+    schemas["Node"] = NODE
+    schemas["Cluster"] = obj({
+        "replicas": {"type": "integer", "minimum": 1},
+        "nodes": {"type": "array", "items": ref("Node")},
+        "agents": {"type": "array", "items": {"type": "object"}},
+    }, ("replicas", "nodes", "agents"))
+    schemas["Health"] = obj({"status": STRING}, ("status",), closed=False)
+    schemas["AuthState"] = AUTH_STATE
+    schemas["Ready"] = obj({"status": STRING, "checks": STRING_MAP, "auth": ref("AuthState"),
+                             "error": ERROR["properties"]["error"]},
+                            ("status", "checks", "auth"))
+    return {
+        "schemas": schemas,
+        "securitySchemes": {"bearer": {
+            "type": "http", "scheme": "bearer",
+            "description": "Needed on /v1 when CRONMAN_AUTH=required, when the API "
+                           "listens beyond loopback, and once any API token has been "
+                           "created (`cronman tokens create`), revoked or not; /readyz "
+                           "says which (auth).",
+        }},
+        "responses": {
+            name: {"description": desc, "content": {"application/json": {
+                "schema": ref("Error")}}}
+            for name, desc in (
+                ("BadRequest", "invalid input; `field` names the offending value"),
+                ("Unauthorized", "missing, unknown or revoked token"),
+                ("Forbidden", "namespace outside the token's namespaces"),
+                ("NotFound", "no such resource"),
+                ("Conflict", "name taken in its namespace, stale version, or run in flight"),
+                ("TooLarge", "request body too large"),
+                ("Unavailable", "database or Redis unreachable"),
+            )
+        },
+    }
+
+

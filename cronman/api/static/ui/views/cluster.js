@@ -1,0 +1,92 @@
+// The cluster: scheduler nodes (heartbeat age, overloaded or not, owned jobs,
+// fires, lock wins and losses), worker agents, and the membership changes of the last hour.
+
+import { api } from "../api.js";
+import { clear, fmtNumber, h, table, timeCell } from "../dom.js";
+import { errorBox, loaded } from "./common.js";
+
+const AGENT_SKIP = new Set(["running_runs"]);
+
+export function render(ctx) {
+  const { root } = ctx;
+  const summary = h("p", { class: "muted", id: "cluster-summary" });
+  const nodes = h("div", { id: "cluster-nodes" });
+  const agents = h("div", { id: "cluster-agents" });
+  const events = h("div", { id: "cluster-events" });
+  root.append(
+    h("section", { class: "card" }, h("h1", { text: "Cluster" }), summary,
+      h("h2", { text: "Scheduler nodes" }), nodes),
+    h("section", { class: "card" }, h("h2", { text: "Worker agents" }), agents),
+    h("section", { class: "card" }, h("h2", { text: "Membership changes, last hour" }), events));
+
+  async function load() {
+    try {
+      const [cluster, changes] = await Promise.all([
+        api("v1/cluster"), api("v1/cluster/events", { params: { since: "-1h" } })]);
+      const fires = cluster.nodes.reduce((n, node) => n + (node.fires_last_minute || 0), 0);
+      summary.textContent = `${cluster.nodes.length} node(s), ${cluster.agents.length} agent(s), ` +
+        `${cluster.replicas} replicas per job, ${fmtNumber(fires)} fires in the last minute`;
+      clear(nodes).append(nodesTable(cluster.nodes));
+      clear(agents).append(agentsTable(cluster.agents));
+      clear(events).append(eventsTable(changes.items));
+      loaded(root);
+    } catch (err) {
+      clear(nodes).append(errorBox(err));
+      loaded(root, false);
+    }
+  }
+  load();
+  ctx.every(3000, load);
+  return null;
+}
+
+function age(seconds) {
+  if (seconds === null || seconds === undefined) return "—";
+  return `${Number(seconds).toFixed(1)} s`;
+}
+
+function nodesTable(nodes) {
+  return table([
+    { title: "Node", cell: (n) => n.id },
+    { title: "Address", cls: "opt", cell: (n) => n.address || "—" },
+    { title: "Started", cls: "opt", cell: (n) => timeCell(n.started_at) },
+    { title: "Heartbeat age", cls: "num", cell: (n) => age(n.heartbeat_age_s) },
+    { title: "State", cell: (n) => n.state === "overloaded"
+      ? `overloaded: ${age(n.behind_ms / 1000)} behind, ${fmtNumber(n.backlog)} waiting`
+      : "ok" },
+    { title: "Busy", cls: "num opt", cell: (n) => `${n.saturation_pct || 0} %` },
+    { title: "Owned jobs", cls: "num", cell: (n) => fmtNumber(n.owned_jobs) },
+    { title: "Fires last minute", cls: "num", cell: (n) => fmtNumber(n.fires_last_minute) },
+    { title: "Lock wins", cls: "num", cell: (n) => fmtNumber(n.lock_wins) },
+    { title: "Lock losses", cls: "num", cell: (n) => fmtNumber(n.lock_losses) },
+  ], nodes, "no scheduler node is live");
+}
+
+function agentsTable(agents) {
+  // Agents' fields vary with the runtime: show what they report.
+  const keys = [];
+  for (const agent of agents) {
+    for (const key of Object.keys(agent)) {
+      if (!keys.includes(key) && !AGENT_SKIP.has(key)) keys.push(key);
+    }
+  }
+  const columns = (keys.length ? keys : ["id"]).map((key) => ({
+    title: key.replaceAll("_", " "),
+    cls: typeof (agents[0] || {})[key] === "number" ? "num" : null,
+    cell: (a) => key === "heartbeat_age_s" ? age(a[key])
+      : key.endsWith("_at") || key === "last_heartbeat" ? timeCell(a[key])
+      : a[key] === null || a[key] === undefined ? "—"
+      : typeof a[key] === "object" ? JSON.stringify(a[key]) : String(a[key]),
+  }));
+  return table(columns, agents, "no worker agent is live");
+}
+
+function eventsTable(items) {
+  return table([
+    { title: "When", cell: (e) => timeCell(e.at) },
+    { title: "Node", cell: (e) => e.node_id },
+    { title: "Change", cell: (e) => h("span", { class: "kind " + e.kind, text: e.kind }) },
+    { title: "Address", cls: "opt", cell: (e) => e.address || "—" },
+    { title: "Process started", cls: "opt", cell: (e) => timeCell(e.started_at) },
+  ], items, "no membership change in the last hour");
+}

@@ -1,0 +1,173 @@
+// One job: its definition (secrets come redacted from the API), next fire
+// times (and which an exclusion calendar skips), its upstream and downstream
+// jobs, its runs (and why each waited or was skipped), and the actions
+// pause / resume / trigger / replay / delete.
+
+import { api } from "../api.js";
+import {
+  clear, fmtMs, gateText, h, resultText, scheduleText, statusBadge, table, timeCell,
+} from "../dom.js";
+import { actionButton, errorBox, loaded } from "./common.js";
+
+const RUNS_PAGE = 50;
+const FINAL = new Set(["succeeded", "failed", "skipped", "lost"]);
+
+export function render(ctx) {
+  const { root, path } = ctx;
+  const jobId = path[1];
+  const head = h("div");
+  const facts = h("div");
+  const deps = h("div", { id: "job-dependencies" });
+  const runs = h("div", { id: "job-runs" });
+  const more = h("div", { class: "pager" });
+  root.append(h("section", { class: "card" }, head),
+    h("div", { class: "grid2" },
+      h("section", { class: "card" }, h("h2", { text: "Next fire times (UTC)" }), facts,
+        h("h2", { text: "Dependencies" }), deps),
+      h("section", { class: "card" }, h("h2", { text: "Definition" }),
+        h("pre", { class: "json", id: "job-definition" }))),
+    h("section", { class: "card" }, h("h2", { text: "Runs" }), runs, more));
+
+  let job = null;
+  let cursor = null;
+  let shownRuns = [];
+
+  async function loadJob() {
+    try {
+      const [j, next, edges] = await Promise.all([
+        api(`v1/jobs/${encodeURIComponent(jobId)}`),
+        api(`v1/jobs/${encodeURIComponent(jobId)}/next`, { params: { count: 5 } }),
+        api(`v1/jobs/${encodeURIComponent(jobId)}/dependencies`),
+      ]);
+      job = j;
+      renderHead();
+      const skipped = new Map((next.excluded || []).map((e) => [e.fire_time, e.calendar]));
+      clear(facts).append(next.fire_times.length
+        ? h("ol", { id: "next-fires" }, next.fire_times.map((t) => h("li", null, timeCell(t),
+          skipped.has(t) ? h("span", { class: "muted", text: ` skipped: calendar ${skipped.get(t)}` })
+            : null)))
+        : h("p", { class: "muted", text: job.paused ? "paused: no fire"
+          : job.schedule.kind === "after" ? "fired by its upstream jobs" : "no more fires" }));
+      clear(deps).append(dependencyList(job, edges));
+      const definition = { ...job };
+      delete definition.last_run;
+      root.querySelector("#job-definition").textContent = JSON.stringify(definition, null, 2);
+      return true;
+    } catch (err) {
+      clear(head).append(h("h1", { text: "Job" }), errorBox(err));
+      loaded(root, false);
+      return false;
+    }
+  }
+
+  const reload = async () => { if (await loadJob()) await loadRuns(true); };
+
+  function renderHead() {
+    const id = encodeURIComponent(job.id);
+    clear(head).append(
+      h("h1", null, job.name, " ", statusBadge(job.paused ? "paused" : "active")),
+      h("dl", { class: "facts" },
+        h("dt", { text: "Namespace" }), h("dd", { text: job.namespace }),
+        h("dt", { text: "Id" }), h("dd", { text: job.id }),
+        h("dt", { text: "Schedule" }), h("dd", { text: scheduleText(job.schedule) }),
+        h("dt", { text: "Target" }), h("dd", { text: targetText(job.target) }),
+        h("dt", { text: "Next fire" }), h("dd", null, timeCell(job.next_fire_at)),
+        h("dt", { text: "Version" }), h("dd", { text: String(job.version) })),
+      h("div", { class: "actions", id: "job-actions" },
+        job.paused
+          ? actionButton(ctx, "Resume", {
+            title: `Resume ${job.name}?`, text: "It fires again on its schedule.",
+            action: () => api(`v1/jobs/${id}/resume`, { method: "POST" }),
+            done: "Resumed", after: reload })
+          : actionButton(ctx, "Pause", {
+            title: `Pause ${job.name}?`, text: "It stops firing until resumed.",
+            action: () => api(`v1/jobs/${id}/pause`, { method: "POST" }),
+            done: "Paused", after: reload }),
+        actionButton(ctx, "Trigger", {
+          title: `Trigger ${job.name} now?`, text: "It fires once now, outside its schedule.",
+          action: () => api(`v1/jobs/${id}/trigger`, { method: "POST" }),
+          done: (run) => `Triggered: run ${run.id}`, after: reload }),
+        actionButton(ctx, "Delete", {
+          title: `Delete ${job.name}?`, danger: true, okLabel: "Delete",
+          text: "The job stops firing and is removed. Its run history stays until it expires.",
+          action: () => api(`v1/jobs/${id}`, { method: "DELETE" }),
+          done: `Deleted ${job.name}`, after: () => ctx.navigate("#/jobs") })));
+  }
+
+  async function loadRuns(fresh) {
+    try {
+      const page = await api(`v1/jobs/${encodeURIComponent(jobId)}/runs`, {
+        params: { limit: RUNS_PAGE, cursor: fresh ? null : cursor } });
+      shownRuns = fresh ? page.items : shownRuns.concat(page.items);
+      cursor = page.next_cursor;
+      clear(runs).append(runsTable(ctx, shownRuns, reload));
+      clear(more);
+      if (cursor) {
+        more.append(h("button", { class: "btn", type: "button", text: "Older runs",
+                                  onclick: () => loadRuns(false) }));
+      }
+      loaded(root);
+    } catch (err) {
+      clear(runs).append(errorBox(err));
+      loaded(root, false);
+    }
+  }
+
+  (async () => {
+    if (await loadJob()) await loadRuns(true);
+  })();
+  ctx.every(5000, () => { if (job) { loadJob(); loadRuns(true); } });
+  return null;
+}
+
+function targetText(target) {
+  if (!target) return "—";
+  if (target.kind === "http") return `${target.method || "POST"} ${target.url}`;
+  if (target.kind === "sqs") return `SQS ${target.queue_url}`;
+  if (target.kind === "container") return `container ${target.image}`;
+  return target.kind;
+}
+
+function edgeItem(e, job) {
+  const label = e.name ? `${e.namespace}/${e.name}` : e.job_id;
+  const rule = e.kind === "after" ? null : (job.depends_on || []).find((d) => d.job === e.job_id);
+  return h("li", null,
+    e.deleted ? h("s", { text: label }) : h("a", { href: `#/jobs/${e.job_id}`, text: label }),
+    e.kind === "after" ? " (after)" : " (depends_on)",
+    rule ? ` within ${rule.within} s, waits up to ${rule.wait} s` : "",
+    e.deleted ? " — deleted" : "");
+}
+
+function dependencyList(job, edges) {
+  const up = edges.upstream || [];
+  const down = edges.downstream || [];
+  const cals = job.calendars || [];
+  if (!up.length && !down.length && !cals.length) {
+    return h("p", { class: "muted", text: "no upstream or downstream jobs, no calendars" });
+  }
+  return h("dl", { class: "facts" },
+    h("dt", { text: "Upstream" }), h("dd", null, up.length
+      ? h("ul", { id: "job-upstream" }, up.map((e) => edgeItem(e, job))) : "—"),
+    h("dt", { text: "Downstream" }), h("dd", null, down.length
+      ? h("ul", { id: "job-downstream" }, down.map((e) => edgeItem(e, job))) : "—"),
+    h("dt", { text: "Calendars" }), h("dd", { text: cals.length ? cals.join(", ") : "—" }));
+}
+
+function runsTable(ctx, runs, afterAction) {
+  return table([
+    { title: "Scheduled for", cell: (r) => timeCell(r.scheduled_for) },
+    { title: "Status", cell: (r) => statusBadge(r.status) },
+    { title: "Attempt", cls: "num", cell: (r) => String(r.attempt) },
+    { title: "Lateness", cls: "num", cell: (r) => fmtMs(r.lateness_ms) },
+    { title: "Duration", cls: "num", cell: (r) => fmtMs(r.duration_ms) },
+    { title: "Origin", cls: "opt", cell: (r) => r.origin },
+    { title: "Node", cls: "opt", cell: (r) => r.node_id || "—" },
+    { title: "Result", cell: (r) => resultText(r.result) },
+    { title: "Gate", cls: "wrap", cell: (r) => gateText(r.gate) },
+    { title: "Error", cls: "wrap", cell: (r) => r.error || "" },
+    { title: "", cell: (r) => FINAL.has(r.status) ? actionButton(ctx, "Replay", {
+      title: "Replay this run?", text: `Dispatch run ${r.id} again, as a new attempt.`,
+      action: () => api(`v1/runs/${encodeURIComponent(r.id)}/replay`, { method: "POST" }),
+      done: "Replay requested", after: afterAction, small: true }) : "" },
+  ], runs, "no runs yet");
+}

@@ -1,0 +1,347 @@
+"""``CronmanClient``: one method per call of the HTTP API (SPEC §5).
+
+    from cronman.client import CronmanClient
+
+    with CronmanClient("http://127.0.0.1:8080", token="cm_...") as api:
+        job = api.create_job({"name": "digest", "schedule": {...}, "target": {...}})
+        for run in api.iter_job_runs(job["id"], statuses=["failed"]):
+            api.replay_run(run["id"])
+
+List calls come in two forms: ``list_*`` returns one ``Page`` (pass its
+``next_cursor`` back), ``iter_*`` follows the cursors to the end. Every error
+is an ``ApiError`` (see :mod:`cronman.client.errors`); 503 answers and
+connection failures are retried with backoff (:class:`RetryPolicy`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, TypeVar, cast
+
+from cronman.client.errors import ApiError, BulkCreateError
+from cronman.client.notifications import NotificationCalls
+from cronman.client.tokens import TokenCalls
+from cronman.client.transport import (
+    DEFAULT_RETRY,
+    Query,
+    RetryPolicy,
+    Transport,
+    quote_segment,
+)
+from cronman.client.types import (
+    Backfill,
+    Cluster,
+    HistoryEntry,
+    Job,
+    JobSpec,
+    Page,
+    Readiness,
+    Run,
+    RunItem,
+)
+from cronman.client.workflows import WorkflowCalls
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+DEFAULT_TIMEOUT = 30.0
+# The API's limits: jobs per bulk request, items per page, fire times per /next.
+BULK_MAX = 1000
+PAGE_MAX = 1000
+NEXT_MAX = 100
+
+T = TypeVar("T")
+Labels = Mapping[str, str] | Iterable[str]
+_JOBS_INDEX = re.compile(r"^jobs\[(\d+)\]")
+
+
+class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls):
+    """A synchronous client of the cronman API; safe to share between threads.
+
+    The notification calls (rules, what was sent) come from ``NotificationCalls``,
+    the API token calls (admin tokens only) from ``TokenCalls``, the workflow
+    calls (a job's dependencies, exclusion calendars) from ``WorkflowCalls``.
+    """
+
+    def __init__(self, url: str = DEFAULT_URL, token: str | None = None, *,
+                 timeout: float = DEFAULT_TIMEOUT, retry: RetryPolicy = DEFAULT_RETRY,
+                 pool_size: int = 8) -> None:
+        self.url = url.rstrip("/")
+        self._http = Transport(self.url, token, timeout=timeout, retry=retry,
+                               pool_size=pool_size)
+
+    @classmethod
+    def from_env(cls, **kwargs: Any) -> CronmanClient:
+        """A client for ``CRONMAN_URL`` (default http://127.0.0.1:8080) with ``CRONMAN_TOKEN``."""
+        return cls(os.environ.get("CRONMAN_URL") or DEFAULT_URL,
+                   os.environ.get("CRONMAN_TOKEN") or None, **kwargs)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> CronmanClient:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def request(self, method: str, path: str, body: Any = None, *,
+                query: Query | None = None) -> Any:
+        """One raw call (``path`` from the root, e.g. ``/v1/jobs``): the decoded JSON answer."""
+        return self._http.request(method, path, body, query=query)
+
+    # -- jobs ------------------------------------------------------------------
+
+    def create_job(self, spec: JobSpec | Mapping[str, Any]) -> Job:
+        """``POST /v1/jobs``; 409 (``ConflictError``) when the name is taken in its namespace."""
+        return cast(Job, self.request("POST", "/v1/jobs", dict(spec)))
+
+    def create_jobs(self, specs: Sequence[JobSpec | Mapping[str, Any]], *,
+                    chunk_size: int = BULK_MAX,
+                    progress: Callable[[int], None] | None = None) -> list[Job]:
+        """Create many jobs through ``POST /v1/jobs/bulk``, ``chunk_size`` at a time.
+
+        Each chunk is all or nothing. A failing chunk raises ``BulkCreateError``
+        whose ``field`` counts from the start of ``specs`` (``jobs[2041].name``)
+        and whose ``created`` holds the jobs of the chunks before it.
+        ``progress`` is called with the number of jobs each chunk created.
+        """
+        if not 1 <= chunk_size <= BULK_MAX:
+            raise ValueError(f"chunk_size must be 1..{BULK_MAX}")
+        created: list[Job] = []
+        for start in range(0, len(specs), chunk_size):
+            chunk = [dict(s) for s in specs[start:start + chunk_size]]
+            try:
+                answer = self.request("POST", "/v1/jobs/bulk", {"jobs": chunk})
+            except ApiError as exc:
+                raise BulkCreateError(exc.with_field(_renumber(exc.field, start)),
+                                      created) from exc
+            items = cast(list[Job], answer["items"])
+            created += items
+            if progress is not None:
+                progress(len(items))
+        return created
+
+    def list_jobs(self, *, namespace: str | None = None, labels: Labels = (),
+                  paused: bool | None = None, limit: int = 100,
+                  cursor: str | None = None) -> Page[Job]:
+        """One page of ``GET /v1/jobs`` (labels as ``{"team": "a"}`` or ``["team:a"]``)."""
+        query: list[tuple[str, str]] = [("limit", str(limit))]
+        if namespace is not None:
+            query.append(("namespace", namespace))
+        query += [("label", label) for label in _label_filters(labels)]
+        if paused is not None:
+            query.append(("paused", "true" if paused else "false"))
+        return self._page("/v1/jobs", query, cursor)
+
+    def iter_jobs(self, *, namespace: str | None = None, labels: Labels = (),
+                  paused: bool | None = None, page_size: int = PAGE_MAX) -> Iterator[Job]:
+        """Every job matching the filters, page after page."""
+        return _follow(lambda cursor: self.list_jobs(
+            namespace=namespace, labels=labels, paused=paused, limit=page_size, cursor=cursor))
+
+    def get_job(self, job_id: str) -> Job:
+        """``GET /v1/jobs/{id}``: the job with its ``last_run``."""
+        return cast(Job, self.request("GET", _job(job_id)))
+
+    def replace_job(self, job_id: str, spec: JobSpec | Mapping[str, Any], *,
+                    version: int | None = None) -> Job:
+        """``PUT``: the job becomes ``spec`` (omitted keys take their defaults).
+
+        With ``version`` the API refuses the change (``ConflictError``) when the
+        job is no longer at that version: someone changed it since it was read.
+        Redacted secrets read from the API may be sent back as they are.
+        """
+        return cast(Job, self.request("PUT", _job(job_id), _versioned(spec, version)))
+
+    def update_job(self, job_id: str, changes: JobSpec | Mapping[str, Any], *,
+                   version: int | None = None) -> Job:
+        """``PATCH``: the top-level keys of ``changes`` replace the job's (``version`` as above)."""
+        return cast(Job, self.request("PATCH", _job(job_id), _versioned(changes, version)))
+
+    def delete_job(self, job_id: str) -> None:
+        """``DELETE``: no fire after the answer plus 2 s."""
+        self.request("DELETE", _job(job_id))
+
+    def pause_job(self, job_id: str) -> Job:
+        return cast(Job, self.request("POST", _job(job_id) + "/pause"))
+
+    def resume_job(self, job_id: str) -> Job:
+        return cast(Job, self.request("POST", _job(job_id) + "/resume"))
+
+    def trigger_job(self, job_id: str) -> Run:
+        """Fire once now, outside the schedule: the new run (status ``claimed``)."""
+        return cast(Run, self.request("POST", _job(job_id) + "/trigger"))
+
+    def next_fire_times(self, job_id: str, count: int = 10) -> list[str]:
+        """The job's next ``count`` (≤ 100) fire times, RFC 3339 UTC."""
+        answer = self.request("GET", _job(job_id) + "/next", query=[("count", str(count))])
+        return cast(list[str], answer["fire_times"])
+
+    def backfill_job(self, job_id: str, since: str | datetime,
+                     until: str | datetime) -> Backfill:
+        """Fire every scheduled time in [since, until] that has no run yet (≤ 10,000)."""
+        body = {"since": _time(since), "until": _time(until)}
+        return cast(Backfill, self.request("POST", _job(job_id) + "/backfill", body))
+
+    def list_job_history(self, job_id: str, *, limit: int = 100,
+                         cursor: str | None = None) -> Page[HistoryEntry]:
+        """One page of a job's recorded changes, newest first (a deleted job's too)."""
+        return self._page(_job(job_id) + "/history", [("limit", str(limit))], cursor)
+
+    def iter_job_history(self, job_id: str, *,
+                         page_size: int = PAGE_MAX) -> Iterator[HistoryEntry]:
+        """Every recorded change of a job, newest first."""
+        return _follow(lambda cursor: self.list_job_history(job_id, limit=page_size,
+                                                            cursor=cursor))
+
+    # -- runs ------------------------------------------------------------------
+
+    def list_job_runs(self, job_id: str, *, since: str | datetime | None = None,
+                      until: str | datetime | None = None, statuses: Iterable[str] = (),
+                      limit: int = 100, cursor: str | None = None) -> Page[Run]:
+        """One page of a job's runs, newest first."""
+        query: list[tuple[str, str]] = [("limit", str(limit))]
+        if since is not None:
+            query.append(("since", _time(since)))
+        if until is not None:
+            query.append(("until", _time(until)))
+        query += [("status", s) for s in statuses]
+        return self._page(_job(job_id) + "/runs", query, cursor)
+
+    def iter_job_runs(self, job_id: str, *, since: str | datetime | None = None,
+                      until: str | datetime | None = None, statuses: Iterable[str] = (),
+                      page_size: int = PAGE_MAX) -> Iterator[Run]:
+        """Every run of a job matching the filters, newest first."""
+        wanted = tuple(statuses)
+        return _follow(lambda cursor: self.list_job_runs(
+            job_id, since=since, until=until, statuses=wanted, limit=page_size, cursor=cursor))
+
+    def list_runs(self, *, statuses: Iterable[str] = (), since: str | datetime | None = None,
+                  until: str | datetime | None = None, namespace: str | None = None,
+                  job_ids: Iterable[str] = (), target_kinds: Iterable[str] = (),
+                  limit: int = 100, cursor: str | None = None) -> Page[RunItem]:
+        """One page of ``GET /v1/runs``: runs across jobs, newest scheduled first,
+        each with its job's ``job_name`` and ``namespace``.
+
+        ``since``/``until`` take RFC 3339, an aware datetime, ``now`` or a time
+        relative to now (``-1h``, ``-90m``, ``-1h30m``, ``-7d``); left out, the
+        API reads from the oldest retained run to a day ahead. Filters of one
+        kind are alternatives (any of the statuses), filters of different
+        kinds all apply. The answer covers only the token's namespaces.
+        """
+        query: list[tuple[str, str]] = [("limit", str(limit))]
+        query += [("status", s) for s in statuses]
+        if since is not None:
+            query.append(("since", _time(since)))
+        if until is not None:
+            query.append(("until", _time(until)))
+        if namespace is not None:
+            query.append(("namespace", namespace))
+        query += [("job", j) for j in job_ids]
+        query += [("target_kind", k) for k in target_kinds]
+        return self._page("/v1/runs", query, cursor)
+
+    def iter_runs(self, *, statuses: Iterable[str] = (), since: str | datetime | None = None,
+                  until: str | datetime | None = None, namespace: str | None = None,
+                  job_ids: Iterable[str] = (), target_kinds: Iterable[str] = (),
+                  page_size: int = PAGE_MAX) -> Iterator[RunItem]:
+        """Every run across jobs matching the filters (``list_runs``), page after page.
+
+        A relative ``since``/``until`` is read by the API on each page, so the
+        window moves with the clock while the pages are fetched (give times for
+        a fixed one); the cursor carries on where the previous page ended, so
+        no run is seen twice.
+        """
+        filters: dict[str, Any] = {
+            "statuses": tuple(statuses), "since": since, "until": until,
+            "namespace": namespace, "job_ids": tuple(job_ids),
+            "target_kinds": tuple(target_kinds)}
+        return _follow(lambda cursor: self.list_runs(**filters, limit=page_size,
+                                                     cursor=cursor))
+
+    def get_run(self, run_id: str) -> Run:
+        return cast(Run, self.request("GET", _run(run_id)))
+
+    def replay_run(self, run_id: str) -> Run:
+        """Dispatch a finished run's target again, as a new attempt of the same run."""
+        return cast(Run, self.request("POST", _run(run_id) + "/replay"))
+
+    # -- service ---------------------------------------------------------------
+
+    def cluster(self) -> Cluster:
+        """The live scheduler nodes (membership) and worker agents."""
+        return cast(Cluster, self.request("GET", "/v1/cluster"))
+
+    def health(self) -> bool:
+        """Whether the API process answers ``/healthz``."""
+        answer = self.request("GET", "/healthz")
+        return isinstance(answer, dict) and answer.get("status") == "ok"
+
+    def readiness(self) -> Readiness:
+        """``/readyz``: ready, or which dependency is unreachable (never raises for a 503)."""
+        try:
+            return cast(Readiness, self.request("GET", "/readyz"))
+        except ApiError as exc:
+            if exc.status != 503:
+                raise
+            return {"status": "unavailable", "checks": {},
+                    "error": {"code": exc.code, "message": exc.message, "field": exc.field}}
+
+    # -- helpers ---------------------------------------------------------------
+
+    def _page(self, path: str, query: list[tuple[str, str]], cursor: str | None) -> Page[Any]:
+        if cursor:
+            query = [*query, ("cursor", cursor)]
+        answer = self.request("GET", path, query=query)
+        return Page(items=list(answer["items"]), next_cursor=answer.get("next_cursor"))
+
+
+def _follow(fetch: Callable[[str | None], Page[T]]) -> Iterator[T]:
+    """Every item of every page, following ``next_cursor``."""
+    cursor: str | None = None
+    while True:
+        page = fetch(cursor)
+        yield from page.items
+        cursor = page.next_cursor
+        if not cursor:
+            return
+
+
+def _job(job_id: str) -> str:
+    return "/v1/jobs/" + quote_segment(job_id)
+
+
+def _run(run_id: str) -> str:
+    return "/v1/runs/" + quote_segment(run_id)
+
+
+def _versioned(spec: Mapping[str, Any], version: int | None) -> dict[str, Any]:
+    body = dict(spec)
+    if version is not None:
+        body["version"] = version
+    return body
+
+
+def _time(value: str | datetime) -> str:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError("a naive datetime is ambiguous; give it a timezone")
+        return value.isoformat()
+    return value
+
+
+def _label_filters(labels: Labels) -> list[str]:
+    if isinstance(labels, Mapping):
+        return [f"{k}:{v}" for k, v in labels.items()]
+    return list(labels)
+
+
+def _renumber(field: str | None, offset: int) -> str | None:
+    """``jobs[3].name`` of a chunk starting at ``offset`` as an index into the whole list."""
+    if not field or not offset:
+        return field
+    return _JOBS_INDEX.sub(lambda m: f"jobs[{int(m.group(1)) + offset}]", field, count=1)

@@ -1,0 +1,166 @@
+"""HTTP for the API client: JSON over a urllib3 connection pool, with retries.
+
+What is retried, and why (``RetryPolicy``):
+
+- a 503 (or 502/504 from a proxy) answer, for every method: the API answers
+  503 when its database or Redis is unreachable, before anything is written;
+- a failure to connect (refused, DNS, connect timeout), for every method:
+  the request never left;
+- a connection lost after the request was sent (reset, read timeout) only
+  for GET and HEAD: a write may have been applied, so repeating it could
+  create a job twice or trigger twice. The error says so.
+
+Waits double from ``backoff`` up to ``max_backoff``, with jitter; a
+``Retry-After`` answer header is honoured within the same cap.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import urllib3
+from urllib3.exceptions import (
+    ConnectTimeoutError,
+    HTTPError,
+    NewConnectionError,
+    ProtocolError,
+    ReadTimeoutError,
+)
+
+from cronman import __version__
+from cronman.client.errors import ApiError, error_for
+
+RETRY_STATUSES = frozenset({502, 503, 504})
+SAFE_METHODS = frozenset({"GET", "HEAD"})
+Query = Sequence[tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often, and how long apart, a failed request is tried again."""
+
+    attempts: int = 4
+    backoff: float = 0.5
+    max_backoff: float = 8.0
+
+    def delay(self, retry: int, retry_after: float | None = None) -> float:
+        """Seconds to wait before retry number ``retry`` (1-based)."""
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), self.max_backoff)
+        base = min(self.backoff * 2.0 ** (retry - 1), self.max_backoff)
+        return base / 2 + random.uniform(0, base / 2)
+
+
+DEFAULT_RETRY = RetryPolicy()
+NO_RETRY = RetryPolicy(attempts=1)
+
+
+def quote_segment(value: str) -> str:
+    """``value`` as one path segment (``/`` and ``?`` escaped)."""
+    return quote(value, safe="")
+
+
+class Transport:
+    """Sends one JSON request and returns the decoded answer, or raises ``ApiError``.
+
+    Thread-safe: the pool hands each thread its own connection (``pool_size``
+    connections are kept alive per host).
+    """
+
+    def __init__(self, url: str, token: str | None = None, *, timeout: float = 30.0,
+                 connect_timeout: float = 5.0, retry: RetryPolicy = DEFAULT_RETRY,
+                 pool_size: int = 8, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.retry = retry
+        self._sleep = sleep
+        self._pool = urllib3.PoolManager(
+            num_pools=4, maxsize=pool_size, block=False, retries=False,
+            timeout=urllib3.Timeout(connect=min(connect_timeout, timeout), read=timeout))
+        self._headers = {"Accept": "application/json",
+                         "User-Agent": f"cronman-client/{__version__}"}
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
+
+    def close(self) -> None:
+        self._pool.clear()
+
+    def request(self, method: str, path: str, body: Any = None, *,
+                query: Query | None = None) -> Any:
+        """The decoded JSON answer (None for an empty one); raises ``ApiError``."""
+        url = self.url + path
+        if query:
+            url += "?" + urlencode(list(query))
+        headers = dict(self._headers)
+        data = None
+        if body is not None:
+            data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        retry = 0
+        while True:
+            try:
+                return self._once(method, url, data, headers)
+            except ApiError as exc:
+                retryable = self._retryable(method, exc)
+                retry += 1
+                if not retryable or retry >= self.retry.attempts:
+                    raise
+                self._sleep(self.retry.delay(retry, exc.retry_after))
+
+    def _retryable(self, method: str, exc: ApiError) -> bool:
+        if exc.status in RETRY_STATUSES:
+            return True
+        if exc.code == "unreachable":
+            return True
+        return exc.code == "connection_lost" and method in SAFE_METHODS
+
+    def _once(self, method: str, url: str, data: bytes | None,
+              headers: Mapping[str, str]) -> Any:
+        try:
+            resp = self._pool.request(method, url, body=data, headers=dict(headers),
+                                      redirect=False, preload_content=True)
+        except (NewConnectionError, ConnectTimeoutError) as exc:
+            raise error_for(0, "unreachable", f"cannot reach {self.url}: {_reason(exc)}") from None
+        except (ReadTimeoutError, ProtocolError) as exc:
+            what = "" if method in SAFE_METHODS else " (the request may have been applied)"
+            raise error_for(0, "connection_lost",
+                            f"{method} {url}: connection lost: {_reason(exc)}{what}") from None
+        except HTTPError as exc:
+            raise error_for(0, "unreachable", f"cannot reach {self.url}: {_reason(exc)}") from None
+        raw = resp.data
+        if 200 <= resp.status < 300:
+            if not raw.strip():
+                return None
+            try:
+                return json.loads(raw)
+            except ValueError as exc:
+                raise ApiError(resp.status, "bad_answer",
+                               f"the API answered with invalid JSON: {exc}") from None
+        raise _error_from(resp.status, raw, resp.reason or "", resp.headers.get("Retry-After"))
+
+
+def _error_from(status: int, raw: bytes, reason: str, retry_after: str | None) -> ApiError:
+    wait: float | None = None
+    if retry_after:
+        try:
+            wait = float(retry_after)
+        except ValueError:
+            wait = None
+    try:
+        err = json.loads(raw)["error"]
+        return error_for(status, str(err.get("code") or "error"),
+                         str(err.get("message") or reason), err.get("field"), retry_after=wait)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        text = raw.decode("utf-8", "replace").strip()[:200]
+        return error_for(status, "error", text or reason or f"HTTP {status}", retry_after=wait)
+
+
+def _reason(exc: BaseException) -> str:
+    reason = getattr(exc, "reason", None)
+    return str(reason or exc)

@@ -1,0 +1,44 @@
+-- Mark fire locks as started by the caller, right before the first attempt.
+--
+-- KEYS     {prefix}:lock:{job_id}:{fire_ms}, one per fire
+-- ARGV[1]  holder: "{node_id}/{instance token}"
+-- ARGV[2]  lock ttl in ms (for a lock that is gone)
+-- ARGV[3]  how early (ms, by this server's clock) a fire may start; "" for no
+--          check, else ARGV[4..] hold each fire's due time in Unix ms
+--
+-- A lock holds its holder while claimed and "!" .. holder once started.
+-- Returns one integer per key: 0 when another holder has started the fire
+-- (a replica took it over: the caller must not dispatch it); -n when the
+-- fire is due n ms from now, more than ARGV[3] away (the caller's clock runs
+-- fast: nothing marked, ask again then); else 1 and the lock now reads
+-- "!" .. ARGV[1]: the caller's own claim, a lock that is gone (expired, Redis
+-- restarted: the run row made the caller the owner), or one another holder
+-- claimed but never started (it lost the run row's fence).
+local started = '!' .. ARGV[1]
+local bound = tonumber(ARGV[3] or '')
+local now = nil
+if bound then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local out = {}
+for i, key in ipairs(KEYS) do
+    local early = bound and tonumber(ARGV[3 + i]) - now or 0
+    local v = redis.call('GET', key)
+    if v == started then
+        out[i] = 1
+    elseif v and string.sub(v, 1, 1) == '!' then
+        out[i] = 0
+    elseif bound and early > bound then
+        out[i] = -early
+    elseif not v then
+        redis.call('SET', key, started, 'PX', ARGV[2])
+        out[i] = 1
+    else
+        local ttl = redis.call('PTTL', key)
+        if ttl < 1 then ttl = tonumber(ARGV[2]) end
+        redis.call('SET', key, started, 'PX', ttl)
+        out[i] = 1
+    end
+end
+return out

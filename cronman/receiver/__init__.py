@@ -1,0 +1,47 @@
+"""Helpers for services that receive cronman's callbacks (light: no server dependency).
+
+- :class:`CallbackReceiver`: verify the signature (with the replay window),
+  deduplicate on the run id, handle -- as a plain function (``handle``), a
+  WSGI middleware (``wsgi``) or a Flask view decorator (``flask``);
+- :func:`verify_callback` / :func:`verify_signature`: the checks alone;
+- :func:`sqs_callback`: the callback in an SQS message's attributes;
+- :class:`MemoryDeduplicator`, :class:`RedisDeduplicator`,
+  :func:`process_once`: run-id deduplication.
+"""
+
+from __future__ import annotations
+
+from cronman.receiver.callback import (
+    Callback,
+    InvalidCallback,
+    header,
+    sqs_callback,
+    verify_callback,
+)
+from cronman.receiver.dedup import (
+    Claim,
+    Deduplicator,
+    MemoryDeduplicator,
+    RedisDeduplicator,
+    process_once,
+)
+from cronman.receiver.receiver import ENVIRON_KEY, CallbackReceiver, Reply
+from cronman.signing import DEFAULT_TOLERANCE, verify_signature
+
+__all__ = [
+    "DEFAULT_TOLERANCE",
+    "ENVIRON_KEY",
+    "Callback",
+    "CallbackReceiver",
+    "Claim",
+    "Deduplicator",
+    "InvalidCallback",
+    "MemoryDeduplicator",
+    "RedisDeduplicator",
+    "Reply",
+    "header",
+    "process_once",
+    "sqs_callback",
+    "verify_callback",
+    "verify_signature",
+]

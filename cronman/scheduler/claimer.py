@@ -1,0 +1,211 @@
+"""The claimer: fires due soon leave the job table in batches and are claimed.
+
+It pops every fire due within ``claim_lead`` and claims them as one batch at
+most every ``claim_interval`` (sooner for a fire due within ``urgent_lead``),
+on the claim thread (``claims.claim_batch``: the coordinator lock, then the
+database fence). Winners go to the dispatcher, which starts each at its exact
+due time: claim latency stays out of lateness, and a node makes a handful of
+commits per second whatever the fire rate. Fires lost to a replica's lock go
+on standby (``takeover``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from functools import partial
+
+from cronman.coordination.base import Coordinator
+from cronman.scheduler.active import ActiveRun
+from cronman.scheduler.claims import LOCK_TTL_MS, ClaimResult, Cursor, Fire, claim_batch
+from cronman.scheduler.clock import ReferenceClock
+from cronman.scheduler.dispatch import Dispatcher
+from cronman.scheduler.jobtable import JobTable
+from cronman.scheduler.lifecycle import Lifecycle, Pool
+from cronman.scheduler.metrics import NodeMetrics
+from cronman.scheduler.pulse import Pulser
+from cronman.scheduler.ratelog import RateLimitedLog
+from cronman.scheduler.takeover import Standby
+from cronman.scheduler.writer import STUCK_AFTER, ResultWriter
+from cronman.store.base import RunStore
+
+log = logging.getLogger(__name__)
+
+CLAIM_LEAD = 0.5  # seconds ahead of due time a fire is claimed (at most)
+CLAIM_INTERVAL = 0.2  # seconds between claim batches under steady load
+URGENT_LEAD = 0.15  # a fire due sooner than this is claimed without waiting for the interval
+MAX_CLAIM_BATCH = 5000
+# A claim further ahead of its fire time than the claim lead plus this (by the
+# coordinator's clock) is refused: this node's clock runs fast.
+CLAIM_AHEAD_MARGIN_MS = 250
+
+
+class Claimer:
+    """Pops due fires from the table, claims them, hands them on."""
+
+    def __init__(self, node_id: str, table: JobTable, coordinator: Coordinator, runs: RunStore,
+                 dispatcher: Dispatcher, standby: Standby, writer: ResultWriter, pulses: Pulser,
+                 *, claiming: Callable[[], bool],
+                 lease_seconds: float, clock: ReferenceClock, pool: Pool, lifecycle: Lifecycle,
+                 metrics: NodeMetrics,
+                 claim_lead: float = CLAIM_LEAD, claim_interval: float = CLAIM_INTERVAL) -> None:
+        self.node_id = node_id
+        self._table = table
+        self._coordinator = coordinator
+        self._runs = runs
+        self._dispatcher = dispatcher
+        self._standby = standby
+        self._writer = writer
+        self._pulses = pulses
+        self._claiming = claiming
+        self._lease_seconds = lease_seconds
+        self._clock = clock
+        self._pool = pool
+        self._claim_started: float | None = None  # monotonic; the claim under way
+        self._lifecycle = lifecycle
+        self._metrics = metrics
+        self.claim_lead_ms = int(claim_lead * 1000)
+        self.claim_interval_ms = int(claim_interval * 1000)
+        self.urgent_lead_ms = min(int(URGENT_LEAD * 1000), self.claim_lead_ms)
+        self.lock_wins = 0
+        self.lock_losses = 0
+        self.claiming_due: int | None = None  # the oldest due time of the batch being claimed
+        self._wake = asyncio.Event()
+        self._ratelog = RateLimitedLog(log)
+
+    def wake(self) -> None:
+        """The table changed: look at its head again."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        last_round = 0
+        while not self._lifecycle.stopping:
+            now = self._clock.now_ms()
+            nd = self._table.next_due()
+            if nd is None:
+                wait_ms = 1000
+            else:
+                wake_at = max(nd - self.claim_lead_ms,
+                              min(last_round + self.claim_interval_ms, nd - self.urgent_lead_ms))
+                wait_ms = wake_at - now
+            if wait_ms > 0:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), wait_ms / 1000.0)
+                continue
+            last_round = now
+            fires, cursors = self._table.pop_due(now, now + self.claim_lead_ms, MAX_CLAIM_BATCH)
+            skipped = self._table.take_misfires_skipped()
+            if skipped:
+                self._metrics.misfires_skipped.inc(skipped)
+            if not self._claiming():
+                continue  # skewed clock: the jobs' other owners fire them
+            fires = self._defer(fires)
+            if fires or cursors:
+                await self.claim(fires, cursors)
+
+    def _defer(self, fires: list[Fire]) -> list[Fire]:
+        """Hand the fires whose first owner is another node in charge to the
+        standby (watched, not claimed); return the rest, to claim."""
+        view = self._table.view_key
+        in_charge: dict[str, bool] = {}
+        mine: list[Fire] = []
+        watched: list[Fire] = []
+        for f in fires:
+            p = f.primary
+            if p is None:
+                mine.append(f)
+                continue
+            ok = in_charge.get(p)
+            if ok is None:
+                ok = in_charge[p] = self._pulses.in_charge(p, view)
+            (watched if ok else mine).append(f)
+        if watched:
+            self._standby.defer(watched)
+        return mine
+
+    async def claim(self, fires: list[Fire], cursors: list[Cursor]) -> None:
+        """Claim a batch on the claim thread and hand the winners to the dispatcher."""
+        started = time.perf_counter()
+        call = partial(claim_batch, fires, cursors, coordinator=self._coordinator,
+                       runs=self._runs, node_id=self.node_id, now=self._clock.now,
+                       max_ahead_ms=self.claim_lead_ms + CLAIM_AHEAD_MARGIN_MS,
+                       lease_seconds=self._lease_seconds, lock_ttl_ms=LOCK_TTL_MS)
+        self.claiming_due = min((f.due_ms for f in fires), default=None)
+        self._claim_started = time.monotonic()
+        try:
+            res = await self._pool(call)
+        except Exception:
+            log.exception("claiming %d fires failed unexpectedly; they are not dispatched",
+                          len(fires))
+            return
+        finally:
+            self.claiming_due = None
+            self._claim_started = None
+        self._count(res, time.perf_counter() - started, len(fires))
+        self._report_backends(res)
+        if res.pending_runs or res.pending_cursors:
+            self._writer.insert_later(res.pending_runs, res.pending_cursors)
+        pending = {r.id for r in res.pending_runs}
+        locked = res.coordinator_error is None
+        for f in res.dispatch:
+            self._dispatcher.add(ActiveRun.of_fire(
+                f, pending_claim=f.run_id in pending, mark_start=locked,
+                remote_in_flight=res.in_flight.get(f.job.id, [])))
+        self._standby.watch(res.standby)
+        self._standby.watch_early(res.too_early)
+
+    def health(self) -> str | None:
+        """None unless a claim has been waiting on the database for ``STUCK_AFTER``
+        seconds (a claim writes run rows too: the node fires nothing new meanwhile)."""
+        started = self._claim_started
+        if started is None or time.monotonic() - started < STUCK_AFTER:
+            return None
+        return (f"a claim has been waiting on the database for "
+                f"{time.monotonic() - started:.0f} s")
+
+    def _count(self, res: ClaimResult, seconds: float, batch: int) -> None:
+        m = self._metrics
+        m.claim_seconds.observe(seconds)
+        m.claim_batch.observe(batch)
+        if res.lock_wins:
+            m.lock_wins.inc(res.lock_wins)
+        if res.lock_losses:
+            m.lock_losses.inc(res.lock_losses)
+        self.lock_wins += res.lock_wins
+        self.lock_losses += res.lock_losses
+        if res.fence_losses:
+            m.fence_losses.inc(res.fence_losses)
+        if res.too_early:
+            m.early_claims.inc(len(res.too_early))
+            self._ratelog.warning("early-claims", "%d claims refused: their fires are further "
+                                  "ahead of the cluster's clock than a claim may be (this "
+                                  "host's clock runs fast); the jobs' other owners fire them, "
+                                  "or this node after their due time", len(res.too_early))
+
+    def _report_backends(self, res: ClaimResult) -> None:
+        m = self._metrics
+        if res.coordinator_error:
+            m.coordinator_errors.labels("claim").inc()
+            self._ratelog.error("claim-coordinator", "coordinator unreachable: claiming "
+                                "through the database fence alone (%s)", res.coordinator_error)
+        else:
+            self._ratelog.clear("claim-coordinator")
+        self._writer.note_store(res.store_error is None)
+        if not res.store_error:
+            self._ratelog.clear("claim-store")
+            return
+        m.store_errors.labels("claim").inc()
+        if res.unreachable:
+            m.not_dispatched.inc(len(res.unreachable))
+            self._ratelog.error("claim-store", "neither the database (%s) nor the "
+                                "coordinator is reachable: %d fires not dispatched",
+                                res.store_error, len(res.unreachable))
+            self._writer.record_unreachable(res.unreachable)
+        else:
+            self._ratelog.error("claim-store", "database unreachable (%s): dispatching "
+                                "under the coordinator lock alone; run rows kept to write "
+                                "later", res.store_error)

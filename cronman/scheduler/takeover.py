@@ -1,0 +1,309 @@
+"""Fires a node watches instead of claiming, their takeover, and start marks.
+
+A job's first owner claims its fires ahead of their due time and marks each
+started in the coordinator right before sending it (``StartMarks``, on the
+start thread). Its second owner only watches (``Standby``): a fire its holder
+has not started is taken over (``claims.take_over_batch`` on the claim
+thread) when the holder is gone or stuck -- its pulses stopped, or say its
+dispatch stopped moving -- never because it is late (``pulse``). A killed
+node thus delays its claimed fires by well under a second instead of leaving
+them to the lease sweeper; a busy one keeps its fires; and the coordinator
+(or, without it, the run row) keeps the two from both sending one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import partial
+
+from cronman.coordination.base import Coordinator
+from cronman.errors import CoordinatorUnavailable, StoreUnavailable
+from cronman.scheduler import policies
+from cronman.scheduler.active import ActiveRun
+from cronman.scheduler.claims import LOCK_TTL_MS, Fire, take_over_batch
+from cronman.scheduler.clock import ReferenceClock
+from cronman.scheduler.dispatch import (
+    START_GO,
+    START_TAKEN,
+    START_UNREACHABLE,
+    Dispatcher,
+)
+from cronman.scheduler.lifecycle import Lifecycle, Pool
+from cronman.scheduler.metrics import NodeMetrics
+from cronman.scheduler.pulse import Pulser
+from cronman.scheduler.ratelog import RateLimitedLog
+from cronman.scheduler.writer import ResultWriter
+from cronman.store.base import RunStore
+from cronman.timeutil import to_ms
+
+log = logging.getLogger(__name__)
+
+# How long past its due time a fire this node watches is looked at, unless
+# its first owner's pulses tell sooner.
+TAKEOVER_AFTER = 0.5
+MAX_TAKEOVER_BATCH = 5000
+# How early (by the reference clock) a fire may start at most: a node whose
+# clock runs fast is held back at its start mark.
+EARLY_BOUND_MS = 50
+SCAN_INTERVAL = 0.1  # seconds between looks at the watched fires (pulses wake it sooner)
+RECHECK_MS = 200  # a fire whose holder is alive is looked at again after this, doubling
+RECHECK_MAX_MS = 2000
+WATCH_MAX_MS = 120_000  # past this, a fire still held unstarted is the lease sweeper's
+
+
+class StartMarks:
+    """The dispatcher's start marker: mark claimed fires started in the
+    coordinator; when it cannot be reached, start them through the run row
+    instead (a replica's takeover goes through the same row)."""
+
+    def __init__(self, node_id: str, coordinator: Coordinator, runs: RunStore, *,
+                 lease_seconds: float, clock: ReferenceClock, pool: Pool,
+                 metrics: NodeMetrics) -> None:
+        self.node_id = node_id
+        self._clock = clock
+        self._coordinator = coordinator
+        self._runs = runs
+        self._lease_seconds = lease_seconds
+        self._pool = pool
+        self._metrics = metrics
+
+    async def __call__(self, runs: list[ActiveRun]) -> list[int]:
+        keys = [(ar.job.id, to_ms(ar.scheduled_for)) for ar in runs]
+        try:
+            answers = await self._coordinator.astart_fires(
+                keys, LOCK_TTL_MS, due_ms=[ar.due_ms for ar in runs], early_ms=EARLY_BOUND_MS)
+            return [a if a < 0 else START_GO if a else START_TAKEN for a in answers]
+        except CoordinatorUnavailable:
+            self._metrics.coordinator_errors.labels("start").inc()
+        answers = [START_UNREACHABLE] * len(runs)  # a pending claim has no row to start
+        in_db = [i for i, ar in enumerate(runs) if not ar.pending_claim]
+        if not in_db:
+            return answers
+        now = self._clock.now()
+        try:
+            changed = await self._pool(
+                self._runs.start_claimed_runs, self.node_id, [runs[i].key for i in in_db], now,
+                now + timedelta(seconds=self._lease_seconds), self.node_id)
+        except StoreUnavailable:
+            self._metrics.store_errors.labels("start").inc()
+            return answers
+        for i in in_db:
+            answers[i] = START_GO if runs[i].run_id in changed else START_TAKEN
+        return answers
+
+
+@dataclass(slots=True, eq=False)
+class Watched:
+    """A fire this node watches: when to look at it next, and how often it has."""
+
+    fire: Fire
+    check_at: int  # reference ms
+    unclaimed_ok: bool  # watched as second owner: claim it if nobody did
+    tries: int = 0
+    early: bool = False  # refused as too early: claim it after its due time if nobody did
+
+
+class Standby:
+    """Fires this node watches instead of claiming, and takes over when their
+    holder is gone or stuck.
+
+    - *Deferred* fires: this node is their job's second owner and the first
+      owner was in charge when they fell due (``Pulser.in_charge``). They
+      cost no coordinator call while that owner's pulses show it came
+      through them; the ones it has come through are looked at once
+      (``take_over_fires`` with ``claim_absent``: a fire nobody claimed -- the
+      owner did not know the job yet -- is claimed here). When the owner is
+      gone or stalled, every deferred fire due soon is taken over at once.
+    - *Race* fires: this node claimed them and lost the lock to another
+      holder; looked at ``takeover_after`` past their due time.
+
+    A holder that is alive (pulsing, dispatch progressing) is never taken
+    over: the fire is looked at again later, up to ``WATCH_MAX_MS``; after
+    that it is the lease sweeper's.
+    """
+
+    def __init__(self, node_id: str, coordinator: Coordinator, runs: RunStore,
+                 dispatcher: Dispatcher, writer: ResultWriter, pulses: Pulser, *,
+                 view: Callable[[], str], lease_seconds: float, clock: ReferenceClock,
+                 pool: Pool, lifecycle: Lifecycle, metrics: NodeMetrics,
+                 takeover_after: float = TAKEOVER_AFTER, claim_lead: float = 0.5) -> None:
+        self.node_id = node_id
+        self._coordinator = coordinator
+        self._runs = runs
+        self._dispatcher = dispatcher
+        self._writer = writer
+        self._pulses = pulses
+        self._view = view
+        self._lease_seconds = lease_seconds
+        self._clock = clock
+        self._pool = pool
+        self._lifecycle = lifecycle
+        self._metrics = metrics
+        self.takeover_after_ms = int(takeover_after * 1000)
+        self._claim_lead_ms = int(claim_lead * 1000)
+        self._deferred: dict[str, deque[Watched]] = {}  # by first owner, in due order
+        self._rechecks: list[tuple[int, int, Watched]] = []  # heap: (check at, seq, watched)
+        self._seq = 0
+        self._wake = asyncio.Event()
+        self._ratelog = RateLimitedLog(log)
+
+    @property
+    def watching(self) -> int:
+        return sum(len(q) for q in self._deferred.values()) + len(self._rechecks)
+
+    def defer(self, fires: list[Fire]) -> None:
+        """Watch ``fires`` as their job's second owner (their ``primary`` claims them)."""
+        for f in fires:
+            assert f.primary is not None
+            q = self._deferred.get(f.primary)
+            if q is None:
+                q = self._deferred[f.primary] = deque()
+            q.append(Watched(f, f.due_ms + self.takeover_after_ms, True))
+
+    def watch(self, fires: list[Fire]) -> None:
+        """Watch ``fires`` this node lost to another holder's lock."""
+        if self.takeover_after_ms < 0:
+            return
+        for f in fires:
+            self._recheck(Watched(f, f.due_ms + self.takeover_after_ms, False))
+        if fires:
+            self._wake.set()
+
+    def watch_early(self, fires: list[Fire]) -> None:
+        """Watch ``fires`` whose claim was refused as too early (this host's
+        clock runs ahead of the reference): if no other owner has fired one by
+        ``takeover_after`` past its due time, it is claimed then -- late,
+        never early, and never lost."""
+        for f in fires:
+            self._recheck(Watched(f, f.due_ms + max(0, self.takeover_after_ms), True,
+                                  early=True))
+        if fires:
+            self._wake.set()
+
+    def wake(self) -> None:
+        """New pulses were read: look again."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        while not self._lifecycle.stopping:
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), SCAN_INTERVAL)
+            if self._lifecycle.stopping:
+                return
+            await self.scan()
+
+    async def scan(self) -> None:
+        """Take what is due to be looked at."""
+        now = self._clock.now_ms()
+        view = self._view()
+        batches: dict[tuple[bool, str], list[Watched]] = {}
+        for primary, q in list(self._deferred.items()):
+            reason, limit = self._limit(primary, view, now)
+            while q and (q[0].fire.due_ms <= limit if reason == "in_charge"
+                         else q[0].check_at <= limit):
+                w = q.popleft()
+                if self._expired(w, now):
+                    continue
+                batches.setdefault((True, reason), []).append(w)
+            if not q:
+                del self._deferred[primary]
+        while self._rechecks and self._rechecks[0][0] <= now:
+            w = heapq.heappop(self._rechecks)[2]
+            if not self._expired(w, now):
+                batches.setdefault((w.unclaimed_ok, _reason(w)), []).append(w)
+        for (claim_absent, reason), watched in batches.items():
+            for start in range(0, len(watched), MAX_TAKEOVER_BATCH):
+                await self._take_over(watched[start:start + MAX_TAKEOVER_BATCH],
+                                      claim_absent, reason)
+
+    def _limit(self, primary: str, view: str, now: int) -> tuple[str, int]:
+        """Why and up to where a first owner's deferred fires are looked at:
+        through its progress while it is in charge, at once when it is gone
+        or stalled, ``takeover_after`` past due otherwise."""
+        p = self._pulses.progress_of(primary)
+        if p is not None and p.ready and not p.stalled and p.view == view:
+            return "in_charge", p.through_ms
+        if not self._pulses.known:
+            return "unknown", now
+        if p is None:
+            return "gone", now + self._claim_lead_ms + self.takeover_after_ms
+        if p.stalled:
+            return "stalled", now + self._claim_lead_ms + self.takeover_after_ms
+        return "not_ready", now
+
+    def _expired(self, w: Watched, now: int) -> bool:
+        """A fire watched too long, or older than its grace, is left to its
+        holder and the lease sweeper (the first owner applies the misfire
+        policy to what it could not fire in time)."""
+        age = now - w.fire.due_ms
+        return age > WATCH_MAX_MS or (w.unclaimed_ok and not w.early
+                                      and age > _grace_ms(w.fire))
+
+    def _recheck(self, w: Watched) -> None:
+        self._seq += 1
+        heapq.heappush(self._rechecks, (w.check_at, self._seq, w))
+
+    async def _take_over(self, watched: list[Watched], claim_absent: bool,
+                         reason: str) -> None:
+        fires = [w.fire for w in watched]
+        call = partial(take_over_batch, fires, coordinator=self._coordinator, runs=self._runs,
+                       node_id=self.node_id, now=self._clock.now,
+                       lease_seconds=self._lease_seconds, alive=self._pulses.alive_nodes(),
+                       claim_absent=claim_absent, lock_ttl_ms=LOCK_TTL_MS)
+        try:
+            res = await self._pool(call)
+        except Exception:
+            log.exception("taking over %d watched fires failed unexpectedly", len(fires))
+            return
+        if res.coordinator_error:
+            self._metrics.coordinator_errors.labels("takeover").inc()
+        if res.watching:
+            again = {id(f) for f in res.watching}
+            now = self._clock.now_ms()
+            for w in watched:
+                if id(w.fire) in again:
+                    w.tries += 1
+                    w.check_at = now + min(RECHECK_MAX_MS, RECHECK_MS << min(w.tries, 4))
+                    self._recheck(w)
+        if not res.dispatch:
+            return
+        self._metrics.takeovers.labels(reason).inc(len(res.dispatch))
+        self._ratelog.warning(f"takeover:{reason}", "took over %d fires (%s): their holder "
+                              "had not started them and is %s", len(res.dispatch), reason,
+                              _REASONS.get(reason, reason))
+        if res.store_error:
+            self._metrics.store_errors.labels("takeover").inc()
+            self._writer.insert_later(res.pending_runs, [], takeover=True)
+        pending = {r.id for r in res.pending_runs}
+        for f in res.dispatch:
+            self._dispatcher.add(ActiveRun.of_fire(f, pending_claim=f.run_id in pending))
+
+
+_REASONS = {
+    "gone": "gone (no pulse)",
+    "stalled": "stalled (its dispatch stopped moving)",
+    "not_ready": "not in charge of it (not ready, or another membership view)",
+    "unknown": "unknown (the coordinator cannot be read)",
+    "in_charge": "in charge but never claimed it (it did not know the job yet)",
+    "race": "not alive after winning the claim race",
+    "recheck": "not alive any more",
+    "early": "nobody: this node's claim was refused as too early and no other owner fired it",
+}
+
+
+def _reason(w: Watched) -> str:
+    if w.early:
+        return "early"
+    return "recheck" if w.unclaimed_ok else "race"
+
+
+def _grace_ms(fire: Fire) -> int:
+    return policies.misfire_settings(fire.job.misfire)[1]

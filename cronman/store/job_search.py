@@ -1,0 +1,64 @@
+"""The operator's job list: live jobs in (namespace, name) order, searchable
+by name prefix and labels (``JobStore.search_jobs``).
+
+The order is that of the unique index on live jobs' (namespace, name), so a
+page is one index range from the cursor on. A name prefix is a ``LIKE
+'prefix%'`` on PostgreSQL (wildcards in the prefix escaped) and a ``substr``
+comparison on SQLite (whose LIKE ignores case): case-sensitive on both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import and_, func, select, tuple_
+from sqlalchemy.sql.elements import ColumnElement
+
+from cronman.models import JobFilter, Page
+from cronman.store.codec import decode_name_cursor, encode_name_cursor, job_from_row
+from cronman.store.engine import Database
+from cronman.store.tables import jobs
+
+
+def name_prefix_condition(db: Database, prefix: str) -> ColumnElement[bool]:
+    """Live jobs whose name starts with ``prefix`` (case-sensitive)."""
+    if db.is_postgres:
+        return jobs.c.name.startswith(prefix, autoescape=True)
+    return func.substr(jobs.c.name, 1, len(prefix)) == prefix
+
+
+class JobQueries:
+    """``search_jobs`` of the SQL job store (mixed into ``SqlJobStore``, which
+    sets ``_db`` and provides the label conditions)."""
+
+    _db: Database
+
+    def _label_conditions(self, labels: Sequence[tuple[str, str]]
+                          ) -> list[ColumnElement[bool]]:
+        raise NotImplementedError
+
+    def search_jobs(self, flt: JobFilter, limit: int, cursor: str | None) -> Page:
+        """See ``JobStore.search_jobs``."""
+        conds: list[ColumnElement[bool]] = [jobs.c.deleted_at.is_(None)]
+        if cursor:
+            namespace, name = decode_name_cursor(cursor)
+            conds.append(tuple_(jobs.c.namespace, jobs.c.name) > tuple_(namespace, name))
+        if flt.namespace is not None:
+            conds.append(jobs.c.namespace == flt.namespace)
+        if flt.namespaces is not None:
+            conds.append(jobs.c.namespace.in_(list(flt.namespaces)))
+        if flt.paused is not None:
+            conds.append(jobs.c.paused == flt.paused)
+        if flt.name_prefix:
+            conds.append(name_prefix_condition(self._db, flt.name_prefix))
+        if flt.labels:
+            conds.extend(self._label_conditions(flt.labels))
+        stmt = (select(jobs).where(and_(*conds))
+                .order_by(jobs.c.namespace, jobs.c.name).limit(limit + 1))
+        with self._db.read() as conn:
+            rows = conn.execute(stmt).all()
+        items = [job_from_row(r) for r in rows[:limit]]
+        next_cursor = None
+        if len(rows) > limit and items:
+            next_cursor = encode_name_cursor(items[-1].namespace, items[-1].name)
+        return Page(items, next_cursor)

@@ -1,0 +1,55 @@
+"""A Flask receiver: the ``@receiver.flask`` decorator verifies and deduplicates.
+
+    pip install cronman flask redis
+    CRONMAN_SIGNING_SECRET=... REDIS_URL=redis://127.0.0.1:6379/0 python examples/receiver_flask.py
+
+The view gets the verified ``callback``; it runs once per run id across
+every process sharing the Redis (in memory, per process, without REDIS_URL).
+Handled runs are appended as JSON lines to OUTPUT (or printed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+from flask import Flask
+
+from cronman.receiver import Callback, CallbackReceiver, MemoryDeduplicator, RedisDeduplicator
+
+
+def create_app() -> Flask:
+    secret = os.environ.get("CRONMAN_SIGNING_SECRET")
+    if not secret:
+        sys.exit("set CRONMAN_SIGNING_SECRET (the same as cronman's)")
+    dedup: Any
+    if os.environ.get("REDIS_URL"):
+        import redis
+
+        dedup = RedisDeduplicator(redis.Redis.from_url(os.environ["REDIS_URL"]))
+    else:
+        dedup = MemoryDeduplicator()
+    receiver = CallbackReceiver(secret, dedup=dedup)
+    app = Flask(__name__)
+
+    @app.post("/hook")
+    @receiver.flask
+    def hook(callback: Callback) -> tuple[str, int]:
+        line = json.dumps({"run_id": callback.run_id, "job_id": callback.job_id,
+                           "attempt": callback.attempt,
+                           "body": callback.body.decode("utf-8", "replace")})
+        path = os.environ.get("OUTPUT")
+        if path:
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(line + "\n")
+        else:
+            print(line, flush=True)
+        return "", 204
+
+    return app
+
+
+if __name__ == "__main__":
+    create_app().run(host="127.0.0.1", port=int(os.environ.get("PORT", "9000")))

@@ -1,0 +1,86 @@
+"""A callback receiver with the standard library only (and ``pip install cronman``).
+
+Verifies each callback's signature, handles each run once (duplicates --
+retries, re-dispatches, replays of a handled run -- are answered 200 without
+handling), and appends one JSON line per handled run to OUTPUT (or stdout).
+
+    CRONMAN_SIGNING_SECRET=... PORT=9000 python examples/receiver_wsgi.py
+
+Settings (environment): CRONMAN_SIGNING_SECRET (required), PORT (default
+9000), OUTPUT (a file), REDIS_URL (deduplicate in Redis, shared by every
+process; needs the ``redis`` package), FAIL_FIRST=1 (answer 500 to the first
+attempt of every run, to see a retry handled).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from cronman.receiver import ENVIRON_KEY, Callback, CallbackReceiver, MemoryDeduplicator
+
+_lock = threading.Lock()
+
+
+def deduplicator() -> Any:
+    url = os.environ.get("REDIS_URL")
+    if url:
+        import redis  # the receiver's own dependency, not cronman's
+
+        from cronman.receiver import RedisDeduplicator
+
+        return RedisDeduplicator(redis.Redis.from_url(url))
+    return MemoryDeduplicator(max_entries=100_000)
+
+
+def record(callback: Callback) -> None:
+    line = json.dumps({"run_id": callback.run_id, "job_id": callback.job_id,
+                       "scheduled_for": callback.scheduled_for, "attempt": callback.attempt,
+                       "body": callback.body.decode("utf-8", "replace")})
+    path = os.environ.get("OUTPUT")
+    with _lock:
+        if path:
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(line + "\n")
+        else:
+            print(line, flush=True)
+
+
+def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+    callback: Callback = environ[ENVIRON_KEY]
+    if os.environ.get("FAIL_FIRST") == "1" and callback.attempt == 1:
+        start_response("500 Internal Server Error", [("Content-Type", "text/plain")])
+        return [b"failing the first attempt on purpose\n"]
+    record(callback)
+    start_response("204 No Content", [])
+    return []
+
+
+class ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        sys.stderr.write(f"{self.address_string()} {format % args}\n")
+
+
+def main() -> None:
+    secret = os.environ.get("CRONMAN_SIGNING_SECRET")
+    if not secret:
+        sys.exit("set CRONMAN_SIGNING_SECRET (the same as cronman's)")
+    receiver = CallbackReceiver(secret, dedup=deduplicator())
+    port = int(os.environ.get("PORT", "9000"))
+    server = make_server("127.0.0.1", port, receiver.wsgi(app), ThreadingWSGIServer,
+                         QuietHandler)
+    print(f"listening on http://127.0.0.1:{server.server_port}/", file=sys.stderr, flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""The process runtime: the same contract as containerd's, as child processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import pytest
+
+from cronman.worker_agent.runtime import ContainerSpec, RuntimeError_
+from cronman.worker_agent.runtimes.process import ProcessRuntime
+
+
+def test_command_env_exit_code_logs_apart_and_labels():
+    async def main():
+        rt = ProcessRuntime()
+        try:
+            cid = await rt.start(ContainerSpec(
+                name="p1", image="", command=["sh", "-c", "echo out $A; echo err >&2; exit 3"],
+                env={"A": "b"}, labels={"cronman.agent": "x"}))
+            assert [c.id for c in await rt.list({"cronman.agent": "x"})] == ["p1"]
+            end = await rt.wait(cid)
+            assert (end.exit_code, end.stdout, end.stderr) == (3, "out b\n", "err\n")
+            await rt.remove(cid)
+            assert await rt.list({}) == []
+            if os.geteuid() == 0:  # the default user is not root
+                cid = await rt.start(ContainerSpec(name="p2", image="", command=["id", "-u"]))
+                assert (await rt.wait(cid)).stdout == "65534\n"
+                await rt.remove(cid)
+            with pytest.raises(RuntimeError_, match="needs a command"):
+                await rt.start(ContainerSpec(name="p3", image="busybox"))
+            with pytest.raises(RuntimeError_, match="cannot start"):
+                await rt.start(ContainerSpec(name="p4", image="", command=["/no/such/thing"]))
+        finally:
+            await rt.close()
+
+    asyncio.run(main())
+
+
+def test_stop_reaches_the_process_group_and_kills_after_the_grace():
+    async def main():
+        rt = ProcessRuntime()
+        try:
+            cid = await rt.start(ContainerSpec(
+                name="p", image="", command=["sh", "-c", "trap '' TERM; sleep 30 & wait"]))
+            waiting = asyncio.ensure_future(rt.wait(cid))
+            await asyncio.sleep(0.2)
+            t0 = time.monotonic()
+            await rt.stop(cid, 0.5)
+            end = await asyncio.wait_for(waiting, 5)
+            assert end.exit_code == 137 and 0.4 < time.monotonic() - t0 < 3
+        finally:
+            await rt.close()
+
+    asyncio.run(main())

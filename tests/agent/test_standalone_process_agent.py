@@ -1,0 +1,54 @@
+"""`cronman standalone` runs container jobs on its in-process `process` agent."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.api import http
+from tests.support.processes import Processes
+from tests.support.waiting import wait_for
+
+pytestmark = [pytest.mark.slow]
+
+
+def test_standalone_runs_container_jobs_as_processes(tmp_path):
+    db = f"sqlite:///{tmp_path / 'cronman.db'}"
+    with Processes(tmp_path) as procs:
+        sa = procs.standalone(db, env={"CRONMAN_AGENT_LABELS": "zone=local"})
+        base = sa.url
+        status, ok_job, _ = http("POST", f"{base}/v1/jobs", {
+            "name": "echo",
+            "schedule": {"kind": "once", "at": "2099-01-01T00:00:00Z"},
+            "target": {"kind": "container", "image": "unused", "selector": {"zone": "local"},
+                       "command": ["sh", "-c", "echo out-$GREETING; echo err >&2"],
+                       "env": {"GREETING": "hi"}},
+        })
+        assert status == 201, ok_job
+        status, bad_job, _ = http("POST", f"{base}/v1/jobs", {
+            "name": "exit3",
+            "schedule": {"kind": "once", "at": "2099-01-01T00:00:00Z"},
+            "retry": {"max_attempts": 1},
+            "target": {"kind": "container", "image": "unused", "command": ["sh", "-c", "exit 3"]},
+        })
+        assert status == 201, bad_job
+        for job in (ok_job, bad_job):
+            status, _, _ = http("POST", f"{base}/v1/jobs/{job['id']}/trigger")
+            assert status == 202
+
+        def finished(job_id: str):
+            _, page, _ = http("GET", f"{base}/v1/jobs/{job_id}/runs")
+            return [r for r in page["items"] if r["status"] in ("succeeded", "failed")]
+
+        run = wait_for(lambda: finished(ok_job["id"]), 20, "the echo run")[0]
+        assert run["status"] == "succeeded", run
+        assert run["result"]["exit_code"] == 0
+        assert run["result"]["logs_tail"] == {"stdout": "out-hi\n", "stderr": "err\n"}
+        assert run["result"]["agent_id"]
+        run = wait_for(lambda: finished(bad_job["id"]), 20, "the exit-3 run")[0]
+        assert run["status"] == "failed" and run["result"]["exit_code"] == 3
+        assert "exited with code 3" in run["error"]
+
+        _, cluster, _ = http("GET", f"{base}/v1/cluster")
+        (agent,) = cluster["agents"]
+        assert agent["runtime"] == "process" and agent["labels"] == "zone=local"
+        assert agent["slots_free"] == agent["slots"] and agent["heartbeat_age_s"] < 30

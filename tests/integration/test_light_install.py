@@ -1,0 +1,173 @@
+"""`pip install cronman` alone (no server extra) in a fresh venv: no server dependency is
+present, the CLI starts and names the extra, and the receiver example verifies and
+deduplicates real callbacks from a running cronman (standalone)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cronman.signing import sign
+from tests.support.api import REPO, free_port
+from tests.support.processes import Processes
+
+pytestmark = pytest.mark.slow
+
+SERVER_MODULES = ("flask", "werkzeug", "sqlalchemy", "alembic", "aiohttp", "psycopg2", "boto3",
+                  "botocore", "redis", "gunicorn", "prometheus_client")
+SECRET = "light-secret"
+
+
+@pytest.fixture(scope="module")
+def light(tmp_path_factory) -> Path:
+    """A fresh venv holding `pip install <repo>` and nothing else; its bin folder."""
+    venv = tmp_path_factory.mktemp("light") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+           "--disable-pip-version-check"]
+    subprocess.run([*pip, str(REPO)], check=True, timeout=600, cwd=venv.parent)
+    return venv / "bin"
+
+
+def light_run(light: Path, *args: str, env: dict[str, str] | None = None,
+              timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("CRONMAN_", "PYTHON"))}
+    full.update(env or {})
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout,
+                          env=full, cwd=light.parent.parent)  # not the repo: no stray imports
+
+
+def test_no_server_dependency_is_installed_or_imported(light):
+    probe = (
+        "import importlib.util, json, sys\n"
+        f"mods = {SERVER_MODULES!r}\n"
+        "present = [m for m in mods if importlib.util.find_spec(m) is not None]\n"
+        "import cronman, cronman.client, cronman.receiver, cronman.cli, cronman.apply.normalize\n"
+        "loaded = sorted({m.split('.')[0] for m in sys.modules} & set(mods))\n"
+        "print(json.dumps({'present': present, 'loaded': loaded, 'file': cronman.__file__}))\n")
+    out = light_run(light, str(light / "python"), "-c", probe)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["present"] == [] and report["loaded"] == []
+    assert str(light.parent) in report["file"]  # the installed copy, not the repo
+
+
+def test_the_cli_starts_and_server_commands_name_the_extra(light):
+    out = light_run(light, str(light / "cronman"), "--help")
+    assert out.returncode == 0 and "jobs" in out.stdout and "[server]" in out.stdout
+    for command in (["api", "--bind", "127.0.0.1:1"], ["scheduler"], ["standalone"],
+                    ["migrate"], ["bench"], ["tokens", "list"]):
+        out = light_run(light, str(light / "cronman"), *command)
+        assert out.returncode == 1, (command, out.stderr)
+        assert "pip install 'cronman[server]'" in out.stderr and "sqlalchemy" in out.stderr
+    # Tokens through the API are a client command; the database side names the extra.
+    out = light_run(light, str(light / "cronman"), "tokens", "--help")
+    assert out.returncode == 0 and "api" in out.stdout and "[server]" in out.stdout
+    out = light_run(light, str(light / "cronman"), "tokens", "api", "list", "--help")
+    assert out.returncode == 0 and "--url" in out.stdout
+
+
+def post(url: str, body: bytes, headers: dict[str, str]) -> int:
+    req = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_the_receiver_verifies_and_deduplicates_real_callbacks(light, tmp_path):
+    output = tmp_path / "handled.jsonl"
+    port = free_port()
+    receiver = subprocess.Popen(
+        [str(light / "python"), str(REPO / "examples" / "receiver_wsgi.py")],
+        env={"PATH": os.environ["PATH"], "CRONMAN_SIGNING_SECRET": SECRET, "PORT": str(port),
+             "OUTPUT": str(output), "FAIL_FIRST": "1"},
+        stderr=open(tmp_path / "receiver.log", "wb"), cwd=tmp_path)
+    try:
+        with Processes(tmp_path) as procs:
+            db = f"sqlite:///{tmp_path / 'cronman.db'}"
+            node = procs.standalone(db, env={"CRONMAN_SIGNING_SECRET": SECRET})
+            api = node.url  # type: ignore[attr-defined]
+            _wait_for_port(port)
+
+            # A forged and a replayed (stale) request are refused.
+            body = b'{"x":1}'
+            base = {"Cronman-Job-Id": "j", "Cronman-Run-Id": "forged",
+                    "Cronman-Scheduled-For": "2026-01-01T00:00:00Z", "Cronman-Attempt": "1"}
+            url = f"http://127.0.0.1:{port}/hook"
+            assert post(url, body, {**base, "Cronman-Signature": sign("wrong", body,
+                                                                      int(time.time()))}) == 401
+            stale = sign(SECRET, body, int(time.time()) - 600)
+            assert post(url, body, {**base, "Cronman-Signature": stale}) == 401
+
+            # The job is made with the light install's own CLI (apply).
+            # Far enough ahead that a slow CLI start on a loaded machine is not "in the past".
+            at = (datetime.now(UTC) + timedelta(seconds=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
+            spec = {"name": "light-once", "namespace": "light",
+                    "schedule": {"kind": "once", "at": at},
+                    "target": {"kind": "http", "url": url, "body": '{"hello":"light"}'},
+                    "retry": {"max_attempts": 3, "min_backoff": 1, "max_backoff": 1}}
+            (tmp_path / "jobs").mkdir()
+            (tmp_path / "jobs" / "once.yaml").write_text(yaml.safe_dump(spec))
+            cli = [str(light / "cronman")]
+            env = {"CRONMAN_URL": api}
+            out = light_run(light, *cli, "jobs", "apply", "-f", str(tmp_path / "jobs"), env=env)
+            assert out.returncode == 0 and "created light/light-once" in out.stdout, out.stderr
+            out = light_run(light, *cli, "jobs", "list", "-n", "light", "-o", "json", env=env)
+            job_id = json.loads(out.stdout)["items"][0]["id"]
+
+            # Attempt 1 is answered 500 (the example's FAIL_FIRST): released, so attempt 2
+            # is handled; the run succeeds with one handling.
+            run = _wait_run(light, env, job_id, lambda r: r["status"] == "succeeded", timeout=45)
+            assert run["attempt"] == 2
+            # A replay sends the same run again: a duplicate, answered 200, not handled.
+            out = light_run(light, *cli, "runs", "replay", run["id"], "-o", "json", env=env)
+            assert out.returncode == 0, out.stderr
+            again = _wait_run(light, env, job_id,
+                              lambda r: r["attempt"] == 3 and r["status"] == "succeeded")
+            assert again["id"] == run["id"] and again["result"]["http_status"] == 200
+            handled = [json.loads(line) for line in output.read_text().splitlines()]
+            assert [h["run_id"] for h in handled] == [run["id"]]
+            assert handled[0]["attempt"] == 2 and handled[0]["body"] == '{"hello":"light"}'
+    finally:
+        receiver.send_signal(signal.SIGTERM)
+        receiver.wait(10)
+
+
+def _wait_for_port(port: int, timeout: float = 20) -> None:
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"nothing listens on {port}")
+
+
+def _wait_run(light, env, job_id, done, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        out = light_run(light, str(light / "cronman"), "jobs", "runs", job_id, "-o", "json",
+                        env=env)
+        items = json.loads(out.stdout)["items"] if out.returncode == 0 else []
+        if items:
+            last = items[0]
+            if done(last):
+                return last
+        time.sleep(0.3)
+    raise AssertionError(f"run not done in time: {last}")

@@ -1,0 +1,100 @@
+"""Webhook notifications against a real local receiver: signed like callbacks,
+retried and visible when the receiver fails, refused by the private-address
+guard; on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+
+from cronman.signing import verify_signature
+from tests.support.notify import (
+    create_job,
+    finish_run,
+    notify_settings,
+    running_notifier,
+    wait_notifications,
+    webhook_rule,
+)
+from tests.support.receiver import Receiver
+from tests.support.store_data import base_time
+
+
+def test_a_failed_run_is_posted_signed_once(store, database_url):
+    with Receiver() as rx:
+        job = create_job(store, "nightly-export", notify=[webhook_rule(rx.url("/hook"),
+                         headers={"Authorization": "Bearer hook-token-123"})])
+        run = finish_run(store, job.id, base_time(), "failed", error="HTTP 503")
+        with running_notifier(store, notify_settings(database_url)):
+            [req] = rx.wait_for(1, timeout=10)
+            [note] = wait_notifications(store, 1, status="sent")
+        assert verify_signature("notify-secret", req.header("Cronman-Signature"), req.body)
+        assert not verify_signature("other-secret", req.header("Cronman-Signature"), req.body)
+        assert req.header("Authorization") == "Bearer hook-token-123"
+        assert req.header("Content-Type") == "application/json"
+        assert req.header("Cronman-Notification-Id") == note.id
+        assert req.header("Cronman-Event") == "failed"
+        body = json.loads(req.body)
+        assert body["id"] == note.id and body["kind"] == "event" and body["event"] == "failed"
+        assert body["job"] == {"id": job.id, "namespace": "default", "name": "nightly-export"}
+        [event] = body["events"]
+        assert event["run_id"] == run.id and event["detail"]["error"] == "HTTP 503"
+        assert note.attempts == 1 and note.last_error is None and note.sent_at is not None
+    assert len(rx.requests) == 1  # nothing sent again
+
+
+def test_a_failing_receiver_is_retried_and_each_attempt_is_visible(store, database_url):
+    with Receiver() as rx:
+        rx.reply("/hook", status=500, body="down")
+        job = create_job(store, "flaky", notify=[webhook_rule(rx.url("/hook"), events=("lost",))])
+        finish_run(store, job.id, base_time(), "lost", error="node gone")
+        with running_notifier(store, notify_settings(database_url)):
+            rx.wait_for(2, timeout=10)
+            [note] = wait_notifications(store, 1)
+            assert note.status in ("pending", "sending")
+            assert note.last_error and "HTTP 500" in note.last_error
+            rx.reply("/hook", status=204)
+            [note] = wait_notifications(store, 1, status="sent", timeout=10)
+        assert note.attempts >= 3 and note.last_error is None
+        ids = {r.header("Cronman-Notification-Id") for r in rx.requests}
+        assert ids == {note.id}  # every attempt is the same notification
+
+
+def test_a_notification_that_cannot_be_sent_ends_failed_with_its_error(store, database_url):
+    with Receiver() as rx:
+        rx.reply("/hook", status=502)
+        job = create_job(store, "doomed", notify=[webhook_rule(rx.url("/hook"))])
+        finish_run(store, job.id, base_time(), "failed")
+        settings = notify_settings(database_url, notify_max_attempts=3)
+        with running_notifier(store, settings):
+            [note] = wait_notifications(store, 1, status="failed", timeout=15)
+        assert note.attempts == 3 and "HTTP 502" in (note.last_error or "")
+        assert len(rx.requests) == 3
+
+
+def test_private_addresses_are_refused_for_good_unless_allowed(store, database_url):
+    with Receiver() as rx:
+        job = create_job(store, "guarded", notify=[webhook_rule(rx.url("/hook"))])
+        finish_run(store, job.id, base_time(), "failed")
+        settings = notify_settings(database_url, allow_private_targets=False)
+        with running_notifier(store, settings):
+            [note] = wait_notifications(store, 1, status="failed")
+        assert note.attempts == 1
+        assert "loopback" in (note.last_error or "")
+        assert rx.requests == []
+
+
+def test_a_message_whose_sender_stopped_mid_send_is_sent_by_the_next_notifier(
+        store, database_url):
+    with Receiver() as rx:
+        rx.reply("/hook", status=204, delay=3.0)  # the first notifier stops while waiting
+        job = create_job(store, "interrupted", notify=[webhook_rule(rx.url("/hook"))])
+        finish_run(store, job.id, base_time(), "failed")
+        settings = notify_settings(database_url)
+        with running_notifier(store, settings):
+            rx.wait_for(1, timeout=10)
+            [note] = wait_notifications(store, 1, status="sending")
+        rx.reply("/hook", status=204)
+        with running_notifier(store, settings):
+            [note] = wait_notifications(store, 1, status="sent", timeout=10)
+        assert note.attempts == 2
+        assert [r.header("Cronman-Notification-Id") for r in rx.requests] == [note.id] * 2

@@ -1,0 +1,46 @@
+"""The node's event loop choice: uvloop when installed, asyncio's on request."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import uvloop
+
+from cronman import eventloop
+from cronman.config import Settings
+
+
+async def _loop_type() -> type:
+    return type(asyncio.get_running_loop())
+
+
+def test_auto_runs_on_uvloop_when_installed():
+    assert eventloop.run(_loop_type()) is uvloop.Loop
+    assert eventloop.run(_loop_type(), "uvloop") is uvloop.Loop
+
+
+def test_asyncio_runs_on_the_default_loop():
+    loop_type = eventloop.run(_loop_type(), "asyncio")
+    assert not issubclass(loop_type, uvloop.Loop)
+    assert issubclass(loop_type, asyncio.BaseEventLoop)
+
+
+def test_run_returns_the_result_and_closes_its_loop():
+    async def go() -> asyncio.AbstractEventLoop:
+        return asyncio.get_running_loop()
+
+    loop = eventloop.run(go())
+    assert loop.is_closed()
+
+
+def test_unknown_choice_is_refused():
+    with pytest.raises(ValueError, match="auto, uvloop, asyncio"):
+        eventloop.loop_factory("tokio")
+
+
+def test_setting_from_the_environment():
+    assert Settings.from_env(environ={}).event_loop == "auto"
+    assert Settings.from_env(environ={"CRONMAN_EVENT_LOOP": "asyncio"}).event_loop == "asyncio"
+    with pytest.raises(ValueError, match="CRONMAN_EVENT_LOOP"):
+        Settings.from_env(environ={"CRONMAN_EVENT_LOOP": "fast"})

@@ -1,0 +1,200 @@
+"""cronman.receiver: verification with the replay window, run-id deduplication,
+the plain function, the WSGI middleware and the Flask decorator."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+
+import pytest
+
+from cronman.receiver import (
+    ENVIRON_KEY,
+    CallbackReceiver,
+    Claim,
+    InvalidCallback,
+    MemoryDeduplicator,
+    process_once,
+    sqs_callback,
+    verify_callback,
+)
+from cronman.signing import sign
+
+SECRET = "s3cret"
+BODY = b'{"kind":"digest"}'
+
+
+def headers(run_id="run-1", attempt=1, secret=SECRET, body=BODY, t=None, signed=True):
+    out = {"Cronman-Job-Id": "job-1", "Cronman-Run-Id": run_id,
+           "Cronman-Scheduled-For": "2026-11-22T07:00:00Z", "Cronman-Attempt": str(attempt)}
+    if signed:
+        out["Cronman-Signature"] = sign(secret, body, int(time.time() if t is None else t))
+    return out
+
+
+def test_verify_callback_reads_the_headers_in_any_case():
+    h = {k.lower(): v for k, v in headers(attempt=2).items()}
+    cb = verify_callback(SECRET, h, BODY)
+    assert (cb.job_id, cb.run_id, cb.attempt, cb.body) == ("job-1", "run-1", 2, BODY)
+    assert verify_callback([b"old", SECRET], list(headers().items()), BODY).run_id == "run-1"
+
+
+@pytest.mark.parametrize("case", ["unsigned", "other-secret", "tampered", "stale", "future"])
+def test_verify_callback_refuses(case):
+    h = {"unsigned": headers(signed=False), "other-secret": headers(secret="nope"),
+         "tampered": headers(), "stale": headers(t=time.time() - 301),
+         "future": headers(t=time.time() + 301)}[case]
+    body = BODY + b" " if case == "tampered" else BODY
+    with pytest.raises(InvalidCallback) as exc:
+        verify_callback(SECRET, h, body)
+    assert exc.value.status == 401
+
+
+def test_missing_cronman_headers_are_a_400():
+    h = headers()
+    del h["Cronman-Run-Id"]
+    with pytest.raises(InvalidCallback) as exc:
+        verify_callback(SECRET, h, BODY)
+    assert exc.value.status == 400 and "Cronman-Run-Id" in exc.value.reason
+
+
+def test_a_receiver_needs_a_secret_unless_told_otherwise():
+    with pytest.raises(ValueError):
+        CallbackReceiver(None)
+    open_receiver = CallbackReceiver(None, allow_unsigned=True)
+    assert open_receiver.handle(headers(signed=False), BODY, lambda cb: 1).status == 200
+
+
+def test_memory_dedup_states_expiry_and_bound():
+    now = [0.0]
+    d = MemoryDeduplicator(max_entries=3, processing_ttl=10, done_ttl=100, clock=lambda: now[0])
+    assert d.claim("a") is Claim.NEW
+    assert d.claim("a") is Claim.IN_PROGRESS
+    d.release("a")
+    assert d.claim("a") is Claim.NEW
+    d.complete("a")
+    assert d.claim("a") is Claim.DONE
+    assert d.claim("b") is Claim.NEW  # a holder that died: its claim expires
+    now[0] = 11
+    assert d.claim("b") is Claim.NEW
+    for run in ("c", "d", "e"):
+        d.claim(run)
+        d.complete(run)
+    assert len(d) == 3 and d.claim("a") is Claim.NEW  # the oldest was forgotten
+    now[0] = 200
+    assert d.claim("c") is Claim.NEW  # done_ttl passed
+
+
+def test_process_once_releases_on_failure():
+    d = MemoryDeduplicator()
+    with pytest.raises(RuntimeError):
+        process_once(d, "r", lambda: (_ for _ in ()).throw(RuntimeError("boom")))
+    assert process_once(d, "r", lambda: 42) == (Claim.NEW, 42)
+    assert process_once(d, "r", lambda: 43) == (Claim.DONE, None)
+
+
+def test_handle_deduplicates_and_a_failed_handler_is_retried():
+    receiver = CallbackReceiver(SECRET, dedup=MemoryDeduplicator())
+    handled = []
+
+    def handler(cb):
+        if cb.attempt == 1:
+            raise RuntimeError("first attempt fails")
+        handled.append(cb.run_id)
+        return "ok"
+
+    with pytest.raises(RuntimeError):
+        receiver.handle(headers(attempt=1), BODY, handler)
+    reply = receiver.handle(headers(attempt=2), BODY, handler)
+    assert reply.status == 200 and reply.result == "ok" and reply.body == {"run_id": "run-1"}
+    again = receiver.handle(headers(attempt=3), BODY, handler)
+    assert again.status == 200 and again.body["duplicate"] is True
+    assert handled == ["run-1"]
+    assert receiver.handle(headers(secret="x"), BODY, handler).status == 401
+
+
+def _call(app, hdrs, body=BODY):
+    environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/hook", "CONTENT_LENGTH": str(len(body)),
+               "wsgi.input": io.BytesIO(body)}
+    environ.update({"HTTP_" + k.upper().replace("-", "_"): v for k, v in hdrs.items()})
+    seen = {}
+
+    def start_response(status, response_headers, exc_info=None):
+        seen["status"] = int(status.split()[0])
+        seen["headers"] = dict(response_headers)
+
+    result = app(environ, start_response)
+    try:
+        data = b"".join(result)
+    finally:
+        getattr(result, "close", lambda: None)()
+    return seen["status"], data, seen["headers"]
+
+
+def test_wsgi_middleware():
+    calls = []
+
+    def app(environ, start_response):
+        cb = environ[ENVIRON_KEY]
+        assert environ["wsgi.input"].read() == BODY  # the body is still there for the app
+        calls.append(cb.attempt)
+        status = "500 Oops" if cb.attempt == 1 else "204 No Content"
+        start_response(status, [])
+        return [b""]
+
+    wrapped = CallbackReceiver(SECRET, dedup=MemoryDeduplicator()).wsgi(app)
+    assert _call(wrapped, headers(attempt=1))[0] == 500  # released: the retry is handled
+    assert _call(wrapped, headers(attempt=2))[0] == 204
+    status, data, _ = _call(wrapped, headers(attempt=3))
+    assert status == 200 and json.loads(data)["duplicate"] is True
+    assert calls == [1, 2]
+    status, data, _ = _call(wrapped, headers(t=time.time() - 3600))
+    assert status == 401 and b"stale" in data
+
+
+def test_wsgi_in_progress_answers_409_with_retry_after():
+    dedup = MemoryDeduplicator()
+    dedup.claim("run-1")
+
+    def app(environ, start_response):  # pragma: no cover - never reached
+        raise AssertionError
+
+    status, _, hdrs = _call(CallbackReceiver(SECRET, dedup=dedup).wsgi(app), headers())
+    assert status == 409 and hdrs["Retry-After"]
+
+
+def test_flask_decorator():
+    from flask import Flask
+
+    receiver = CallbackReceiver(SECRET, dedup=MemoryDeduplicator())
+    app = Flask(__name__)
+    handled = []
+
+    @app.post("/hook")
+    @receiver.flask
+    def hook(callback):
+        handled.append((callback.run_id, callback.body))
+        return "", 204
+
+    client = app.test_client()
+    assert client.post("/hook", data=BODY, headers=headers()).status_code == 204
+    dup = client.post("/hook", data=BODY, headers=headers(attempt=2))
+    assert dup.status_code == 200 and dup.get_json()["duplicate"] is True
+    bad = client.post("/hook", data=BODY + b"x", headers=headers(run_id="run-2"))
+    assert bad.status_code == 401
+    assert handled == [("run-1", BODY)]
+
+
+def test_sqs_callback_reads_the_attributes():
+    message = {"Body": '{"x":1}', "ReceiptHandle": "rh", "MessageAttributes": {
+        "cronman-job-id": {"DataType": "String", "StringValue": "job-1"},
+        "cronman-run-id": {"DataType": "String", "StringValue": "run-9"},
+        "cronman-scheduled-for": {"DataType": "String", "StringValue": "2026-11-22T07:00:00Z"}}}
+    cb = sqs_callback(message)
+    assert (cb.job_id, cb.run_id, cb.body) == ("job-1", "run-9", b'{"x":1}')
+    del message["MessageAttributes"]["cronman-run-id"]
+    with pytest.raises(InvalidCallback, match="cronman-run-id"):
+        sqs_callback(message)
+    with pytest.raises(InvalidCallback):
+        sqs_callback({"Body": "x"})
