@@ -7,14 +7,14 @@ import time
 import pytest
 
 from cronman.config import Settings
-from cronman.errors import CoordinatorUnavailable
-from cronman.scheduler.coordination.redis import RedisCoordinator
-from cronman.scheduler.coordination.redis_shards import (
+from cronman.coordination.base import NodeInfo
+from cronman.coordination.redis import RedisCoordinator
+from cronman.coordination.redis_shards import (
     is_sentinel_url,
     parse_sentinel_url,
     split_shard_urls,
 )
-from cronman.scheduler.coordinator import NodeInfo
+from cronman.errors import CoordinatorUnavailable
 from tests.support.redis_servers import sentinel_setup
 
 
@@ -101,7 +101,7 @@ def test_failover_is_survived_by_the_same_instance():
             assert recovered_after is not None, "no new primary within 15 s"
             assert recovered_after < 10, recovered_after
             assert failures >= 1  # it really was down for a while
-            assert setup.primary_port() == setup.replica.port
+            setup.wait_primary(setup.replica.port)
 
             # Same instances, no restart: membership and locks on the new primary.
             assert [m.id for m in coord.live_members()] == ["a"]

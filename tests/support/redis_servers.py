@@ -217,6 +217,14 @@ class SentinelSetup:
                 return None
         return seen.pop() if len(seen) == 1 else None
 
+    def wait_primary(self, port: int, timeout: float = 10.0) -> None:
+        """Until every sentinel names `port` as the primary.
+
+        After a failover the sentinels learn the new configuration one by
+        one, so a client can reach the new primary before all of them agree.
+        """
+        wait_until(lambda: self.primary_port() == port, timeout, f"sentinels agree on {port}")
+
     def wait_ready(self, timeout: float = 15.0) -> None:
         """Until every sentinel knows the replica and the two other sentinels."""
 
