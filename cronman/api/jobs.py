@@ -35,13 +35,12 @@ from cronman.api.serialize import (
     excluded_fire_times,
     job_definition,
     job_json,
-    restore_redacted,
-    restore_redacted_notify,
     run_json,
 )
 from cronman.errors import Conflict, NotFound, ValidationError
 from cronman.ids import new_job_id
 from cronman.models import Job, JobFilter, RunFilter
+from cronman.redaction import restore_redacted, restore_redacted_notify
 from cronman.schedules import Schedule, job_times
 from cronman.store.dag import DependentsExist, dependents_message
 from cronman.timeutil import format_rfc3339, utcnow

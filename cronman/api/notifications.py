@@ -18,11 +18,11 @@ from cronman.api import validation as v
 from cronman.api.common import MAX_BODY_BYTES, ApiView, json_response, principal, read_json
 from cronman.api.context import api_context
 from cronman.api.jobs import ID_RE, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX
-from cronman.api.serialize import redact_value, restore_redacted
 from cronman.errors import NotFound, ValidationError
 from cronman.notify.messages import event_json
 from cronman.notify.model import EventRecord, Notification, NotificationFilter, RuleRecord
 from cronman.notify.rules import RULE_KEYS, redact_channel, validate_rule
+from cronman.redaction import redact_value, restore_redacted
 from cronman.timeutil import format_rfc3339
 from cronman.vocabulary import (
     DEFAULT_NAMESPACE,

@@ -12,12 +12,13 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from cronman.api.serialize import job_definition, redact_target, redact_value
+from cronman.api.serialize import job_definition
 from cronman.api.validation import validate_job_parsed
 from cronman.errors import ValidationError
 from cronman.ids import new_job_id
 from cronman.models import Job
 from cronman.notify.rules import redact_notify
+from cronman.redaction import redact_target, redact_value
 from cronman.timeutil import parse_rfc3339, utcnow
 
 __all__ = ["ValidationError", "check_new", "visible_definition", "shown"]

@@ -19,6 +19,8 @@ from typing import Any
 import pyarrow as pa
 
 from cronman.audit.pgoutput import UNCHANGED, Value
+from cronman.notify.rules import redact_notify
+from cronman.redaction import redact_target, redact_value
 
 # PostgreSQL type OIDs (pg_type.oid; fixed for built-in types).
 BOOL, INT8, INT2, INT4, TEXT, JSON, FLOAT4, FLOAT8 = 16, 20, 21, 23, 25, 114, 700, 701
@@ -81,8 +83,6 @@ def convert(value: Value, convert_text: Callable[[str], Any]) -> Any:
 
 # Columns of a table whose JSON holds secrets, and how each is redacted.
 def _redact_target_json(text: str) -> str:
-    from cronman.api.serialize import redact_target  # the API's own redaction
-
     try:
         target = json.loads(text)
     except ValueError:
@@ -93,9 +93,6 @@ def _redact_target_json(text: str) -> str:
 
 
 def _redact_notify_json(text: str) -> str:
-    from cronman.api.serialize import redact_value
-    from cronman.notify.rules import redact_notify
-
     try:
         rules = json.loads(text)
     except ValueError:

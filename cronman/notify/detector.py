@@ -26,9 +26,8 @@ from cronman.ids import run_id_for
 from cronman.notify import detect
 from cronman.notify.late import Check, LateWatch
 from cronman.notify.metrics import NotifierMetrics
-from cronman.notify.model import Event, FailingJob, Outbox, PassResult, RuleSource
+from cronman.notify.model import Event, FailingJob, JobSource, Outbox, PassResult, RuleSource
 from cronman.notify.rules import Rule
-from cronman.store.base import JobStore
 from cronman.timeutil import format_rfc3339, to_ms
 from cronman.vocabulary import NotifyEvent, RunStatus
 
@@ -67,7 +66,7 @@ def _late_fingerprint(rules: Mapping[str, Sequence[Rule]]) -> dict[str, str]:
 class Detector:
     """The notifier's reading side (see the module doc)."""
 
-    def __init__(self, outbox: Outbox, jobs: JobStore, rules: RuleSource, *, node_id: str,
+    def __init__(self, outbox: Outbox, jobs: JobSource, rules: RuleSource, *, node_id: str,
                  metrics: NotifierMetrics, late_settle: timedelta = LATE_SETTLE,
                  max_event_age: timedelta = MAX_EVENT_AGE) -> None:
         self.outbox = outbox

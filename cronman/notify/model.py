@@ -171,6 +171,19 @@ class Outbox(Protocol):
         """Drop what was sent or failed before ``before``; returns rows dropped."""
 
 
+class JobSource(Protocol):
+    """What the detector reads of the jobs (``store.base.JobStore`` has it)."""
+
+    def current_change_seq(self) -> int:
+        """The largest change_seq written so far."""
+
+    def jobs_changed_since(self, change_seq: int, limit: int = 10_000) -> list[Job]:
+        """Jobs (tombstones included) whose change_seq is greater, ascending."""
+
+    def get_jobs(self, job_ids: Sequence[str]) -> list[Job]:
+        """The listed jobs, tombstones included."""
+
+
 class RuleSource(Protocol):
     def all_rules(self) -> dict[str, list[Rule]]:
         """The namespace rules, by namespace."""

@@ -30,11 +30,20 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 from prometheus_client.core import GaugeMetricFamily
 
 from cronman.observability.build_info import register_build_info
-from cronman.scheduler.lifecycle import Lifecycle
 
 log = logging.getLogger(__name__)
 
 LOOP_DEADLINE = 5.0  # seconds a no-op may wait on the event loop before it counts as stuck
+
+
+class LifecycleView(Protocol):
+    """What the endpoints read of a node's lifecycle (``scheduler.lifecycle.Lifecycle``)."""
+
+    @property
+    def bound_loop(self) -> asyncio.AbstractEventLoop | None: ...
+
+    @property
+    def stopping(self) -> bool: ...
 
 
 class NodeView(Protocol):
@@ -43,7 +52,8 @@ class NodeView(Protocol):
     node_id: str
     ready: threading.Event
     stopped: threading.Event
-    lifecycle: Lifecycle
+    @property
+    def lifecycle(self) -> LifecycleView: ...
 
     @property
     def members(self) -> list[str]: ...

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cronman.api.serialize import destination, redact_target, redact_value, restore_redacted
 from cronman.errors import ValidationError
+from cronman.redaction import destination, redact_target, redact_value, restore_redacted
 
 
 def test_redact_value():
