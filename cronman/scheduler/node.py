@@ -280,11 +280,13 @@ class SchedulerNode:
 
     def _progress(self) -> Progress:
         """What this node's pulse says of it (on the pulse thread): the loop's
-        last snapshot, and whether attempts still start."""
+        last snapshot, and whether its dispatch still moves."""
         view, ready, through = self._snapshot
-        now = self.clock.now_ms()
-        return Progress(view=view, ready=ready, through_ms=through,
-                        stalled=self._stall.stalled(through, now, self.dispatcher.starts))
+        d, c = self.dispatcher, self.claimer
+        stalled = self._stall.stalled(
+            through, self.clock.now_ms(), moves=d.starts + c.lock_wins + c.lock_losses,
+            saturated=d.running >= d.max_in_flight)
+        return Progress(view=view, ready=ready, through_ms=through, stalled=stalled)
 
     def readiness(self) -> tuple[bool, dict[str, str]]:
         """Whether this node does its share now, and each check's answer:
