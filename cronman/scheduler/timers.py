@@ -8,11 +8,19 @@ any object that orders, for ties); a job that changes or goes away gets a new
 record or none, which makes its old entries stale. Stale entries are not
 searched for and removed: they are discarded when popped (``pop_due`` takes a
 predicate), and the heap is rebuilt when they outnumber the live ones.
+
+Entries that fall due leave the heap for a *lane* of their priority (first in,
+first out), and are taken from the highest priority's lane first. A node that
+keeps up takes every due entry at once, so the order does not matter; a node
+that is behind takes its backlog highest priority first, and the low
+priorities absorb the lateness.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -20,44 +28,81 @@ Entry = tuple[int, int, str, int, Any]
 
 
 class TimerHeap:
-    """A min-heap of fire entries keyed by due time (Unix ms)."""
+    """A min-heap of fire entries keyed by due time (Unix ms), and the due
+    ones in lanes by priority."""
 
-    __slots__ = ("_heap",)
+    __slots__ = ("_heap", "_lanes", "_keys", "_in_lanes")
 
     def __init__(self) -> None:
         self._heap: list[Entry] = []
+        self._lanes: dict[int, deque[Entry]] = {}  # by -priority
+        self._keys: list[int] = []  # the lanes' keys, ascending (highest priority first)
+        self._in_lanes = 0
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self._heap) + self._in_lanes
 
     def push(self, due_ms: int, priority: int, job_id: str, fire_ms: int, state: Any) -> None:
         heapq.heappush(self._heap, (due_ms, -priority, job_id, fire_ms, state))
 
     def peek_due(self) -> int | None:
-        """The due time of the earliest entry (stale or not), or None."""
-        return self._heap[0][0] if self._heap else None
+        """The earliest due time of an entry (stale or not; for an entry
+        waiting in a lane, the due time of its lane's head), or None."""
+        dues = [lane[0][0] for lane in self._lanes.values()]
+        if self._heap:
+            dues.append(self._heap[0][0])
+        return min(dues) if dues else None
 
     def pop_due(self, until_ms: int, live: Callable[[Entry], bool] | None = None,
                 limit: int | None = None) -> list[Entry]:
-        """Pop every entry due at or before ``until_ms`` (at most ``limit`` live
-        ones), in heap order; entries for which ``live`` says False are dropped."""
-        heap = self._heap
+        """Pop entries due at or before ``until_ms`` (at most ``limit`` live
+        ones): highest priority first, then in due order; entries for which
+        ``live`` says False are dropped."""
+        self._fall_due(until_ms)
         out: list[Entry] = []
-        pop = heapq.heappop
-        while heap and heap[0][0] <= until_ms:
-            if limit is not None and len(out) >= limit:
-                break
-            entry = pop(heap)
+        keys, lanes = self._keys, self._lanes
+        while keys and (limit is None or len(out) < limit):
+            key = keys[0]
+            lane = lanes[key]
+            entry = lane.popleft()
+            self._in_lanes -= 1
+            if not lane:
+                del lanes[key]
+                keys.pop(0)
             if live is None or live(entry):
                 out.append(entry)
         return out
 
+    def _fall_due(self, until_ms: int) -> None:
+        heap, lanes = self._heap, self._lanes
+        pop = heapq.heappop
+        while heap and heap[0][0] <= until_ms:
+            entry = pop(heap)
+            lane = lanes.get(entry[1])
+            if lane is None:
+                lane = lanes[entry[1]] = deque()
+                bisect.insort(self._keys, entry[1])
+            lane.append(entry)
+            self._in_lanes += 1
+
     def compact(self, live: Callable[[Entry], bool]) -> int:
-        """Drop stale entries (rebuilding the heap); returns how many were dropped."""
-        before = len(self._heap)
+        """Drop stale entries (rebuilding the heap and the lanes); returns how
+        many were dropped."""
+        before = len(self)
         self._heap = [e for e in self._heap if live(e)]
         heapq.heapify(self._heap)
-        return before - len(self._heap)
+        lanes = {k: deque(e for e in lane if live(e)) for k, lane in self._lanes.items()}
+        self._lanes = {k: lane for k, lane in lanes.items() if lane}
+        self._keys = sorted(self._lanes)
+        self._in_lanes = sum(len(lane) for lane in self._lanes.values())
+        return before - len(self)
+
+    def entries(self) -> list[Entry]:
+        """Every entry held, stale or not, in no particular order."""
+        return [*self._heap, *(e for lane in self._lanes.values() for e in lane)]
 
     def clear(self) -> None:
         self._heap.clear()
+        self._lanes.clear()
+        self._keys.clear()
+        self._in_lanes = 0

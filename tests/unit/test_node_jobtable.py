@@ -276,7 +276,7 @@ def test_a_lean_row_loads_like_the_job(tmp_path):
         assert a.times.next_fire_after(from_ms(now)) == b.times.next_fire_after(from_ms(now))
         assert (a.cursor_ms, a.paused, a.version) == (b.cursor_ms, b.paused, b.version)
     def entries(t: JobTable) -> list[tuple[Any, ...]]:
-        return sorted(e[:4] for e in t.heap._heap)
+        return sorted(e[:4] for e in t.heap.entries())
     assert entries(by_job) == entries(by_row)
     held = dict(by_row.jobs)
     for row in rows:

@@ -8,18 +8,34 @@ from cronman.scheduler.timers import TimerHeap
 from cronman.scheduler.waitqueue import FairQueue
 
 
-def test_pops_in_due_order_then_priority_then_job_id():
+def test_pops_the_due_entries_highest_priority_first_then_in_due_order():
     h = TimerHeap()
     h.push(200, 0, "b", 200, 1)
     h.push(100, 0, "a", 100, 1)
     h.push(200, 5, "c", 200, 1)
-    h.push(200, 5, "d", 200, 1)
+    h.push(150, 5, "d", 150, 1)
     h.push(300, 0, "e", 300, 1)
     assert h.peek_due() == 100
     got = [e[2] for e in h.pop_due(250)]
-    assert got == ["a", "c", "d", "b"]
+    assert got == ["d", "c", "a", "b"]
     assert len(h) == 1
     assert h.peek_due() == 300
+
+
+def test_a_backlog_is_taken_highest_priority_first_across_calls():
+    """A node behind takes its late high-priority fires before older low ones,
+    and fires that fall due later join the back of their priority's lane."""
+    h = TimerHeap()
+    for i in range(6):
+        h.push(i, 0, f"low{i}", i, 1)
+    h.push(5, 10, "high5", 5, 1)
+    assert [e[2] for e in h.pop_due(5, limit=3)] == ["high5", "low0", "low1"]
+    assert h.peek_due() == 2  # the oldest waiting: low2, in its lane
+    h.push(6, 10, "high6", 6, 1)
+    h.push(1, 0, "low-late", 1, 1)  # pushed late, with an earlier due time
+    assert [e[2] for e in h.pop_due(6, limit=3)] == ["high6", "low2", "low3"]
+    assert [e[2] for e in h.pop_due(6)] == ["low4", "low5", "low-late"]
+    assert len(h) == 0 and h.peek_due() is None
 
 
 def test_pop_due_respects_the_bound_and_limit():
@@ -49,8 +65,13 @@ def test_compact_keeps_only_live_entries_in_order():
     rnd = random.Random(7)
     for i in range(1000):
         h.push(rnd.randrange(10_000), 0, f"j{i}", 0, i % 2)
+    h.pop_due(-1)  # nothing due: no entry moves
+    h.push(-5, 3, "lane-live", 0, 0)
+    h.push(-5, 3, "lane-stale", 0, 1)
+    assert h.pop_due(-5, limit=0) == []  # both now wait in their lane
     dropped = h.compact(lambda e: e[4] == 0)
-    assert dropped == 500
+    assert dropped == 501
+    assert h.pop_due(-5)[0][2] == "lane-live"
     dues = [e[0] for e in h.pop_due(10**9)]
     assert len(dues) == 500
     assert dues == sorted(dues)
