@@ -1,7 +1,9 @@
 """The component schemas of ``/openapi.json``: what the API accepts and answers.
 
 Request schemas say what the server accepts, as far as JSON Schema can say
-it: patterns, bounds and enums come from the validation modules themselves.
+it: the job definition's are derived from its declaration
+(``cronman.api.job_fields``, ``cronman.callbacks.target_fields``), which the
+validator runs too.
 The rules JSON Schema cannot express -- one field compared with another or
 with the clock, the cron grammar, a URL's host, byte (not character)
 lengths -- are listed in ``SEMANTIC_RULES`` (the document carries them as
@@ -15,10 +17,9 @@ from copy import deepcopy
 from typing import Any
 
 from cronman.api import validation as v
-from cronman.api.notify_openapi import job_notify_schema
+from cronman.api.job_fields import JOB, MISFIRE, RETRY
 from cronman.api.openapi_parts import (
     JOB_TIME,
-    SECONDS,
     STRING,
     STRING_MAP,
     TEXT,
@@ -30,23 +31,18 @@ from cronman.api.openapi_parts import (
 )
 from cronman.api.openapi_targets import DEAD_LETTER_TARGETS, TARGETS
 from cronman.api.workflow_openapi import EXCLUDED, GATE, after_schedule
-from cronman.api.workflow_openapi import definition_props as workflow_props
-from cronman.callbacks import validation as tv
+from cronman.callbacks.target_fields import DEAD_LETTER, TARGET, WHITESPACE
 from cronman.schedules.cron import zone_names
 from cronman.schedules.cronexpr import MAX_CRON_LENGTH
 from cronman.schedules.simple import MAX_EVERY_SECONDS
 from cronman.vocabulary import (
     CONCURRENCY_POLICIES,
-    DEFAULT_CONCURRENCY,
-    DEFAULT_DELIVERY,
-    DEFAULT_NAMESPACE,
     DELIVERY_MODES,
-    MISFIRE_POLICIES,
     RUN_STATUSES,
 )
 
-_SPACE = f"[{tv.WHITESPACE}]"  # the cron parser splits on Python's whitespace
-_FIELD = f"[^{tv.WHITESPACE}\\u0000]+"
+_SPACE = f"[{WHITESPACE}]"  # the cron parser splits on Python's whitespace
+_FIELD = f"[^{WHITESPACE}\\u0000]+"
 CRON_PATTERN = f"^{_SPACE}*(?:@{_FIELD}|{_FIELD}(?:{_SPACE}+{_FIELD}){{4,5}}){_SPACE}*$"
 
 SCHEDULES = {
@@ -79,17 +75,6 @@ SCHEDULES = {
 }
 
 
-RETRY = obj({
-    "max_attempts": {"type": "integer", "minimum": 1, "maximum": v.MAX_ATTEMPTS_MAX,
-                     "default": v.DEFAULT_RETRY["max_attempts"]},
-    "min_backoff": {**SECONDS, "maximum": v.BACKOFF_MAX, "default": v.DEFAULT_RETRY["min_backoff"]},
-    "max_backoff": {**SECONDS, "maximum": v.BACKOFF_MAX, "default": v.DEFAULT_RETRY["max_backoff"]},
-})
-MISFIRE = obj({
-    "policy": {"enum": list(MISFIRE_POLICIES), "default": v.DEFAULT_MISFIRE["policy"]},
-    "grace": {**SECONDS, "maximum": v.GRACE_MAX, "default": v.DEFAULT_MISFIRE["grace"]},
-})
-
 # JSON whose strings hold no NUL (what any request body may carry).
 PLAIN_JSON = {"anyOf": [
     {"type": ["number", "boolean", "null"]},
@@ -100,32 +85,7 @@ PLAIN_JSON = {"anyOf": [
 
 
 def _definition_props() -> dict[str, Any]:
-    return {
-        "name": {"type": "string", "minLength": 1, "maxLength": v.NAME_MAX,
-                 "pattern": v.NAME_RE.pattern},
-        "namespace": {"type": ["string", "null"], "minLength": 1, "maxLength": v.NAMESPACE_MAX,
-                      "pattern": v.NAMESPACE_RE.pattern, "default": DEFAULT_NAMESPACE},
-        "schedule": ref("Schedule"),
-        "target": ref("Target"),
-        "retry": nullable(ref("Retry")),
-        "misfire": nullable(ref("Misfire")),
-        "delivery": {"enum": [*DELIVERY_MODES, None], "default": DEFAULT_DELIVERY},
-        "concurrency": {"enum": [*CONCURRENCY_POLICIES, None],
-                        "default": DEFAULT_CONCURRENCY},
-        "priority": {"type": ["integer", "null"], "minimum": v.PRIORITY_MIN,
-                     "maximum": v.PRIORITY_MAX, "default": 0},
-        "start_at": nullable(JOB_TIME),
-        "end_at": nullable(JOB_TIME),
-        "jitter": {"type": ["number", "null"], "minimum": 0, "maximum": v.JITTER_MAX},
-        "paused": {"type": ["boolean", "null"], "default": False},
-        "labels": {"type": ["object", "null"], "maxProperties": v.LABELS_MAX,
-                   "additionalProperties": {**TEXT, "maxLength": v.LABEL_VALUE_MAX},
-                   "propertyNames": {"pattern": v.LABEL_KEY_RE.pattern,
-                                     "maxLength": v.LABEL_KEY_MAX}},
-        "dead_letter": nullable(ref("DeadLetterTarget")),
-        "notify": job_notify_schema(),
-        **workflow_props(),
-    }
+    return JOB.properties()
 
 
 def _sent_back_props() -> dict[str, Any]:
@@ -294,10 +254,10 @@ def components() -> dict[str, Any]:
                                **deepcopy(DEAD_LETTER_TARGETS)}
     schemas["AfterSchedule"] = after_schedule()
     schemas["Schedule"] = {"oneOf": [ref(k) for k in (*SCHEDULES, "AfterSchedule")]}
-    schemas["Target"] = {"oneOf": [ref(k) for k in TARGETS]}
-    schemas["DeadLetterTarget"] = {"oneOf": [ref(k) for k in DEAD_LETTER_TARGETS]}
-    schemas["Retry"] = RETRY
-    schemas["Misfire"] = MISFIRE
+    schemas["Target"] = TARGET.definition()
+    schemas["DeadLetterTarget"] = DEAD_LETTER.definition()
+    schemas["Retry"] = RETRY.definition()
+    schemas["Misfire"] = MISFIRE.definition()
     schemas["PlainJson"] = PLAIN_JSON
     schemas.update(_job_schemas())
     schemas["Run"] = deepcopy(RUN)

@@ -26,10 +26,10 @@ from datetime import datetime
 from typing import Any
 
 from cronman.callbacks.base import Delivery
-from cronman.callbacks.validation import (
+from cronman.callbacks.target_fields import (
+    DEAD_LETTER,
     MAX_SQS_MESSAGE_BYTES,
     SQS_RESERVED_ATTRIBUTE_BYTES,
-    _validate,
 )
 from cronman.models import Job, Run
 from cronman.timeutil import format_rfc3339, parse_rfc3339
@@ -61,7 +61,8 @@ def validate_dead_letter(spec: Any) -> dict[str, Any]:
 
     Fields in errors are relative to the dead-letter object.
     """
-    return _validate(spec, DEAD_LETTER_KINDS, dead_letter=True)
+    out: dict[str, Any] = DEAD_LETTER.check(spec)
+    return out
 
 
 def run_record(run: Run, *, job: Job | None = None) -> dict[str, Any]:
