@@ -282,10 +282,10 @@ class SchedulerNode:
         """What this node's pulse says of it (on the pulse thread): the loop's
         last snapshot, and whether its dispatch still moves."""
         view, ready, through = self._snapshot
-        d, c = self.dispatcher, self.claimer
+        d = self.dispatcher
         stalled = self._stall.stalled(
-            through, self.clock.now_ms(), moves=d.starts + c.lock_wins + c.lock_losses,
-            saturated=d.running >= d.max_in_flight)
+            through, self.clock.now_ms(), starts=d.starts,
+            saturated=d.running >= d.max_in_flight, held=len(d.active))
         return Progress(view=view, ready=ready, through_ms=through, stalled=stalled)
 
     def readiness(self) -> tuple[bool, dict[str, str]]:

@@ -43,11 +43,14 @@ PULSE_TTL_MS = 3000  # a pulse not renewed is gone after this
 # A pulse older than this means the node's loop has stopped turning: it died,
 # or is stuck (an event loop blocked that long fires nothing on time either).
 STALE_MS = 700
-# A node whose through time lags its clock by more than this, and whose
-# dispatch has not moved for as long, is stalled: alive, but stuck. Longer
-# than any pause a busy, CPU-starved loop takes between two claims or starts,
-# so an overloaded node is not taken for a stuck one.
-STALL_MS = 2000
+# A node whose through time lags its clock by more than this, and that has
+# started no attempt for as long (plus STALL_MS_PER_HELD for each run it
+# holds), is stalled: alive, but its dispatch does not progress.
+STALL_MS = 1000
+# A node holding many runs is busy: each gives it this much longer before it
+# counts as stalled, so that a backlog (every step slower, the loop starved
+# of CPU) is not taken for a stall -- 1,000 held runs give it 1 s more.
+STALL_MS_PER_HELD = 1.0
 
 
 def view_key(members: Sequence[str]) -> str:
@@ -79,25 +82,28 @@ class Progress:
 
 class StallWatch:
     """Tells when a node's own dispatch stops moving while fires wait: its
-    through time lags and it has neither claimed a fire nor started an
-    attempt for a while.
+    through time lags and it has started no attempt for a while -- a while
+    that grows with the runs it holds.
 
-    A busy node is not stalled, however late: it keeps claiming and starting
+    A busy node is not stalled, however late: it keeps starting attempts
     (its through time may stand still behind a low-priority fire while
     higher ones go first), or every attempt slot is taken and it waits on its
-    targets -- a peer taking its fires over would wait on the same targets,
-    and pay for the move besides."""
+    targets (a peer taking its fires over would wait on the same targets,
+    and pay for the move besides), or it holds a backlog that slows each
+    step, which its deadline allows for."""
 
     def __init__(self) -> None:
-        self._moves = -1
+        self._starts = -1
         self._since = 0
 
-    def stalled(self, through_ms: int, now_ms: int, *, moves: int, saturated: bool) -> bool:
-        """``moves``: a count of fires claimed and attempts started so far;
-        ``saturated``: every attempt slot is taken."""
-        if moves != self._moves or saturated:
-            self._moves, self._since = moves, now_ms
-        return now_ms - through_ms > STALL_MS and now_ms - self._since > STALL_MS
+    def stalled(self, through_ms: int, now_ms: int, *, starts: int, saturated: bool,
+                held: int) -> bool:
+        """``starts``: attempts started so far; ``saturated``: every attempt
+        slot is taken; ``held``: runs the node holds (claimed, not ended)."""
+        if starts != self._starts or saturated:
+            self._starts, self._since = starts, now_ms
+        deadline = STALL_MS + held * STALL_MS_PER_HELD
+        return now_ms - through_ms > STALL_MS and now_ms - self._since > deadline
 
 
 class Pulser:
