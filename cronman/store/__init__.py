@@ -2,7 +2,8 @@
 
 One SQLAlchemy Core implementation serves both databases (``sql_jobs``,
 ``sql_runs``, ``tokens``); the differences sit behind ``changes`` (NOTIFY vs.
-an in-process hub) and ``partitions`` (daily partitions vs. row expiry).
+an in-process hub) and ``partitions`` (daily partitions vs. row expiry), and
+the statements that differ are listed in ``dialect``.
 A Store is thread-safe and meant to be shared: in ``cronman standalone`` the
 API and the scheduler use one Store, so that every ``feed()`` of it hears
 what any of its writers announce.

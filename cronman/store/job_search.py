@@ -9,33 +9,21 @@ comparison on SQLite (whose LIKE ignores case): case-sensitive on both.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from sqlalchemy import and_, func, select, tuple_
+from sqlalchemy import and_, select, tuple_
 from sqlalchemy.sql.elements import ColumnElement
 
 from cronman.models import JobFilter, Page
 from cronman.store.codec import decode_name_cursor, encode_name_cursor, job_from_row
+from cronman.store.dialect import labels_match, name_starts_with
 from cronman.store.engine import Database
 from cronman.store.tables import jobs
 
 
-def name_prefix_condition(db: Database, prefix: str) -> ColumnElement[bool]:
-    """Live jobs whose name starts with ``prefix`` (case-sensitive)."""
-    if db.is_postgres:
-        return jobs.c.name.startswith(prefix, autoescape=True)
-    return func.substr(jobs.c.name, 1, len(prefix)) == prefix
-
-
 class JobQueries:
     """``search_jobs`` of the SQL job store (mixed into ``SqlJobStore``, which
-    sets ``_db`` and provides the label conditions)."""
+    sets ``_db``)."""
 
     _db: Database
-
-    def _label_conditions(self, labels: Sequence[tuple[str, str]]
-                          ) -> list[ColumnElement[bool]]:
-        raise NotImplementedError
 
     def search_jobs(self, flt: JobFilter, limit: int, cursor: str | None) -> Page:
         """See ``JobStore.search_jobs``."""
@@ -50,9 +38,9 @@ class JobQueries:
         if flt.paused is not None:
             conds.append(jobs.c.paused == flt.paused)
         if flt.name_prefix:
-            conds.append(name_prefix_condition(self._db, flt.name_prefix))
+            conds.append(name_starts_with(flt.name_prefix, self._db.dialect))
         if flt.labels:
-            conds.extend(self._label_conditions(flt.labels))
+            conds.extend(labels_match(flt.labels, self._db.dialect))
         stmt = (select(jobs).where(and_(*conds))
                 .order_by(jobs.c.namespace, jobs.c.name).limit(limit + 1))
         with self._db.read() as conn:

@@ -214,7 +214,7 @@ def test_concurrent_writers_get_distinct_ordered_change_seqs(store):
 
 
 def test_live_job_rows_are_lean_and_leave_out_deleted_and_unknown(store):
-    from cronman.store.sql_jobs import LIVE_ROW_COLUMNS
+    from cronman.store.job_bulk import LIVE_ROW_COLUMNS
 
     jobs = store.jobs.create_jobs([job_spec(f"r{i}") for i in range(3)])
     store.jobs.delete_job(jobs[1].id)

@@ -1,0 +1,284 @@
+"""The run store's batch statements, where PostgreSQL and SQLite differ most.
+
+Batches are sets, never loops of statements. PostgreSQL gets one statement
+per ``BATCH`` rows with the ``VALUES`` list rendered by psycopg2 itself
+(``cronman.store.pgsql``: SQLAlchemy's per-row parameter handling costs
+several times more CPU than the statement); SQLite, which has no network
+round trip, gets an executemany. PostgreSQL's writes go in a consistent
+order (job then time, or time then id), so that two nodes writing the same
+rows do not deadlock.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Integer,
+    String,
+    bindparam,
+    case,
+    func,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import Connection
+
+from cronman.models import Run, RunUpdate
+from cronman.store.codec import RUN_FIELDS, run_from_row
+from cronman.store.dialect import POSTGRESQL, recent_runs_start
+from cronman.store.engine import Tx
+from cronman.store.pgsql import (
+    execute_rendered,
+    fetch_rendered,
+    render_literal,
+    render_values,
+)
+from cronman.store.tables import (
+    JsonType,
+    NullableJsonType,
+    UTCDateTime,
+    job_edges,
+    jobs,
+    scheduled_jobs,
+)
+from cronman.store.triggers import SucceededRun
+from cronman.timeutil import utcnow
+
+sj = scheduled_jobs
+BATCH = 1000
+
+# -- PostgreSQL ---------------------------------------------------------------
+
+# No conflict target: the run id is derived from (job_id, scheduled_for), so
+# a repeated claim collides on the primary key (id, scheduled_for) as well as
+# on the (job_id, scheduled_for) fence. With a target, only the named index
+# arbitrates; two nodes inserting the same new row at the same moment then
+# get a unique violation on the primary key (an error that loses the whole
+# batch) instead of one of them skipping the row.
+_PG_INSERT_SQL = (f"INSERT INTO scheduled_jobs ({', '.join(RUN_FIELDS)}) VALUES {{values}} "
+                  "ON CONFLICT DO NOTHING RETURNING id")
+_JSON_RUN_FIELDS = frozenset({"result", "gate"})
+_PG_INSERT_TEMPLATE = "(" + ", ".join("%s::jsonb" if c in _JSON_RUN_FIELDS else "%s"
+                                      for c in RUN_FIELDS) + ")"
+
+# The columns a RunUpdate writes; the update keeps a column whose value is
+# None, except result and error, which it clears.
+UPDATE_COLUMNS = ("id", "scheduled_for", "status", "attempt", "started_at", "finished_at",
+                  "lateness_ms", "duration_ms", "result", "error", "lease_expires_at",
+                  "next_attempt_at", "gate")
+_PG_UPDATE_TEMPLATE = ("(%s, %s::timestamptz, %s, %s::int, %s::timestamptz, %s::timestamptz, "
+                       "%s::bigint, %s::bigint, %s::jsonb, %s::text, %s::timestamptz, "
+                       "%s::timestamptz, %s::jsonb)")
+_PG_UPDATE_SQL = """
+UPDATE scheduled_jobs AS t SET
+  status = v.status,
+  attempt = COALESCE(v.attempt, t.attempt),
+  started_at = COALESCE(v.started_at, t.started_at),
+  finished_at = COALESCE(v.finished_at, t.finished_at),
+  lateness_ms = COALESCE(v.lateness_ms, t.lateness_ms),
+  duration_ms = COALESCE(v.duration_ms, t.duration_ms),
+  result = v.result,
+  error = v.error,
+  lease_expires_at = COALESCE(v.lease_expires_at, t.lease_expires_at),
+  next_attempt_at = COALESCE(v.next_attempt_at, t.next_attempt_at),
+  gate = COALESCE(v.gate, t.gate)
+FROM (VALUES {values}) AS v({columns})
+WHERE t.id = v.id AND t.scheduled_for = v.scheduled_for
+  AND t.scheduled_for BETWEEN {lo} AND {hi}{fence}
+"""
+# The same, for a chunk holding successes: the runs it made succeeded whose
+# job is an upstream of another come back (a few rows), for the triggers.
+_PG_UPDATE_SUCCEEDED_SQL = ("WITH u AS (" + _PG_UPDATE_SQL.rstrip()
+                            + "\nRETURNING t.id, t.job_id, t.scheduled_for, t.attempt, t.status)"
+                            "\nSELECT u.id, u.job_id, u.scheduled_for, u.attempt FROM u"
+                            "\nWHERE u.status = 'succeeded'"
+                            " AND u.job_id IN (SELECT upstream_id FROM job_edges)")
+_PG_CURSOR_SQL = """
+UPDATE jobs AS j SET
+  last_fire_at = GREATEST(j.last_fire_at, v.t),
+  skipped_pending = CASE WHEN j.last_fire_at IS NULL OR j.last_fire_at <= v.t
+                         THEN v.skipped ELSE j.skipped_pending END
+FROM (VALUES {values}) AS v(id, t, skipped)
+WHERE j.id = v.id
+"""
+_LAST_RUNS_SQL = """
+SELECT r.* FROM unnest(CAST(:ids AS text[])) AS j(id)
+CROSS JOIN LATERAL (
+  SELECT * FROM scheduled_jobs s WHERE s.job_id = j.id {extra}
+  ORDER BY s.scheduled_for DESC LIMIT 1
+) AS r
+"""
+_PG_LAST_RUNS = text(_LAST_RUNS_SQL.format(extra="")).columns(*sj.c)
+_PG_LAST_RUNS_SINCE = (text(_LAST_RUNS_SQL.format(extra="AND s.scheduled_for >= :since"))
+                       .bindparams(bindparam("since", type_=UTCDateTime()))
+                       .columns(*sj.c))
+
+# -- SQLite -------------------------------------------------------------------
+
+_SQLITE_INSERT = sqlite_insert(sj).on_conflict_do_nothing().returning(sj.c.id)
+_SQLITE_KEY = (sj.c.id == bindparam("u_id"),
+               sj.c.scheduled_for == bindparam("u_scheduled_for", type_=UTCDateTime()))
+_SQLITE_UPDATE_VALUES = dict(
+    status=bindparam("u_status", type_=String()),
+    attempt=func.coalesce(bindparam("u_attempt", type_=Integer()), sj.c.attempt),
+    started_at=func.coalesce(bindparam("u_started_at", type_=UTCDateTime()), sj.c.started_at),
+    finished_at=func.coalesce(bindparam("u_finished_at", type_=UTCDateTime()),
+                              sj.c.finished_at),
+    lateness_ms=func.coalesce(bindparam("u_lateness_ms", type_=BigInteger()), sj.c.lateness_ms),
+    duration_ms=func.coalesce(bindparam("u_duration_ms", type_=BigInteger()), sj.c.duration_ms),
+    result=bindparam("u_result", type_=JsonType),
+    error=bindparam("u_error", type_=String()),
+    lease_expires_at=func.coalesce(bindparam("u_lease_expires_at", type_=UTCDateTime()),
+                                   sj.c.lease_expires_at),
+    next_attempt_at=func.coalesce(bindparam("u_next_attempt_at", type_=UTCDateTime()),
+                                  sj.c.next_attempt_at),
+    gate=func.coalesce(bindparam("u_gate", type_=NullableJsonType), sj.c.gate),
+)
+_SQLITE_UPDATE = update(sj).where(*_SQLITE_KEY).values(**_SQLITE_UPDATE_VALUES)
+_SQLITE_UPDATE_FENCED = (update(sj).where(*_SQLITE_KEY, sj.c.node_id == bindparam("u_node_id"))
+                         .values(**_SQLITE_UPDATE_VALUES))
+_c_t = bindparam("c_t", type_=UTCDateTime())
+_SQLITE_CURSOR = (
+    update(jobs)
+    .where(jobs.c.id == bindparam("c_id"))
+    .values(
+        last_fire_at=case((or_(jobs.c.last_fire_at.is_(None), jobs.c.last_fire_at < _c_t), _c_t),
+                          else_=jobs.c.last_fire_at),
+        skipped_pending=case((or_(jobs.c.last_fire_at.is_(None), jobs.c.last_fire_at <= _c_t),
+                              bindparam("c_skipped", type_=BigInteger())),
+                             else_=jobs.c.skipped_pending),
+    )
+)
+_SQLITE_LAST_RUN = (select(sj).where(sj.c.job_id == bindparam("jid"))
+                    .order_by(sj.c.scheduled_for.desc()).limit(1))
+
+
+def chunks(items: Sequence[Any], size: int = BATCH) -> Iterable[Sequence[Any]]:
+    """``items`` in slices of at most ``size``."""
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def insert_runs(tx: Tx, rows: list[dict[str, Any]]) -> set[str]:
+    """``INSERT ... ON CONFLICT DO NOTHING`` of run rows (``run_values``);
+    the ids of the rows that went in. Sorts ``rows``."""
+    rows.sort(key=lambda r: (r["job_id"], r["scheduled_for"]))
+    inserted: set[str] = set()
+    for chunk in chunks(rows):
+        if tx.dialect == POSTGRESQL:
+            values = render_values(tx.conn, _PG_INSERT_TEMPLATE, [
+                tuple(json.dumps(r[c]) if c in _JSON_RUN_FIELDS and r[c] is not None
+                      else r[c] for c in RUN_FIELDS) for r in chunk])
+            found = fetch_rendered(tx.conn, _PG_INSERT_SQL.format(values=values))
+            inserted.update(row[0] for row in found)
+        else:
+            inserted.update(tx.conn.execute(_SQLITE_INSERT, list(chunk)).scalars())
+    return inserted
+
+
+def advance_cursors(tx: Tx, items: Sequence[tuple[str, tuple[datetime, int]]]) -> None:
+    """Move each job's cursor to (fire time, skipped) of ``items`` (sorted by
+    job id), never back: ``last_fire_at`` only grows."""
+    if tx.dialect == POSTGRESQL:
+        for chunk in chunks(items):
+            values = render_values(tx.conn, "(%s, %s::timestamptz, %s::bigint)",
+                                   [(jid, t, n) for jid, (t, n) in chunk])
+            execute_rendered(tx.conn, _PG_CURSOR_SQL.format(values=values))
+    else:
+        tx.conn.execute(_SQLITE_CURSOR, [{"c_id": jid, "c_t": t, "c_skipped": n}
+                                         for jid, (t, n) in items])
+
+
+def update_runs(tx: Tx, updates: list[RunUpdate], node_id: str | None,
+                want_successes: bool) -> list[SucceededRun]:
+    """Write ``updates`` (one per run, no ``extra``), fenced on ``node_id``
+    when given; with ``want_successes``, the runs now succeeded whose job
+    others depend on."""
+    if tx.dialect == POSTGRESQL:
+        return _pg_update_runs(tx, updates, node_id, want_successes)
+    if node_id is None:
+        tx.conn.execute(_SQLITE_UPDATE, [_sqlite_update_params(u) for u in updates])
+    else:
+        tx.conn.execute(_SQLITE_UPDATE_FENCED,
+                        [{**_sqlite_update_params(u), "u_node_id": node_id} for u in updates])
+    return _sqlite_upstream_successes(tx, updates) if want_successes else []
+
+
+def _pg_update_runs(tx: Tx, updates: list[RunUpdate], node_id: str | None,
+                    want_successes: bool) -> list[SucceededRun]:
+    fence = "" if node_id is None else f"\n  AND t.node_id = {render_literal(tx.conn, node_id)}"
+    updates.sort(key=lambda u: (u.scheduled_for, u.id))
+    found: list[SucceededRun] = []
+    for chunk in chunks(updates):
+        rows = [(u.id, u.scheduled_for, u.status, u.attempt, u.started_at, u.finished_at,
+                 u.lateness_ms, u.duration_ms,
+                 None if u.result is None else json.dumps(u.result), u.error,
+                 u.lease_expires_at, u.next_attempt_at,
+                 None if u.gate is None else json.dumps(u.gate)) for u in chunk]
+        successes = want_successes and any(u.status == "succeeded" for u in chunk)
+        sql = (_PG_UPDATE_SUCCEEDED_SQL if successes else _PG_UPDATE_SQL).format(
+            values=render_values(tx.conn, _PG_UPDATE_TEMPLATE, rows),
+            columns=", ".join(UPDATE_COLUMNS),
+            lo=render_literal(tx.conn, chunk[0].scheduled_for),
+            hi=render_literal(tx.conn, chunk[-1].scheduled_for),
+            fence=fence,
+        )
+        if successes:
+            found += [SucceededRun(*row) for row in fetch_rendered(tx.conn, sql)]
+        else:
+            execute_rendered(tx.conn, sql)
+    return found
+
+
+def _sqlite_update_params(u: RunUpdate) -> dict[str, Any]:
+    return {
+        "u_id": u.id, "u_scheduled_for": u.scheduled_for, "u_status": u.status,
+        "u_attempt": u.attempt, "u_started_at": u.started_at, "u_finished_at": u.finished_at,
+        "u_lateness_ms": u.lateness_ms, "u_duration_ms": u.duration_ms, "u_result": u.result,
+        "u_error": u.error, "u_lease_expires_at": u.lease_expires_at,
+        "u_next_attempt_at": u.next_attempt_at, "u_gate": u.gate,
+    }
+
+
+def _sqlite_upstream_successes(tx: Tx, updates: Sequence[RunUpdate]) -> list[SucceededRun]:
+    """The runs among ``updates`` now succeeded whose job others depend on
+    (read back after the executemany, in its transaction). A run whose
+    update the fence refused but that is succeeded anyway comes back too:
+    its trigger event is already recorded, so nothing is made twice."""
+    ids = [u.id for u in updates if u.status == "succeeded"]
+    found: list[SucceededRun] = []
+    for chunk in chunks(ids, 500):
+        stmt = (select(sj.c.id, sj.c.job_id, sj.c.scheduled_for, sj.c.attempt)
+                .where(sj.c.id.in_(list(chunk)), sj.c.status == "succeeded",
+                       sj.c.job_id.in_(select(job_edges.c.upstream_id))))
+        found += [SucceededRun(*row) for row in tx.conn.execute(stmt)]
+    return found
+
+
+def last_runs(conn: Connection, job_ids: list[str]) -> dict[str, Run]:
+    """The newest run of each of ``job_ids`` (distinct) that has one."""
+    found: dict[str, Run] = {}
+    if conn.dialect.name == POSTGRESQL:
+        # Recent partitions first (see recent_runs_start), then the rest for
+        # the jobs without a recent run.
+        since = recent_runs_start(POSTGRESQL, utcnow())
+        for stmt, params in ((_PG_LAST_RUNS_SINCE, {"since": since}), (_PG_LAST_RUNS, {})):
+            missing = [i for i in job_ids if i not in found]
+            for chunk in chunks(missing):
+                for row in conn.execute(stmt, {"ids": list(chunk), **params}):
+                    run = run_from_row(row)
+                    found[run.job_id] = run
+        return found
+    for jid in job_ids:
+        last = conn.execute(_SQLITE_LAST_RUN, {"jid": jid}).first()
+        if last is not None:
+            found[jid] = run_from_row(last)
+    return found

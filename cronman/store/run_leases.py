@@ -1,0 +1,129 @@
+"""Leases and takers: lease renewal, starting claimed runs, and handing runs
+to a node (runs the API requested, runs whose node died) -- the SQL run
+store's queries for the scheduler's leases, requested-runs and sweeper loops.
+
+Every statement carries the runs' ``scheduled_for`` so PostgreSQL prunes
+the daily partitions at plan time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import or_, select, tuple_, update
+from sqlalchemy.sql.elements import ColumnElement
+
+from cronman.models import Run
+from cronman.store.codec import run_from_row
+from cronman.store.dialect import for_update_skip_locked
+from cronman.store.engine import Database, Tx
+from cronman.store.run_bulk import chunks
+from cronman.store.tables import IN_FLIGHT_STATUSES
+from cronman.store.tables import scheduled_jobs as sj
+
+
+def _by_time(keys: Sequence[tuple[str, datetime]]) -> list[tuple[str, datetime]]:
+    return sorted(set(keys), key=lambda k: (k[1], k[0]))
+
+
+def _key_in(keys: Sequence[tuple[str, datetime]]) -> list[ColumnElement[bool]]:
+    """Rows with these (id, scheduled_for) keys; the times alone let PostgreSQL prune."""
+    return [tuple_(sj.c.id, sj.c.scheduled_for).in_(list(keys)),
+            sj.c.scheduled_for.in_(sorted({k[1] for k in keys}))]
+
+
+class RunLeases:
+    """Leases and takers (mixed into ``SqlRunStore``, which sets ``_db``)."""
+
+    _db: Database
+
+    def renew_leases(
+        self, node_id: str, keys: Sequence[tuple[str, datetime]], until: datetime
+    ) -> int:
+        """See ``RunStore.renew_leases``: one UPDATE per 1000 keys."""
+        if not keys:
+            return 0
+        ordered = _by_time(keys)
+
+        def fn(tx: Tx) -> int:
+            count = 0
+            for chunk in chunks(ordered):
+                stmt = (update(sj)
+                        .where(sj.c.node_id == node_id,
+                               sj.c.status.in_(IN_FLIGHT_STATUSES), *_key_in(chunk))
+                        .values(lease_expires_at=until))
+                count += tx.conn.execute(stmt).rowcount
+            return count
+
+        return self._db.write(fn)
+
+    def start_claimed_runs(
+        self, node_id: str, keys: Sequence[tuple[str, datetime]], started_at: datetime,
+        lease_until: datetime, holder: str | None = None,
+    ) -> set[str]:
+        """See ``RunStore.start_claimed_runs``."""
+        if not keys:
+            return set()
+        ordered = _by_time(keys)
+
+        def fn(tx: Tx) -> set[str]:
+            changed: set[str] = set()
+            for chunk in chunks(ordered):
+                where = [sj.c.status == "claimed", sj.c.started_at.is_(None), *_key_in(chunk)]
+                if holder is not None:
+                    where.append(sj.c.node_id == holder)
+                stmt = (update(sj).where(*where)
+                        .values(node_id=node_id, status="running", started_at=started_at,
+                                lease_expires_at=lease_until)
+                        .returning(sj.c.id))
+                changed.update(tx.conn.execute(stmt).scalars())
+            return changed
+
+        return self._db.write(fn)
+
+    def take_requested_runs(self, node_id: str, lease_until: datetime, limit: int) -> list[Run]:
+        """See ``RunStore.take_requested_runs``."""
+        return self._take([sj.c.status == "claimed", sj.c.node_id.is_(None)],
+                          sj.c.scheduled_for, node_id, lease_until, limit)
+
+    def take_expired_runs(self, node_id: str, now: datetime, lease_until: datetime,
+                          limit: int, spare: Sequence[str] = (),
+                          spare_before: datetime | None = None) -> list[Run]:
+        """See ``RunStore.take_expired_runs``."""
+        where = [sj.c.status.in_(IN_FLIGHT_STATUSES), sj.c.node_id.is_not(None),
+                 sj.c.lease_expires_at < now]
+        if spare:
+            where.append(or_(sj.c.node_id.not_in(sorted(set(spare))),
+                             sj.c.lease_expires_at < (spare_before or now)))
+        return self._take(where, sj.c.lease_expires_at, node_id, lease_until, limit)
+
+    def _take(self, where: list[ColumnElement[bool]], order: Any, node_id: str,
+              lease_until: datetime, limit: int) -> list[Run]:
+        """Lock up to ``limit`` matching rows (a concurrent taker skips them)
+        and assign them, in one transaction.
+
+        Two statements on purpose: with the pick as a subquery of the UPDATE,
+        PostgreSQL joins it by hashing and scans every partition; with the
+        picked keys as literals the UPDATE prunes to their partitions and
+        uses the primary key.
+        """
+        if limit <= 0:
+            return []
+        pick = for_update_skip_locked(
+            select(sj.c.id, sj.c.scheduled_for).where(*where).order_by(order).limit(limit),
+            self._db.dialect)
+
+        def fn(tx: Tx) -> list[Any]:
+            keys = [tuple(k) for k in tx.conn.execute(pick).all()]
+            if not keys:
+                return []
+            stmt = (update(sj).where(*_key_in(keys))
+                    .values(node_id=node_id, lease_expires_at=lease_until)
+                    .returning(*sj.c))
+            return list(tx.conn.execute(stmt).all())
+
+        runs = [run_from_row(r) for r in self._db.write(fn)]
+        runs.sort(key=lambda r: (r.scheduled_for, r.id))
+        return runs

@@ -1,0 +1,69 @@
+"""Write-back: ``write_run_updates`` of the SQL run store.
+
+A batch of outcomes is one set-based UPDATE per 1000 runs (``run_bulk``) in
+one transaction. A node's updates are fenced on its node id: a run taken
+from it (by a sweeper, a takeover) keeps the outcome its new holder writes.
+Runs it makes succeeded whose job others depend on go to the success hook in
+the same transaction (``cronman.store.triggers``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import update
+
+from cronman.models import RunUpdate
+from cronman.store.codec import merge_updates
+from cronman.store.engine import Database, Tx
+from cronman.store.run_bulk import UPDATE_COLUMNS, update_runs
+from cronman.store.tables import scheduled_jobs as sj
+from cronman.store.triggers import SucceededRun, SuccessHook
+
+
+class RunResults:
+    """``write_run_updates`` (mixed into ``SqlRunStore``, which sets ``_db``
+    and ``_on_succeeded``)."""
+
+    _db: Database
+    _on_succeeded: SuccessHook | None
+
+    def write_run_updates(self, updates: Sequence[RunUpdate],
+                          node_id: str | None = None) -> None:
+        """See ``RunStore.write_run_updates``."""
+        if not updates:
+            return
+        merged = merge_updates(list(updates))
+        plain = [u for u in merged if not u.extra]
+        extra = [u for u in merged if u.extra]
+
+        hook = self._on_succeeded
+
+        def fn(tx: Tx) -> None:
+            succeeded: list[SucceededRun] = []
+            if plain:
+                succeeded += update_runs(tx, plain, node_id, hook is not None)
+            for u in extra:
+                succeeded += _write_with_extra(tx, u, node_id, hook is not None)
+            if succeeded and hook is not None:
+                hook(tx, succeeded)
+
+        self._db.write(fn)
+
+
+def _write_with_extra(tx: Tx, u: RunUpdate, node_id: str | None,
+                      want_successes: bool) -> list[SucceededRun]:
+    """One update that also sets other columns (rare): its own UPDATE, not
+    fenced when it sets ``node_id`` itself."""
+    values = {name: getattr(u, name) for name in UPDATE_COLUMNS[2:]
+              if getattr(u, name) is not None or name in ("result", "error")}
+    values.update(u.extra)
+    where = [sj.c.id == u.id, sj.c.scheduled_for == u.scheduled_for]
+    if node_id is not None and "node_id" not in u.extra:
+        where.append(sj.c.node_id == node_id)
+    stmt = update(sj).where(*where).values(**values)
+    if want_successes and u.status == "succeeded":
+        return [SucceededRun(*row) for row in tx.conn.execute(stmt.returning(
+            sj.c.id, sj.c.job_id, sj.c.scheduled_for, sj.c.attempt))]
+    tx.conn.execute(stmt)
+    return []
