@@ -29,6 +29,7 @@ from dataclasses import replace
 from typing import Any
 
 from cronman_bench.harness import PhaseOutcome, ceil_second, run_phase, steady_window
+from cronman_bench.max_rate import search_highest, trial_verdict
 from cronman_bench.procs import BenchError
 from cronman_bench.report import dig
 from cronman_bench.scenarios import (
@@ -37,8 +38,6 @@ from cronman_bench.scenarios import (
     _phase_or_error,
     _systems,
     past_anchors,
-    search_highest,
-    trial_verdict,
 )
 from cronman_bench.slices import recovered_after, slice_figures
 from cronman_bench.systems import BenchOptions, System

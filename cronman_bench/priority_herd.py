@@ -17,9 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 from cronman_bench.harness import PhaseOutcome, ceil_second, fixed_window, run_phase
+from cronman_bench.herd import HERD_EVERY_S
 from cronman_bench.report import dig, lateness_summary
 from cronman_bench.scenarios import (
-    HERD_EVERY_S,
     ScenarioParams,
     _param,
     _phase_or_error,

@@ -5,9 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from cronman_bench.herd import herd
+from cronman_bench.kill import kill
+from cronman_bench.max_rate import max_rate
+from cronman_bench.million import million
 from cronman_bench.overload import overload
 from cronman_bench.priority_herd import priority_herd
-from cronman_bench.scenarios import ScenarioParams, herd, kill, max_rate, million, steady
+from cronman_bench.scenarios import ScenarioParams, steady
 from cronman_bench.skew import skew
 from cronman_bench.systems import BenchOptions
 

@@ -4,17 +4,14 @@ A run is an ``ActiveRun`` from the moment it is claimed (or taken over) until
 it reaches a final status or is handed back. It is started exactly at its due
 time (``loop.call_at``); at most ``max_in_flight`` attempts run at once, and
 when that many are running the next ones wait in a queue, higher priority
-first and namespaces taking turns within a priority (``waitqueue``). A slow or hung target only holds its slot, never the timer: each
-attempt is bounded by the target's own timeout plus a margin.
+first and namespaces taking turns within a priority (``waitqueue``). A slow or
+hung target only holds its slot, never the timer: each attempt is bounded by
+the target's own timeout plus a margin.
 
-A failed attempt is retried after the policy's backoff (``retrying``, with
-``next_attempt_at``; the run holds no slot meanwhile); the last failure, or a
-non-retryable one, ends the run ``failed`` and fires its dead-letter target.
-Every status change goes to the result writer; a short run costs its claim
-and one final write (``running`` is written by the lease renewal, only for
-runs that last). The end of each attempt (a final status, or ``retrying``)
-also goes to ``on_outcome`` at once: the node's outcome marks, which spare a
-run whose node dies before the writer's flush from being sent again.
+How an attempt ends -- a final status, or a retry after the policy's backoff
+-- is recorded by the ``RunFinisher`` (``finisher``); a short run costs its
+claim and one final write (``running`` is written by the lease renewal, only
+for runs that last).
 
 Right before a fire's first attempt it passes its gates (``gates``): a fire an
 exclusion calendar holds is recorded ``skipped``; one whose upstream jobs
@@ -22,10 +19,8 @@ are not fresh waits for them (holding its lease, marked started) or is
 skipped when its wait runs out.
 
 A fire claimed under a coordinator lock is marked started in the coordinator
-right before its first attempt (``start_marker``, batched per loop turn):
-a replica watching the fire takes it over when it is not started shortly
-after its due time (its holder died), and the mark is what keeps the two from
-both sending it. A fire found taken over is dropped here without a write.
+right before its first attempt (``start_marks``, batched per loop turn); a
+fire found taken over is dropped here without a write.
 """
 
 from __future__ import annotations
@@ -33,22 +28,22 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from cronman.callbacks import TargetRegistry
 from cronman.callbacks.base import Delivery, Outcome
 from cronman.models import Job, Run, RunUpdate
 from cronman.observability import logs
-from cronman.scheduler import admission, policies
+from cronman.scheduler import admission
 from cronman.scheduler.active import ActiveRun
 from cronman.scheduler.admission import HeldJobs
 from cronman.scheduler.clock import ReferenceClock
 from cronman.scheduler.dead_letters import DeadLetters, timeout_of
+from cronman.scheduler.finisher import OutcomeHook, RunFinisher
 from cronman.scheduler.gates import GateKeeper, GateVerdict
 from cronman.scheduler.metrics import MinuteCounter, NodeMetrics
-from cronman.scheduler.ratelog import RateLimitedLog
+from cronman.scheduler.start_marks import StartMarkBatcher, StartMarker
 from cronman.scheduler.waitqueue import FairQueue
 from cronman.scheduler.writer import ResultWriter
 from cronman.timeutil import to_ms
@@ -61,16 +56,6 @@ TIMEOUT_MARGIN = 5.0
 WATCHDOG_INTERVAL = 0.5
 # Timers aim this far past a due time (the loop's timers may run a hair early).
 SCHEDULE_MARGIN_MS = 0.3
-
-# Answers of a start marker, one per run.
-START_GO = 1  # marked: send it
-START_TAKEN = 0  # a replica took the fire over: drop it
-START_UNREACHABLE = 2  # neither coordinator nor database could say
-# A negative answer -n: the fire is due n ms from now by the reference clock
-# (this node's clock runs fast): nothing was marked; ask again then.
-StartMarker = Callable[[list["ActiveRun"]], Awaitable[list[int]]]
-# Told of each update that ends an attempt (outcome_marks.OutcomeMarker.add).
-OutcomeHook = Callable[[RunUpdate], None]
 
 
 class Dispatcher:
@@ -85,9 +70,6 @@ class Dispatcher:
         self.node_id = node_id
         self.clock = clock
         self.gates = gates
-        self.start_marker = start_marker
-        self.on_outcome = on_outcome
-        self._to_mark: list[ActiveRun] = []
         self.targets = targets
         self.writer = writer
         self.metrics = metrics
@@ -108,15 +90,19 @@ class Dispatcher:
         self._unstarted: list[tuple[int, int, ActiveRun]] = []
         self._seq = 0
         self.fires_last_minute = MinuteCounter()
-        # Bound metric children: the per-fire path skips the label lookups.
         self._lateness = metrics.lateness
-        self._attempts_ok = metrics.attempts.labels("ok")
-        self._attempts_failed = metrics.attempts.labels("failed")
-        self._finished: dict[str, Any] = {}
         metrics.in_flight.set_function(lambda: self.running)
-        self._ratelog = RateLimitedLog(log)
         self._side_tasks: set[asyncio.Task[Any]] = set()
         self.dead_letters = DeadLetters(targets, metrics, self._side_tasks)
+        self.finisher = RunFinisher(
+            node_id=node_id, writer=writer, metrics=metrics, clock=clock,
+            lease_seconds=lease_seconds, dead_letters=self.dead_letters, on_outcome=on_outcome,
+            forget=self._forget)
+        self._finish = self.finisher.finish
+        self.start_marks = None if start_marker is None else StartMarkBatcher(
+            start_marker, node_id=node_id, writer=writer, metrics=metrics, clock=clock,
+            side_tasks=self._side_tasks, proceed=self._proceed, due=self._due,
+            let_go=self._let_go)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watchdog: asyncio.TimerHandle | None = None
         self.accepting = True
@@ -213,19 +199,16 @@ class Dispatcher:
             if not self._concurrency_allows(ar):
                 self._queue_mark(ar)
                 return
-        if ar.mark_start and self.start_marker is not None:
-            self._queue_mark(ar)
+        marks = self.start_marks
+        if ar.mark_start and marks is not None:
+            marks.add(ar)  # ``_proceed`` follows unless a replica took it over
             return
         self._proceed(ar)
 
     def _queue_mark(self, ar: ActiveRun) -> None:
-        """Mark the fire started in the coordinator (with the others of this
-        loop turn); ``_go`` follows unless a replica took it over."""
-        if not ar.mark_start or self.start_marker is None:
-            return
-        self._to_mark.append(ar)
-        if len(self._to_mark) == 1:
-            (self._loop or asyncio.get_running_loop()).call_soon(self._flush_marks)
+        """Mark a fire handled here (skipped) started: no replica takes it over."""
+        if self.start_marks is not None:
+            self.start_marks.add(ar)
 
     def _go(self, ar: ActiveRun) -> None:
         if self.running >= self.max_in_flight:
@@ -270,71 +253,6 @@ class Dispatcher:
         ar.gate = gate
         self.writer.update(RunUpdate(id=ar.run_id, scheduled_for=ar.scheduled_for,
                                      status=ar.status, gate=gate))
-
-    def _flush_marks(self) -> None:
-        batch, self._to_mark = self._to_mark, []
-        if batch:
-            task = (self._loop or asyncio.get_running_loop()).create_task(self._mark(batch))
-            self._side_tasks.add(task)
-            task.add_done_callback(self._side_tasks.discard)
-
-    async def _mark(self, batch: list[ActiveRun]) -> None:
-        assert self.start_marker is not None
-        try:
-            answers = await self.start_marker(batch)
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # a marker must not raise; if it does, the claims still stand
-            log.exception("marking %d fires started failed; sending them", len(batch))
-            answers = [START_GO] * len(batch)
-        for ar, answer in zip(batch, answers, strict=True):
-            if ar.done:
-                continue
-            if answer < 0:  # too early by the reference clock: wait, then mark again
-                self.metrics.early_starts.inc()
-                self._ratelog.warning("early", "run %s of job %s is due in %d ms by the "
-                                      "cluster's clock: this node's clock runs fast; waiting",
-                                      ar.run_id, ar.job.id, -answer)
-                loop = self._loop or asyncio.get_running_loop()
-                ar.handle = loop.call_later(-answer / 1000.0, self._due, ar)
-                continue
-            ar.mark_start = False
-            if answer == START_GO:
-                self._proceed(ar)
-            elif answer == START_TAKEN:
-                self.metrics.taken_over.inc()
-                self._ratelog.warning("taken-over", "run %s of job %s was taken over by a "
-                                      "replica before this node started it (this node was "
-                                      "late): not sent from here", ar.run_id, ar.job.id)
-                self.writer.withdraw(ar.run_id)
-                ar.done = True
-                self._stop_local(ar)
-                self._forget(ar)
-            else:
-                self._unreachable(ar)
-
-    def _unreachable(self, ar: ActiveRun) -> None:
-        """Neither the coordinator nor the database confirms the claim now:
-        send nothing (a replica that reaches them takes the fire over). A
-        claim still waiting in the writer is recorded ``skipped`` instead (and
-        counted as not dispatched); a claim in the database is left to expire
-        (the sweeper takes it over later)."""
-        self._ratelog.error("start-unreachable", "run %s of job %s not sent: neither the "
-                            "coordinator nor the database answered when it was due",
-                            ar.run_id, ar.job.id)
-        ar.done = True
-        self._stop_local(ar)
-        self._forget(ar)
-        if ar.pending_claim:
-            self.metrics.not_dispatched.inc()
-            self.writer.withdraw(ar.run_id)
-            now = self.clock.now()
-            self.writer.record_unreachable([Run(
-                id=ar.run_id, job_id=ar.job.id, scheduled_for=ar.scheduled_for,
-                status="skipped", attempt=1, node_id=self.node_id, origin=ar.origin,
-                claimed_at=now, finished_at=now, skipped_before=ar.skipped_before,
-                error=f"not dispatched: node {self.node_id} could reach neither the "
-                      f"coordinator nor the database when the fire was due")])
 
     def _still_wanted(self, ar: ActiveRun) -> bool:
         verdict = admission.still_wanted(ar, self.jobs)
@@ -409,7 +327,9 @@ class Dispatcher:
         if ar.done:
             return
         try:
-            self._after_attempt(ar, outcome)
+            at_ms = self.finisher.after_attempt(ar, outcome, accepting=self.accepting)
+            if at_ms is not None:
+                self._schedule(ar, at_ms)
         except Exception as exc:  # a bug must not leave a run without a status
             log.exception("recording the outcome of run %s failed unexpectedly", ar.run_id)
             self._finish(ar, "failed", error=f"internal error in the scheduler: {exc!r}")
@@ -451,86 +371,6 @@ class Dispatcher:
             if not nxt.done:
                 self._start(nxt)
 
-    def _after_attempt(self, ar: ActiveRun, outcome: Outcome) -> None:
-        now = self.clock.now()
-        duration = _ms_between(ar.attempt_started, now)
-        if outcome.ok:
-            self._attempts_ok.inc()
-            self._finish(ar, "succeeded", result=outcome.result or None, duration_ms=duration,
-                         now=now)
-            return
-        kind = str(ar.job.target.get("kind", ""))
-        self._attempts_failed.inc()
-        self.metrics.dispatch_errors.labels(kind).inc()
-        self._ratelog.warning(f"target:{kind}", "%s target: run %s of job %s attempt %d "
-                              "failed: %s", kind, ar.run_id, ar.job.id, ar.attempt, outcome.error)
-        if outcome.lost:
-            # Its worker vanished mid-attempt: what a sweeper does for a run
-            # whose node died (a new attempt at once, or ``lost``).
-            if policies.recovery_action(ar.job.delivery, "running") == "lost":
-                self._finish(ar, "lost", result=outcome.result or None, error=outcome.error,
-                             duration_ms=duration, now=now)
-                return
-            self._wait_retry(ar, now, 0.0, outcome, duration, schedule=self.accepting)
-            return
-        delay = policies.next_retry_delay(ar.attempt, ar.job.retry, outcome.retryable)
-        if delay is None or not self.accepting:
-            if delay is not None:
-                # Stopping: leave the retry to whoever takes the run over.
-                self._wait_retry(ar, now, delay, outcome, duration, schedule=False)
-                return
-            self._finish(ar, "failed", result=outcome.result or None, error=outcome.error,
-                         duration_ms=duration, now=now)
-            return
-        self._wait_retry(ar, now, delay, outcome, duration, schedule=True)
-
-    def _wait_retry(self, ar: ActiveRun, now: datetime, delay: float, outcome: Outcome,
-                    duration: int | None, *, schedule: bool) -> None:
-        next_at = now + timedelta(seconds=delay)
-        ar.status = "retrying"
-        u = RunUpdate(
-            id=ar.run_id, scheduled_for=ar.scheduled_for, status="retrying", attempt=ar.attempt,
-            started_at=ar.started_at, lateness_ms=ar.lateness_ms, duration_ms=duration,
-            result=outcome.result or None, error=outcome.error, next_attempt_at=next_at,
-            lease_expires_at=now + timedelta(seconds=self.lease_seconds))
-        if self.on_outcome is not None:
-            self.on_outcome(u)
-        self.writer.update(u)
-        if schedule:
-            ar.attempt += 1
-            ar.running_written = False
-            self._schedule(ar, to_ms(next_at))
-
-    def _finish(self, ar: ActiveRun, status: str, *, result: dict[str, Any] | None = None,
-                error: str | None = None, duration_ms: int | None = None,
-                now: datetime | None = None) -> None:
-        if ar.done:
-            return
-        ar.done = True
-        ar.status = status
-        now = now or self.clock.now()
-        self._forget(ar)
-        u = RunUpdate(
-            id=ar.run_id, scheduled_for=ar.scheduled_for, status=status, attempt=ar.attempt,
-            started_at=ar.started_at, finished_at=now, lateness_ms=ar.lateness_ms,
-            duration_ms=duration_ms, result=result, error=error, gate=ar.gate)
-        if self.on_outcome is not None:
-            self.on_outcome(u)
-        self.writer.update(u)
-        finished = self._finished.get(status)
-        if finished is None:
-            finished = self._finished[status] = self.metrics.runs_finished.labels(status)
-        finished.inc()
-        if status in ("failed", "lost"):
-            self.metrics.namespaces.failed(ar.job.namespace)
-        if status in ("failed", "lost") and ar.job.dead_letter:
-            self.dead_letter(ar.job, Run(
-                id=ar.run_id, job_id=ar.job.id, scheduled_for=ar.scheduled_for, status=status,
-                attempt=ar.attempt, node_id=self.node_id, origin=ar.origin,
-                started_at=ar.started_at, finished_at=now, lateness_ms=ar.lateness_ms,
-                duration_ms=duration_ms, result=result, error=error,
-                skipped_before=ar.skipped_before, gate=ar.gate))
-
     def _forget(self, ar: ActiveRun) -> None:
         self.active.pop(ar.run_id, None)
         runs = self.by_job.get(ar.job.id)
@@ -561,6 +401,10 @@ class Dispatcher:
         if ar is None:
             return
         log.warning("run %s of job %s stopped here: %s", run_id, ar.job.id, reason)
+        self._let_go(ar)
+
+    def _let_go(self, ar: ActiveRun) -> None:
+        """Stop holding ``ar`` without a write (another party has it now)."""
         ar.done = True
         self._stop_local(ar)
         self._forget(ar)
@@ -606,8 +450,3 @@ class Dispatcher:
                                      lease_expires_at=lease_until))
         return out
 
-
-def _ms_between(a: datetime | None, b: datetime) -> int | None:
-    if a is None:
-        return None
-    return to_ms(b) - to_ms(a)

@@ -29,16 +29,12 @@ from cronman.scheduler import policies
 from cronman.scheduler.active import ActiveRun
 from cronman.scheduler.claims import LOCK_TTL_MS, Fire, take_over_batch
 from cronman.scheduler.clock import ReferenceClock
-from cronman.scheduler.dispatch import (
-    START_GO,
-    START_TAKEN,
-    START_UNREACHABLE,
-    Dispatcher,
-)
+from cronman.scheduler.dispatch import Dispatcher
 from cronman.scheduler.lifecycle import Lifecycle, Pool
 from cronman.scheduler.metrics import NodeMetrics
 from cronman.scheduler.pulse import Pulser
 from cronman.scheduler.ratelog import RateLimitedLog
+from cronman.scheduler.start_marks import START_GO, START_TAKEN, START_UNREACHABLE
 from cronman.scheduler.writer import ResultWriter
 from cronman.store.base import RunStore
 from cronman.timeutil import to_ms

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from cronman_bench.max_rate import rate_ladder, search_highest, trial_verdict
 from cronman_bench.nodelog import NodeLog
 from cronman_bench.receiver import Arrival, parse_line
 from cronman_bench.report import (
@@ -27,7 +28,6 @@ from cronman_bench.report import (
     percentile,
     steady_after,
 )
-from cronman_bench.scenarios import rate_ladder, search_highest, trial_verdict
 from cronman_bench.workload import Workload
 from tests.support.databases import PG_ADMIN_DB, pg_url
 

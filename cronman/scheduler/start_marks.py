@@ -1,0 +1,141 @@
+"""Start marks: a fire claimed under a coordinator lock is marked started in
+the coordinator right before its first attempt, batched per loop turn.
+
+A replica watching the fire takes it over when it is not started shortly
+after its due time (its holder died); the mark is what keeps the two from
+both sending it. The start marker (``takeover.StartMarks``) answers once per
+run; ``StartMarkBatcher`` gathers the runs, calls it, and carries out the
+answers, handing the runs back to the dispatcher through the callbacks it was
+given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from cronman.models import Run
+from cronman.scheduler.active import ActiveRun
+from cronman.scheduler.clock import ReferenceClock
+from cronman.scheduler.metrics import NodeMetrics
+from cronman.scheduler.ratelog import RateLimitedLog
+from cronman.scheduler.writer import ResultWriter
+
+log = logging.getLogger(__name__)
+
+# Answers of a start marker, one per run.
+START_GO = 1  # marked: send it
+START_TAKEN = 0  # a replica took the fire over: drop it
+START_UNREACHABLE = 2  # neither coordinator nor database could say
+# A negative answer -n: the fire is due n ms from now by the reference clock
+# (this node's clock runs fast): nothing was marked; ask again then.
+StartMarker = Callable[[list[ActiveRun]], Awaitable[list[int]]]
+# What the batcher hands a run back to the dispatcher through.
+RunHook = Callable[[ActiveRun], None]
+
+
+class StartMarkBatcher:
+    """Marks held runs started, all those of one loop turn in one marker call.
+
+    For each answer it calls one of the dispatcher's hooks: ``proceed`` (go
+    on with the run), ``due`` (its due time came again: the clock ran fast)
+    or ``let_go`` (stop holding it: taken over, or unconfirmed); it records
+    what the writer and the metrics must know itself.
+    """
+
+    def __init__(self, marker: StartMarker, *, node_id: str, writer: ResultWriter,
+                 metrics: NodeMetrics, clock: ReferenceClock,
+                 side_tasks: set[asyncio.Task[Any]], proceed: RunHook, due: RunHook,
+                 let_go: RunHook) -> None:
+        self._marker = marker
+        self._node_id = node_id
+        self._writer = writer
+        self._metrics = metrics
+        self._clock = clock
+        self._side_tasks = side_tasks
+        self._proceed = proceed
+        self._due = due
+        self._let_go = let_go
+        self._batch: list[ActiveRun] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ratelog = RateLimitedLog(log)
+
+    def add(self, ar: ActiveRun) -> None:
+        """Mark ``ar`` started with the others of this loop turn, if it is to
+        be marked; ``proceed`` follows unless a replica took it over."""
+        if not ar.mark_start:
+            return
+        self._batch.append(ar)
+        if len(self._batch) == 1:
+            loop = self._loop
+            if loop is None:
+                loop = self._loop = asyncio.get_running_loop()
+            loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        batch, self._batch = self._batch, []
+        if batch:
+            task = (self._loop or asyncio.get_running_loop()).create_task(self._mark(batch))
+            self._side_tasks.add(task)
+            task.add_done_callback(self._side_tasks.discard)
+
+    async def _mark(self, batch: list[ActiveRun]) -> None:
+        try:
+            answers = await self._marker(batch)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a marker must not raise; if it does, the claims still stand
+            log.exception("marking %d fires started failed; sending them", len(batch))
+            answers = [START_GO] * len(batch)
+        for ar, answer in zip(batch, answers, strict=True):
+            if ar.done:
+                continue
+            if answer < 0:  # too early by the reference clock: wait, then mark again
+                self._early(ar, -answer)
+                continue
+            ar.mark_start = False
+            if answer == START_GO:
+                self._proceed(ar)
+            elif answer == START_TAKEN:
+                self._taken(ar)
+            else:
+                self._unreachable(ar)
+
+    def _early(self, ar: ActiveRun, due_in_ms: int) -> None:
+        self._metrics.early_starts.inc()
+        self._ratelog.warning("early", "run %s of job %s is due in %d ms by the "
+                              "cluster's clock: this node's clock runs fast; waiting",
+                              ar.run_id, ar.job.id, due_in_ms)
+        loop = self._loop or asyncio.get_running_loop()
+        ar.handle = loop.call_later(due_in_ms / 1000.0, self._due, ar)
+
+    def _taken(self, ar: ActiveRun) -> None:
+        self._metrics.taken_over.inc()
+        self._ratelog.warning("taken-over", "run %s of job %s was taken over by a "
+                              "replica before this node started it (this node was "
+                              "late): not sent from here", ar.run_id, ar.job.id)
+        self._writer.withdraw(ar.run_id)
+        self._let_go(ar)
+
+    def _unreachable(self, ar: ActiveRun) -> None:
+        """Neither the coordinator nor the database confirms the claim now:
+        send nothing (a replica that reaches them takes the fire over). A
+        claim still waiting in the writer is recorded ``skipped`` instead (and
+        counted as not dispatched); a claim in the database is left to expire
+        (the sweeper takes it over later)."""
+        self._ratelog.error("start-unreachable", "run %s of job %s not sent: neither the "
+                            "coordinator nor the database answered when it was due",
+                            ar.run_id, ar.job.id)
+        self._let_go(ar)
+        if ar.pending_claim:
+            self._metrics.not_dispatched.inc()
+            self._writer.withdraw(ar.run_id)
+            now = self._clock.now()
+            self._writer.record_unreachable([Run(
+                id=ar.run_id, job_id=ar.job.id, scheduled_for=ar.scheduled_for,
+                status="skipped", attempt=1, node_id=self._node_id, origin=ar.origin,
+                claimed_at=now, finished_at=now, skipped_before=ar.skipped_before,
+                error=f"not dispatched: node {self._node_id} could reach neither the "
+                      f"coordinator nor the database when the fire was due")])
