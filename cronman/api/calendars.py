@@ -18,7 +18,8 @@ from flask import Blueprint, Response, request
 from cronman.api import validation as v
 from cronman.api.common import MAX_BODY_BYTES, ApiView, json_response, principal, read_json
 from cronman.api.context import api_context
-from cronman.api.jobs import ID_RE, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX
+from cronman.api.jobs import LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX
+from cronman.api.names import ID_RE
 from cronman.errors import NotFound, ValidationError
 from cronman.schedules.calendars import ExclusionCalendar, parse_calendar
 from cronman.store.base import CalendarRecord

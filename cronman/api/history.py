@@ -13,7 +13,8 @@ from flask import Blueprint, Response, request
 from cronman.api import validation as v
 from cronman.api.common import ApiView, json_response, principal, reject_bad_strings
 from cronman.api.context import api_context
-from cronman.api.jobs import ID_RE, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX
+from cronman.api.jobs import LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX
+from cronman.api.names import ID_RE
 from cronman.errors import NotFound
 
 bp = Blueprint("history", __name__, url_prefix="/v1/jobs")

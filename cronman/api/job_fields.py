@@ -11,11 +11,20 @@ in the future) are ``after`` checks and code, listed in ``SEMANTIC_RULES``.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from cronman.api.names import (
+    LABEL_KEY_MAX,
+    LABEL_KEY_RE,
+    LABEL_VALUE_MAX,
+    LABELS_MAX,
+    NAME_MAX,
+    NAME_RE,
+    NAMESPACE_MAX,
+    NAMESPACE_RE,
+)
 from cronman.api.workflow_validation import check_calendar_refs, check_depends_on
 from cronman.callbacks.target_fields import DEAD_LETTER, MAX_HTTP_BODY_BYTES, NO_NUL, TARGET
 from cronman.errors import ValidationError
@@ -49,14 +58,6 @@ from cronman.vocabulary import (
 DEFAULT_RETRY: dict[str, Any] = default_retry()
 DEFAULT_MISFIRE: dict[str, Any] = default_misfire()
 
-NAME_MAX = 256
-NAMESPACE_MAX = 128
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$")
-NAMESPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-LABEL_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
-LABEL_KEY_MAX = 128
-LABEL_VALUE_MAX = 256
-LABELS_MAX = 64
 MAX_ATTEMPTS_MAX = 100
 BACKOFF_MAX = 86_400
 GRACE_MAX = 7 * 86_400

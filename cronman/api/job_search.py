@@ -17,6 +17,7 @@ from flask import Response, request
 
 from cronman.api import validation as v
 from cronman.api.common import json_response, reject_bad_strings
+from cronman.api.names import NAME_MAX
 from cronman.api.serialize import job_json
 from cronman.errors import ValidationError
 from cronman.models import JobFilter
@@ -32,8 +33,8 @@ def list_answer(store: Any, flt: JobFilter, limit: int, cursor: str | None) -> R
     prefix = args.get("name_prefix") or None
     if prefix is not None:
         reject_bad_strings(prefix, "name_prefix")
-        if len(prefix) > v.NAME_MAX:
-            raise ValidationError(f"at most {v.NAME_MAX} characters", field="name_prefix")
+        if len(prefix) > NAME_MAX:
+            raise ValidationError(f"at most {NAME_MAX} characters", field="name_prefix")
     sort = args.get("sort", "id")
     if sort not in SORTS:
         raise ValidationError(f"must be one of {', '.join(SORTS)}", field="sort")

@@ -9,7 +9,6 @@ is one store call, i.e. one transaction (a bulk request included).
 from __future__ import annotations
 
 import random
-import re
 import time
 from datetime import datetime
 from typing import Any
@@ -30,6 +29,7 @@ from cronman.api.common import (
     reject_bad_strings,
 )
 from cronman.api.context import api_context
+from cronman.api.names import ID_PATTERN, ID_RE
 from cronman.api.serialize import (
     edges_json,
     excluded_fire_times,
@@ -59,8 +59,6 @@ BACKFILL_MAX = 10_000
 WRITE_ATTEMPTS = 10
 WRITE_BACKOFF = 0.005
 # Job and run ids are UUIDs; anything else cannot exist (and must not reach SQL).
-ID_PATTERN = r"[0-9a-fA-F-]{1,36}"
-ID_RE = re.compile(f"^{ID_PATTERN}$")
 
 
 class IdConverter(BaseConverter):

@@ -17,7 +17,8 @@ from flask import Blueprint, Response, request
 from cronman.api import validation as v
 from cronman.api.common import MAX_BODY_BYTES, ApiView, json_response, principal, read_json
 from cronman.api.context import api_context
-from cronman.api.jobs import ID_RE, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX
+from cronman.api.jobs import LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX
+from cronman.api.names import ID_RE, NAME_MAX, NAME_RE
 from cronman.errors import NotFound, ValidationError
 from cronman.notify.messages import event_json
 from cronman.notify.model import EventRecord, Notification, NotificationFilter, RuleRecord
@@ -89,7 +90,7 @@ def _rule_body(body: Any, *, stored: RuleRecord | None) -> tuple[str, str, dict[
     name = obj.get("name")
     if name is None:
         raise ValidationError("is required", field="name")
-    name = v.check_string(name, "name", max_len=v.NAME_MAX, pattern=v.NAME_RE,
+    name = v.check_string(name, "name", max_len=NAME_MAX, pattern=NAME_RE,
                           what="name (letters, digits and . _ : / @ + -)")
     raw_namespace = obj.get("namespace")
     namespace = v.check_namespace(DEFAULT_NAMESPACE if raw_namespace is None else raw_namespace)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cronman.api import validation as v
+from cronman.api.names import NAME_MAX, NAME_RE, NAMESPACE_MAX, NAMESPACE_RE
 from cronman.api.openapi_parts import (
     CURSOR_TEXT,
     JOB_CURSOR,
@@ -72,10 +72,10 @@ def schemas() -> dict[str, Any]:
         "event": {"enum": _EVENTS}, "run_id": nullable(STRING), "scheduled_for": nullable(TIME),
         "occurred_at": TIME, "detail": {"type": "object"},
     }, ("event", "run_id", "scheduled_for", "occurred_at", "detail"))
-    name = {"type": "string", "minLength": 1, "maxLength": v.NAME_MAX,
-            "pattern": v.NAME_RE.pattern}
-    namespace = {"type": ["string", "null"], "minLength": 1, "maxLength": v.NAMESPACE_MAX,
-                 "pattern": v.NAMESPACE_RE.pattern, "default": DEFAULT_NAMESPACE}
+    name = {"type": "string", "minLength": 1, "maxLength": NAME_MAX,
+            "pattern": NAME_RE.pattern}
+    namespace = {"type": ["string", "null"], "minLength": 1, "maxLength": NAMESPACE_MAX,
+                 "pattern": NAMESPACE_RE.pattern, "default": DEFAULT_NAMESPACE}
     rule_write = {"namespace": namespace, "name": name, **_rule_props()}
     rule_read = {"id": STRING, **rule_write, "namespace": STRING, "name": STRING,
                  "version": {"type": "integer", "minimum": 1}, "created_at": TIME,
@@ -133,8 +133,8 @@ def _list_pattern(words: list[str]) -> str:
 
 def paths() -> dict[str, Any]:
     rule = [path_param("rule_id")]
-    namespace = query("namespace", {"type": "string", "pattern": v.NAMESPACE_RE.pattern,
-                                     "maxLength": v.NAMESPACE_MAX}, "only this namespace")
+    namespace = query("namespace", {"type": "string", "pattern": NAMESPACE_RE.pattern,
+                                     "maxLength": NAMESPACE_MAX}, "only this namespace")
     return {
         "/v1/notification-rules": {
             "get": op("listNotificationRules", "Namespace-wide notification rules",

@@ -10,8 +10,7 @@ from typing import Any
 
 from cronman.api import openapi_parts as pt
 from cronman.api import openapi_schemas as sc
-from cronman.api import validation as v
-from cronman.api.jobs import ID_PATTERN
+from cronman.api.names import ID_PATTERN, NAME_MAX, NAMESPACE_MAX, NAMESPACE_RE
 from cronman.api.run_search import JOB_FILTER_MAX, STATS_MAX_STEP
 from cronman.api.timeparams import RELATIVE_PATTERN
 from cronman.store.codec import JOB_CURSOR_PATTERN, NAME_CURSOR_PATTERN, SEARCH_CURSOR_PATTERN
@@ -23,8 +22,8 @@ WHEN = {"anyOf": [pt.TIME, {"type": "string", "pattern": f"^(?:now|{RELATIVE_PAT
                             "description": "relative to now: -1h, -30m, -1h30m, -7d, now"}]}
 _KIND = "(?:" + "|".join(k.value for k in TARGET_KINDS) + ")"
 KIND_LIST_PATTERN = f"^(?:{_KIND}(?:,{_KIND})*)?$"
-NAMESPACE_PARAM = {"type": "string", "pattern": v.NAMESPACE_RE.pattern,
-                   "maxLength": v.NAMESPACE_MAX}
+NAMESPACE_PARAM = {"type": "string", "pattern": NAMESPACE_RE.pattern,
+                   "maxLength": NAMESPACE_MAX}
 
 
 def _schemas() -> dict[str, Any]:
@@ -79,7 +78,7 @@ def console_components(components: dict[str, Any]) -> dict[str, Any]:
 
 def _job_list_params() -> list[dict[str, Any]]:
     return [
-        pt.query("name_prefix", {"type": "string", "maxLength": v.NAME_MAX},
+        pt.query("name_prefix", {"type": "string", "maxLength": NAME_MAX},
                   "only jobs whose name starts with this (case-sensitive)"),
         pt.query("sort", {"enum": ["id", "name"], "default": "id"},
                   "id: creation order; name: (namespace, name) order. A cursor belongs "

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cronman.api.jobs import ID_PATTERN
+from cronman.api.names import ID_PATTERN
 from cronman.store.codec import JOB_CURSOR_PATTERN, RUN_CURSOR_PATTERN
 from cronman.vocabulary import RUN_STATUSES
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cronman.api.auth import Principal
-from cronman.api.validation import NAME_MAX, NAME_RE, NAMESPACE_MAX, NAMESPACE_RE
+from cronman.api.names import NAME_MAX, NAME_RE, NAMESPACE_MAX, NAMESPACE_RE
 from cronman.errors import ValidationError
 from cronman.schedules.after import JOB_ID_RE
 from cronman.schedules.calendars import reference_key as calendar_key

@@ -7,7 +7,7 @@ from flask import Blueprint, Response
 from cronman.api.changes import change
 from cronman.api.common import ApiView, json_response, principal
 from cronman.api.context import api_context
-from cronman.api.jobs import ID_RE
+from cronman.api.names import ID_RE
 from cronman.api.serialize import run_json
 from cronman.errors import Conflict, NotFound
 from cronman.models import Job, Run

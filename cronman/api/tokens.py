@@ -31,7 +31,8 @@ from cronman.api import validation as v
 from cronman.api.auth import Principal
 from cronman.api.common import ApiView, json_response, principal, read_json, reject_bad_strings
 from cronman.api.context import api_context
-from cronman.api.jobs import ID_RE, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX
+from cronman.api.jobs import LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX
+from cronman.api.names import ID_RE
 from cronman.api.request_ids import request_id
 from cronman.errors import Forbidden, NotFound, Unauthorized, ValidationError
 from cronman.store.tokens import CACHE_SECONDS, TokenActor

@@ -40,72 +40,18 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-# The definition's bounds and keys, re-exported: the API modules read them here.
 from cronman.api.job_fields import (
-    BACKOFF_MAX as BACKOFF_MAX,
-)
-from cronman.api.job_fields import (
-    DEFAULT_MISFIRE as DEFAULT_MISFIRE,
-)
-from cronman.api.job_fields import (
-    DEFAULT_RETRY as DEFAULT_RETRY,
-)
-from cronman.api.job_fields import (
-    DEFINITION_KEYS as DEFINITION_KEYS,
-)
-from cronman.api.job_fields import (
-    GRACE_MAX as GRACE_MAX,
-)
-from cronman.api.job_fields import (
-    JITTER_MAX as JITTER_MAX,
+    DEFINITION_KEYS as DEFINITION_KEYS,  # re-exported: what a job body holds
 )
 from cronman.api.job_fields import (
     JOB,
     JOB_SENT_BACK,
     NAMESPACE,
+    READ_ONLY_KEYS,
     JobContext,
 )
 from cronman.api.job_fields import (
-    LABEL_KEY_MAX as LABEL_KEY_MAX,
-)
-from cronman.api.job_fields import (
-    LABEL_KEY_RE as LABEL_KEY_RE,
-)
-from cronman.api.job_fields import (
-    LABEL_VALUE_MAX as LABEL_VALUE_MAX,
-)
-from cronman.api.job_fields import (
-    LABELS_MAX as LABELS_MAX,
-)
-from cronman.api.job_fields import (
-    MAX_ATTEMPTS_MAX as MAX_ATTEMPTS_MAX,
-)
-from cronman.api.job_fields import (
-    NAME_MAX as NAME_MAX,
-)
-from cronman.api.job_fields import (
-    NAME_RE as NAME_RE,
-)
-from cronman.api.job_fields import (
-    NAMESPACE_MAX as NAMESPACE_MAX,
-)
-from cronman.api.job_fields import (
-    NAMESPACE_RE as NAMESPACE_RE,
-)
-from cronman.api.job_fields import (
-    PRIORITY_MAX as PRIORITY_MAX,
-)
-from cronman.api.job_fields import (
-    PRIORITY_MIN as PRIORITY_MIN,
-)
-from cronman.api.job_fields import (
-    READ_ONLY_KEYS as READ_ONLY_KEYS,
-)
-from cronman.api.job_fields import (
     REQUIRED_KEYS as REQUIRED_KEYS,
-)
-from cronman.api.job_fields import (
-    TARGET_BODY_MAX as TARGET_BODY_MAX,
 )
 from cronman.errors import Conflict, ValidationError
 from cronman.fieldspec import TIME_MAX as TIME_MAX

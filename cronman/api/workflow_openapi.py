@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cronman.api import validation as v
 from cronman.api import workflow_validation as wv
+from cronman.api.names import NAMESPACE_MAX, NAMESPACE_RE
 from cronman.api.openapi_parts import (
     CURSOR_TEXT,
     JOB_CURSOR,
@@ -111,8 +111,8 @@ SEMANTIC_RULES: list[dict[str, str]] = [
 
 
 def schemas() -> dict[str, Any]:
-    namespace = {"type": ["string", "null"], "minLength": 1, "maxLength": v.NAMESPACE_MAX,
-                 "pattern": v.NAMESPACE_RE.pattern, "default": DEFAULT_NAMESPACE}
+    namespace = {"type": ["string", "null"], "minLength": 1, "maxLength": NAMESPACE_MAX,
+                 "pattern": NAMESPACE_RE.pattern, "default": DEFAULT_NAMESPACE}
     write = {
         "namespace": namespace,
         "name": {"type": "string", "minLength": 1, "maxLength": CALENDAR_NAME_MAX,
@@ -158,8 +158,8 @@ FORCE = query("force", {"type": "boolean", "default": False},
 
 def paths() -> dict[str, Any]:
     calendar = [path_param("calendar_id")]
-    namespace = query("namespace", {"type": "string", "pattern": v.NAMESPACE_RE.pattern,
-                                     "maxLength": v.NAMESPACE_MAX}, "only this namespace")
+    namespace = query("namespace", {"type": "string", "pattern": NAMESPACE_RE.pattern,
+                                     "maxLength": NAMESPACE_MAX}, "only this namespace")
     return {
         "/v1/calendars": {
             "get": op("listCalendars", "Exclusion calendars",
