@@ -36,6 +36,7 @@ from typing import Any
 
 from cronman.callbacks.validation import validate_target
 from cronman.errors import ValidationError
+from cronman.fieldspec import type_name
 from cronman.vocabulary import (
     CHANNEL_KINDS,
     DEFAULT_DIGEST_INTERVAL,
@@ -85,29 +86,13 @@ class Rule:
 # -- validation ------------------------------------------------------------------
 
 
-def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
-
-
 def _at(field: str, key: str) -> str:
     return f"{field}.{key}" if field else key
 
 
 def _object(value: Any, field: str) -> Mapping[str, Any]:
     if not isinstance(value, dict):
-        raise ValidationError(f"must be an object, not {_type_name(value)}", field=field or None)
+        raise ValidationError(f"must be an object, not {type_name(value)}", field=field or None)
     return value
 
 
@@ -120,7 +105,7 @@ def _unknown(obj: Mapping[str, Any], allowed: Sequence[str], field: str) -> None
 
 def _seconds(value: Any, field: str, *, lo: float, hi: float) -> int | float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValidationError(f"must be a number of seconds, not {_type_name(value)}",
+        raise ValidationError(f"must be a number of seconds, not {type_name(value)}",
                               field=field)
     if value != value or not lo <= value <= hi:  # NaN compares unequal to itself
         raise ValidationError(f"must be between {lo:g} and {hi:g} seconds", field=field)
@@ -193,7 +178,7 @@ def _recipients(value: Any, field: str) -> list[str]:
     for i, address in enumerate(value):
         where = f"{field}[{i}]"
         if not isinstance(address, str):
-            raise ValidationError(f"must be a string, not {_type_name(address)}", field=where)
+            raise ValidationError(f"must be a string, not {type_name(address)}", field=where)
         if len(address) > ADDRESS_MAX or not ADDRESS_RE.match(address):
             raise ValidationError(f"is not an email address (name@domain): {address!r}",
                                   field=where)
@@ -207,7 +192,7 @@ def validate_job_notify(value: Any, field: str = "notify") -> list[dict[str, Any
     if value is None:
         return None
     if not isinstance(value, list):
-        raise ValidationError(f"must be an array of rules or null, not {_type_name(value)}",
+        raise ValidationError(f"must be an array of rules or null, not {type_name(value)}",
                               field=field)
     if len(value) > MAX_JOB_RULES:
         raise ValidationError(f"at most {MAX_JOB_RULES} rules per job", field=field)
