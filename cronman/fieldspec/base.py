@@ -34,6 +34,12 @@ F = TypeVar("F", bound="Field")
 Schema = dict[str, Any]
 
 
+def _plain(value: Any) -> Any:
+    """A default as JSON gives it back: a str enum member as the plain string
+    (what is stored, compared and dumped must not depend on where it came from)."""
+    return str.__str__(value) if isinstance(value, str) else value
+
+
 def type_name(value: Any) -> str:
     """The JSON name of ``value``'s type, for messages."""
     if value is None:
@@ -90,7 +96,7 @@ class Field:
         self.required = required
         self.required_message = required_message
         self.nullable = nullable
-        self.default = default
+        self.default = _plain(default)
         self.description = description
         self.name = name
         self.rules = tuple(rules)
@@ -113,7 +119,7 @@ class Field:
         for key, value in changes.items():
             if not hasattr(out, key):
                 raise AttributeError(key)
-            setattr(out, key, value)
+            setattr(out, key, _plain(value) if key == "default" else value)
         return out
 
     def join(self, key: str, sub: str | None) -> str:

@@ -5,6 +5,8 @@ where the schema states everything, the reverse holds too)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ from jsonschema import Draft202012Validator
 
 from cronman.api.job_fields import JOB, MISFIRE, RETRY
 from cronman.api.openapi import openapi_document
+from cronman.api.validation import validate_job
 from cronman.callbacks.dead_letter import validate_dead_letter
 from cronman.callbacks.target_fields import DEAD_LETTER, TARGET
 from cronman.callbacks.validation import validate_target
@@ -183,3 +186,25 @@ def test_spelled_out_whitespace_is_pythons():
     spaces = re.compile(f"[{PY_WHITESPACE}]")
     assert all(bool(spaces.match(chr(i))) == chr(i).isspace()
                for i in range(sys.maxunicode + 1))
+
+
+def _values(obj: Any) -> Iterator[Any]:
+    if isinstance(obj, dict):
+        for value in obj.values():
+            yield from _values(value)
+    elif isinstance(obj, list):
+        for value in obj:
+            yield from _values(value)
+    else:
+        yield obj
+
+
+def test_a_validated_job_holds_plain_strings_not_enum_members():
+    """Defaults come from the vocabulary's str enums; what validation gives
+    back is stored, compared and dumped (YAML in ``jobs apply``) as plain JSON."""
+    out = validate_job({"name": "x", "schedule": {"kind": "interval", "every": 5},
+                        "target": {"kind": "http", "url": "https://example.com/h"}},
+                       job_id="00000000-0000-0000-0000-000000000001", now=datetime.now(UTC))
+    strings = [v for v in _values(out) if isinstance(v, str)]
+    assert strings and all(type(v) is str for v in strings), [
+        repr(v) for v in strings if type(v) is not str]
