@@ -7,6 +7,7 @@ module only when ``bench`` is called or listed (``cronman.cli.group``).
 from __future__ import annotations
 
 import shutil
+import signal
 import sys
 import time
 import traceback
@@ -172,6 +173,10 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
     from cronman_bench.services import DEFAULT_ADMIN_URL, ensure_postgres
     from cronman_bench.systems import BenchOptions
 
+    # SIGTERM ends the run as Ctrl-C does: through the teardowns, which stop
+    # the processes and drop the scratch databases (by default Python would
+    # end at once and leave them behind).
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     admin_url = database_url or DEFAULT_ADMIN_URL
     started = time.strftime("%Y%m%dT%H%M%S")
     out_path = json_path or Path("bench-results") / f"bench-{scenario}-{started}.json"
@@ -236,3 +241,7 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
         shutil.rmtree(opts.workdir, ignore_errors=True)
     if failed:
         raise SystemExit(RET_ERROR)
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
