@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from cronman.api.names import NAME_MAX, NAME_RE, NAMESPACE_MAX, NAMESPACE_RE
+from cronman.api.names import ID_PATTERN, NAME_MAX, NAME_RE, NAMESPACE_MAX, NAMESPACE_RE
 from cronman.api.openapi_parts import (
     CURSOR_TEXT,
     JOB_CURSOR,
     LIMIT,
+    NAMESPACE_QUERY,
     STRING,
     TIME,
     nullable,
@@ -133,13 +134,11 @@ def _list_pattern(words: list[str]) -> str:
 
 def paths() -> dict[str, Any]:
     rule = [path_param("rule_id")]
-    namespace = query("namespace", {"type": "string", "pattern": NAMESPACE_RE.pattern,
-                                     "maxLength": NAMESPACE_MAX}, "only this namespace")
     return {
         "/v1/notification-rules": {
             "get": op("listNotificationRules", "Namespace-wide notification rules",
                        ok("200", "NotificationRuleList", "a page of rules"), "400 403",
-                       [namespace, LIMIT, query("cursor", JOB_CURSOR, CURSOR_TEXT)]),
+                       [NAMESPACE_QUERY, LIMIT, query("cursor", JOB_CURSOR, CURSOR_TEXT)]),
             "post": op("createNotificationRule", "A rule for every job of a namespace",
                         ok("201", "NotificationRule", "the rule"), "400 403 409 413",
                         body="NotificationRuleCreate"),
@@ -157,8 +156,8 @@ def paths() -> dict[str, Any]:
             "get": op("listNotifications",
                        "Notifications sent, waiting or failed, newest first",
                        ok("200", "NotificationList", "a page of notifications"), "400 403", [
-                           namespace,
-                           query("job_id", {"type": "string", "pattern": "^[0-9a-fA-F-]{1,36}$"},
+                           NAMESPACE_QUERY,
+                           query("job_id", {"type": "string", "pattern": f"^{ID_PATTERN}$"},
                                   "only this job's"),
                            query("status", {"type": "array", "items": {
                                "type": "string",

@@ -18,13 +18,13 @@ from cronman import __version__
 from cronman.api import audit_openapi, notify_openapi, tokens_openapi, workflow_openapi
 from cronman.api import validation as v
 from cronman.api.common import ApiView, json_response
-from cronman.api.names import NAMESPACE_MAX, NAMESPACE_RE
 from cronman.api.openapi_console import console_components, console_paths
 from cronman.api.openapi_parts import (
     CURSOR_TEXT,
     JOB_CURSOR,
     JSON,
     LIMIT,
+    NAMESPACE_QUERY,
     RUN_CURSOR,
     STATUS_LIST_PATTERN,
     STRING,
@@ -50,9 +50,7 @@ def paths() -> dict[str, Any]:
         "/v1/jobs": {
             "get": op("listJobs", "List jobs (id order, keyset pagination)",
                        ok("200", "JobList", "a page of jobs"), "400 403", [
-                           query("namespace", {"type": "string", "pattern": NAMESPACE_RE.pattern,
-                                                "maxLength": NAMESPACE_MAX},
-                                  "only this namespace"),
+                           NAMESPACE_QUERY,
                            query("label", {"type": "array",
                                             "items": {"type": "string",
                                                       "pattern": "^[^:\\x00]+:[^\\x00]*$"}},

@@ -10,7 +10,7 @@ from typing import Any
 
 from cronman.api import openapi_parts as pt
 from cronman.api import openapi_schemas as sc
-from cronman.api.names import ID_PATTERN, NAME_MAX, NAMESPACE_MAX, NAMESPACE_RE
+from cronman.api.names import ID_PATTERN, NAME_MAX
 from cronman.api.run_search import JOB_FILTER_MAX, STATS_MAX_STEP
 from cronman.api.timeparams import RELATIVE_PATTERN
 from cronman.store.codec import JOB_CURSOR_PATTERN, NAME_CURSOR_PATTERN, SEARCH_CURSOR_PATTERN
@@ -22,8 +22,6 @@ WHEN = {"anyOf": [pt.TIME, {"type": "string", "pattern": f"^(?:now|{RELATIVE_PAT
                             "description": "relative to now: -1h, -30m, -1h30m, -7d, now"}]}
 _KIND = "(?:" + "|".join(k.value for k in TARGET_KINDS) + ")"
 KIND_LIST_PATTERN = f"^(?:{_KIND}(?:,{_KIND})*)?$"
-NAMESPACE_PARAM = {"type": "string", "pattern": NAMESPACE_RE.pattern,
-                   "maxLength": NAMESPACE_MAX}
 
 
 def _schemas() -> dict[str, Any]:
@@ -115,7 +113,7 @@ def console_paths(paths: dict[str, Any]) -> dict[str, Any]:
             pt.query("since", WHEN, "scheduled at or after (default: the oldest retained "
                       "history)"),
             pt.query("until", WHEN, "scheduled before (default: a day from now)"),
-            pt.query("namespace", NAMESPACE_PARAM, "only jobs of this namespace"),
+            pt.query("namespace", pt.NAMESPACE, "only jobs of this namespace"),
             pt.query("job", {"type": "array", "maxItems": JOB_FILTER_MAX, "items": {
                 "type": "string", "pattern": f"^{ID_PATTERN}$"}},
                 f"only these jobs (at most {JOB_FILTER_MAX})", style="form", explode=True),
@@ -133,7 +131,7 @@ def console_paths(paths: dict[str, Any]) -> dict[str, Any]:
             pt.query("step", {"type": "integer", "minimum": 1, "maximum": STATS_MAX_STEP},
                       "seconds per step (widened when the window would hold more than "
                       "1,440 steps; default: about 120 steps)"),
-            pt.query("namespace", NAMESPACE_PARAM, "only jobs of this namespace")])}
+            pt.query("namespace", pt.NAMESPACE, "only jobs of this namespace")])}
     paths["/v1/whoami"] = {"get": pt.op(
         "whoami", "What the caller's token allows", pt.ok("200", "WhoAmI", "the caller"), "")}
     paths["/v1/cluster/events"] = {"get": pt.op(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cronman.api.names import ID_PATTERN
+from cronman.api.names import ID_PATTERN, NAMESPACE_MAX, NAMESPACE_RE
 from cronman.store.codec import JOB_CURSOR_PATTERN, RUN_CURSOR_PATTERN
 from cronman.vocabulary import RUN_STATUSES
 
@@ -111,5 +111,7 @@ _STATUS = "(?:" + "|".join(RUN_STATUSES) + ")"
 STATUS_LIST_PATTERN = f"^(?:{_STATUS}(?:,{_STATUS})*)?$"
 LIMIT = query("limit", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
                "page size (a maximum)")
+NAMESPACE = {"type": "string", "pattern": NAMESPACE_RE.pattern, "maxLength": NAMESPACE_MAX}
+NAMESPACE_QUERY = query("namespace", NAMESPACE, "only this namespace")
 CURSOR_TEXT = ("the next_cursor of the previous page: a position, any of this form is "
                "valid (empty: the first page); anything else is a 400")

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from cronman.api.names import NAMESPACE_MAX, NAMESPACE_RE
 from cronman.api.openapi_parts import (
     CURSOR_TEXT,
     JSON,
     LIMIT,
+    NAMESPACE,
     STRING,
     TEXT,
     TIME,
@@ -24,7 +24,6 @@ from cronman.api.openapi_parts import (
 from cronman.api.tokens import REVOCATION_SETTLES, TOKEN_NAME_MAX, TOKEN_NAMESPACES_MAX
 from cronman.store.codec import SEARCH_CURSOR_PATTERN
 
-NAMESPACE = {"type": "string", "maxLength": NAMESPACE_MAX, "pattern": NAMESPACE_RE.pattern}
 NOT_ADMIN = {"description": "not an admin token (or a read-only one, on a write)",
              "content": {JSON: {"schema": ref("Error")}}}
 NO_ADMIN_TOKEN = {"description": "no token, or an unknown or revoked one: every call here "

@@ -13,6 +13,7 @@ from cronman.api.openapi_parts import (
     CURSOR_TEXT,
     JOB_CURSOR,
     LIMIT,
+    NAMESPACE_QUERY,
     STRING,
     TIME,
     nullable,
@@ -158,13 +159,11 @@ FORCE = query("force", {"type": "boolean", "default": False},
 
 def paths() -> dict[str, Any]:
     calendar = [path_param("calendar_id")]
-    namespace = query("namespace", {"type": "string", "pattern": NAMESPACE_RE.pattern,
-                                     "maxLength": NAMESPACE_MAX}, "only this namespace")
     return {
         "/v1/calendars": {
             "get": op("listCalendars", "Exclusion calendars",
                        ok("200", "CalendarList", "a page of calendars"), "400 403",
-                       [namespace, LIMIT, query("cursor", JOB_CURSOR, CURSOR_TEXT)]),
+                       [NAMESPACE_QUERY, LIMIT, query("cursor", JOB_CURSOR, CURSOR_TEXT)]),
             "post": op("createCalendar", "Create an exclusion calendar",
                         ok("201", "Calendar", "the calendar"), "400 403 409 413",
                         body="CalendarCreate"),
