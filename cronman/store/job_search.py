@@ -25,12 +25,9 @@ class JobQueries:
 
     _db: Database
 
-    def search_jobs(self, flt: JobFilter, limit: int, cursor: str | None) -> Page:
-        """See ``JobStore.search_jobs``."""
+    def _filter_conditions(self, flt: JobFilter) -> list[ColumnElement[bool]]:
+        """The live jobs ``flt`` selects, as WHERE conditions."""
         conds: list[ColumnElement[bool]] = [jobs.c.deleted_at.is_(None)]
-        if cursor:
-            namespace, name = decode_name_cursor(cursor)
-            conds.append(tuple_(jobs.c.namespace, jobs.c.name) > tuple_(namespace, name))
         if flt.namespace is not None:
             conds.append(jobs.c.namespace == flt.namespace)
         if flt.namespaces is not None:
@@ -41,6 +38,14 @@ class JobQueries:
             conds.append(name_starts_with(flt.name_prefix, self._db.dialect))
         if flt.labels:
             conds.extend(labels_match(flt.labels, self._db.dialect))
+        return conds
+
+    def search_jobs(self, flt: JobFilter, limit: int, cursor: str | None) -> Page:
+        """See ``JobStore.search_jobs``."""
+        conds = self._filter_conditions(flt)
+        if cursor:
+            namespace, name = decode_name_cursor(cursor)
+            conds.append(tuple_(jobs.c.namespace, jobs.c.name) > tuple_(namespace, name))
         stmt = (select(jobs).where(and_(*conds))
                 .order_by(jobs.c.namespace, jobs.c.name).limit(limit + 1))
         with self._db.read() as conn:

@@ -13,7 +13,6 @@ from typing import Any
 
 from sqlalchemy import and_, delete, func, select, update
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.sql.elements import ColumnElement
 
 from cronman.errors import Conflict, NotFound
 from cronman.ids import new_job_id
@@ -26,7 +25,6 @@ from cronman.store.codec import (
     encode_job_cursor,
     job_from_row,
 )
-from cronman.store.dialect import labels_match, name_starts_with
 from cronman.store.engine import Database, Tx
 from cronman.store.history import ChangeContext
 from cronman.store.job_search import JobQueries
@@ -233,19 +231,9 @@ class SqlJobStore(JobQueries):
         return found
 
     def list_jobs(self, flt: JobFilter, limit: int, cursor: str | None) -> Page:
-        conds: list[ColumnElement[bool]] = [jobs.c.deleted_at.is_(None)]
+        conds = self._filter_conditions(flt)
         if cursor:
             conds.append(jobs.c.id > decode_job_cursor(cursor))
-        if flt.namespace is not None:
-            conds.append(jobs.c.namespace == flt.namespace)
-        if flt.namespaces is not None:
-            conds.append(jobs.c.namespace.in_(list(flt.namespaces)))
-        if flt.paused is not None:
-            conds.append(jobs.c.paused == flt.paused)
-        if flt.name_prefix:
-            conds.append(name_starts_with(flt.name_prefix, self._db.dialect))
-        if flt.labels:
-            conds.extend(labels_match(flt.labels, self._db.dialect))
         stmt = select(jobs).where(and_(*conds)).order_by(jobs.c.id).limit(limit + 1)
         with self._db.read() as conn:
             rows = conn.execute(stmt).all()
