@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from cronman.client.errors import ApiError, BulkCreateError
 from cronman.client.notifications import NotificationCalls
@@ -42,6 +42,7 @@ from cronman.client.types import (
     Readiness,
     Run,
     RunItem,
+    follow_pages,
 )
 from cronman.client.workflows import WorkflowCalls
 
@@ -52,7 +53,6 @@ BULK_MAX = 1000
 PAGE_MAX = 1000
 NEXT_MAX = 100
 
-T = TypeVar("T")
 Labels = Mapping[str, str] | Iterable[str]
 _JOBS_INDEX = re.compile(r"^jobs\[(\d+)\]")
 
@@ -140,7 +140,7 @@ class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls):
     def iter_jobs(self, *, namespace: str | None = None, labels: Labels = (),
                   paused: bool | None = None, page_size: int = PAGE_MAX) -> Iterator[Job]:
         """Every job matching the filters, page after page."""
-        return _follow(lambda cursor: self.list_jobs(
+        return follow_pages(lambda cursor: self.list_jobs(
             namespace=namespace, labels=labels, paused=paused, limit=page_size, cursor=cursor))
 
     def get_job(self, job_id: str) -> Job:
@@ -195,7 +195,7 @@ class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls):
     def iter_job_history(self, job_id: str, *,
                          page_size: int = PAGE_MAX) -> Iterator[HistoryEntry]:
         """Every recorded change of a job, newest first."""
-        return _follow(lambda cursor: self.list_job_history(job_id, limit=page_size,
+        return follow_pages(lambda cursor: self.list_job_history(job_id, limit=page_size,
                                                             cursor=cursor))
 
     # -- runs ------------------------------------------------------------------
@@ -217,7 +217,7 @@ class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls):
                       page_size: int = PAGE_MAX) -> Iterator[Run]:
         """Every run of a job matching the filters, newest first."""
         wanted = tuple(statuses)
-        return _follow(lambda cursor: self.list_job_runs(
+        return follow_pages(lambda cursor: self.list_job_runs(
             job_id, since=since, until=until, statuses=wanted, limit=page_size, cursor=cursor))
 
     def list_runs(self, *, statuses: Iterable[str] = (), since: str | datetime | None = None,
@@ -260,7 +260,7 @@ class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls):
             "statuses": tuple(statuses), "since": since, "until": until,
             "namespace": namespace, "job_ids": tuple(job_ids),
             "target_kinds": tuple(target_kinds)}
-        return _follow(lambda cursor: self.list_runs(**filters, limit=page_size,
+        return follow_pages(lambda cursor: self.list_runs(**filters, limit=page_size,
                                                      cursor=cursor))
 
     def get_run(self, run_id: str) -> Run:
@@ -299,16 +299,6 @@ class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls):
         answer = self.request("GET", path, query=query)
         return Page(items=list(answer["items"]), next_cursor=answer.get("next_cursor"))
 
-
-def _follow(fetch: Callable[[str | None], Page[T]]) -> Iterator[T]:
-    """Every item of every page, following ``next_cursor``."""
-    cursor: str | None = None
-    while True:
-        page = fetch(cursor)
-        yield from page.items
-        cursor = page.next_cursor
-        if not cursor:
-            return
 
 
 def _job(job_id: str) -> str:

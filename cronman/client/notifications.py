@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypedDict, cast
 
 from cronman.client.transport import quote_segment
-from cronman.client.types import Page
+from cronman.client.types import Page, follow_pages
 
 PAGE_MAX = 1000
 
@@ -88,7 +88,7 @@ class NotificationCalls:
 
     def iter_notification_rules(self, *, namespace: str | None = None,
                                 page_size: int = PAGE_MAX) -> Iterator[NotificationRule]:
-        return _follow(lambda cursor: self.list_notification_rules(
+        return follow_pages(lambda cursor: self.list_notification_rules(
             namespace=namespace, limit=page_size, cursor=cursor))
 
     def get_notification_rule(self, rule_id: str) -> NotificationRule:
@@ -125,7 +125,7 @@ class NotificationCalls:
                            statuses: Iterable[str] = (), events: Iterable[str] = (),
                            page_size: int = PAGE_MAX) -> Iterator[Notification]:
         wanted_statuses, wanted_events = tuple(statuses), tuple(events)
-        return _follow(lambda cursor: self.list_notifications(
+        return follow_pages(lambda cursor: self.list_notifications(
             namespace=namespace, job_id=job_id, statuses=wanted_statuses,
             events=wanted_events, limit=page_size, cursor=cursor))
 
@@ -138,12 +138,3 @@ class NotificationCalls:
 def _rule(rule_id: str) -> str:
     return "/v1/notification-rules/" + quote_segment(rule_id)
 
-
-def _follow(fetch: Callable[[str | None], Page[Any]]) -> Iterator[Any]:
-    cursor: str | None = None
-    while True:
-        page = fetch(cursor)
-        yield from page.items
-        cursor = page.next_cursor
-        if not cursor:
-            return
