@@ -18,6 +18,7 @@ offset is back within bounds (see the node's readiness).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -92,6 +93,8 @@ class ReferenceClock:
         self.uncertainty_ms = 0.0
         self.source: str | None = None  # the source of the applied estimate
         self.skewed = False
+        # Samples come from the pulse thread (Redis) and the loop (the database).
+        self._learning = threading.Lock()
 
     # -- reading ----------------------------------------------------------
 
@@ -129,11 +132,12 @@ class ReferenceClock:
         rtt_ms = max(0.0, (received - sent) * 1000.0)
         offset = reference_ms - (sent + received) * 500.0
         now = self._monotonic()
-        samples = self._samples.setdefault(source, deque(maxlen=512))
-        samples.append(Sample(offset, rtt_ms, now))
-        while samples and samples[0].at < now - SAMPLE_WINDOW:
-            samples.popleft()
-        self._estimate(now)
+        with self._learning:
+            samples = self._samples.setdefault(source, deque(maxlen=512))
+            samples.append(Sample(offset, rtt_ms, now))
+            while samples and samples[0].at < now - SAMPLE_WINDOW:
+                samples.popleft()
+            self._estimate(now)
 
     def _estimate(self, now: float) -> None:
         for source in ("redis", "database"):

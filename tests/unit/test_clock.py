@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+import threading
+import time
+
 from cronman.scheduler.clock import ReferenceClock
 
 
@@ -52,3 +56,31 @@ def test_the_database_clock_is_the_reference_only_while_redis_is_silent():
     t.mono += 11  # no Redis sample for longer than STALE_AFTER
     c.observe("database", t.wall * 1000 + 500, t.wall, t.wall)
     assert (c.source, c.offset_ms) == ("database", 500)
+
+
+def test_samples_from_two_threads_at_once() -> None:
+    # The pulse thread brings Redis samples while the loop brings the database's.
+    ref = ReferenceClock()
+    errors: list[BaseException] = []
+
+    def feed(source: str) -> None:
+        try:
+            for i in range(20_000):
+                now = time.time()
+                ref.observe(source, now * 1000.0 + 5, now - 0.001 * (i % 7), now)
+        except BaseException as exc:  # noqa: BLE001 - the failure under test
+            errors.append(exc)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        threads = [threading.Thread(target=feed, args=(s,)) for s in ("redis", "database")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert errors == []
+    assert ref.source == "redis"
+    assert abs(ref.offset_ms - 5) <= 1
