@@ -38,6 +38,16 @@ CLAIM_LEAD = 0.5  # seconds ahead of due time a fire is claimed (at most)
 CLAIM_INTERVAL = 0.2  # seconds between claim batches under steady load
 URGENT_LEAD = 0.15  # a fire due sooner than this is claimed without waiting for the interval
 MAX_CLAIM_BATCH = 5000
+# A node that is behind (a batch claimed more than BEHIND_MS after its oldest
+# fire's due time: overdue when popped, or slow to claim) claims the fires of jobs above the default priority further
+# ahead: by twice its last batch's time, at most MAX_EXTRA_LEAD_MS more. Due
+# fires are taken highest priority first, but one that falls due while a
+# batch is being claimed waits for it; claimed ahead, it leaves on time while
+# the default-priority backlog absorbs the lateness. (Smaller batches would
+# shorten the wait too, but cost throughput: a starved node's batch takes
+# about as long whatever its size.)
+BEHIND_MS = 100
+MAX_EXTRA_LEAD_MS = 5000
 # A claim further ahead of its fire time than the claim lead plus this (by the
 # coordinator's clock) is refused: this node's clock runs fast.
 CLAIM_AHEAD_MARGIN_MS = 250
@@ -73,6 +83,7 @@ class Claimer:
         self.lock_wins = 0
         self.lock_losses = 0
         self.claiming_due: int | None = None  # the oldest due time of the batch being claimed
+        self.extra_lead_ms = 0  # how much further ahead raised priorities are claimed
         self._wake = asyncio.Event()
         self._ratelog = RateLimitedLog(log)
 
@@ -97,15 +108,27 @@ class Claimer:
                     await asyncio.wait_for(self._wake.wait(), wait_ms / 1000.0)
                 continue
             last_round = now
-            fires, cursors = self._table.pop_due(now, now + self.claim_lead_ms, MAX_CLAIM_BATCH)
+            extra = self.extra_lead_ms
+            fires, cursors = self._table.pop_due(now, now + self.claim_lead_ms, MAX_CLAIM_BATCH,
+                                                 ahead_ms=extra)
             skipped = self._table.take_misfires_skipped()
             if skipped:
                 self._metrics.misfires_skipped.inc(skipped)
             if not self._claiming():
                 continue  # skewed clock: the jobs' other owners fire them
+            oldest = min((f.due_ms for f in fires), default=now)
             fires = self._defer(fires)
             if fires or cursors:
-                await self.claim(fires, cursors)
+                await self.claim(fires, cursors, lead_ms=self.claim_lead_ms + extra)
+            done = self._clock.now_ms()
+            self._pace(behind=done - oldest > BEHIND_MS, round_ms=done - now)
+
+    def _pace(self, *, behind: bool, round_ms: int) -> None:
+        """While behind, claim raised priorities ahead by twice the last batch's time."""
+        extra = min(MAX_EXTRA_LEAD_MS, 2 * round_ms) if behind else 0
+        if extra != self.extra_lead_ms:
+            self.extra_lead_ms = extra
+            self._metrics.claim_extra_lead.set(extra / 1000.0)
 
     def _defer(self, fires: list[Fire]) -> list[Fire]:
         """Hand the fires whose first owner is another node in charge to the
@@ -127,12 +150,15 @@ class Claimer:
             self._standby.defer(watched)
         return mine
 
-    async def claim(self, fires: list[Fire], cursors: list[Cursor]) -> None:
-        """Claim a batch on the claim thread and hand the winners to the dispatcher."""
+    async def claim(self, fires: list[Fire], cursors: list[Cursor], *,
+                    lead_ms: int | None = None) -> None:
+        """Claim a batch (popped up to ``lead_ms`` ahead) on the claim thread
+        and hand the winners to the dispatcher."""
         started = time.perf_counter()
+        lead = self.claim_lead_ms if lead_ms is None else lead_ms
         call = partial(claim_batch, fires, cursors, coordinator=self._coordinator,
                        runs=self._runs, node_id=self.node_id, now=self._clock.now,
-                       max_ahead_ms=self.claim_lead_ms + CLAIM_AHEAD_MARGIN_MS,
+                       max_ahead_ms=lead + CLAIM_AHEAD_MARGIN_MS,
                        lease_seconds=self._lease_seconds, lock_ttl_ms=LOCK_TTL_MS)
         self.claiming_due = min((f.due_ms for f in fires), default=None)
         self._claim_started = time.monotonic()

@@ -56,6 +56,11 @@ TIMEOUT_MARGIN = 5.0
 WATCHDOG_INTERVAL = 0.5
 # Timers aim this far past a due time (the loop's timers may run a hair early).
 SCHEDULE_MARGIN_MS = 0.3
+# Runs already due when handed over (a node that is behind) are taken at most
+# this many per loop turn, highest priority first: a batch of thousands would
+# otherwise fill one turn, and every timer -- a high-priority fire claimed
+# ahead falling due -- would wait for all of them.
+READY_PER_TURN = 256
 
 
 class Dispatcher:
@@ -88,6 +93,9 @@ class Dispatcher:
         self.waiting = FairQueue()
         # Runs not started yet, by due time (lazily cleaned): how far dispatch has come.
         self._unstarted: list[tuple[int, int, ActiveRun]] = []
+        # Runs due already, waiting for their turn: (-priority, due, seq, run).
+        self._ready: list[tuple[int, int, int, ActiveRun]] = []
+        self._pumping = False
         self._seq = 0
         self.fires_last_minute = MinuteCounter()
         self._lateness = metrics.lateness
@@ -153,11 +161,25 @@ class Dispatcher:
         # with a precise reading, aiming just past the millisecond so that a
         # callback is never sent before its Cronman-Scheduled-For.
         delay = (at_ms + SCHEDULE_MARGIN_MS - self.clock.now_ms()) / 1000.0
-        if delay <= 0:
-            ar.handle = None
-            loop.call_soon(self._due, ar)
-        else:
+        if delay > 0:
             ar.handle = loop.call_at(loop.time() + delay, self._due, ar)
+            return
+        ar.handle = None
+        self._seq += 1
+        heapq.heappush(self._ready, (-ar.job.priority, ar.due_ms, self._seq, ar))
+        if not self._pumping:
+            self._pumping = True
+            loop.call_soon(self._pump)
+
+    def _pump(self) -> None:
+        """Take a turn's share of the runs due already, highest priority first."""
+        ready = self._ready
+        for _ in range(min(READY_PER_TURN, len(ready))):
+            self._due(heapq.heappop(ready)[3])
+        if ready:
+            (self._loop or asyncio.get_running_loop()).call_soon(self._pump)
+        else:
+            self._pumping = False
 
     def _due(self, ar: ActiveRun) -> None:
         try:

@@ -447,15 +447,16 @@ class JobTable:
 
     # -- the heap ---------------------------------------------------------
 
-    def pop_due(self, now_ms: int, until_ms: int, limit: int | None = None
-                ) -> tuple[list[Fire], list[Cursor]]:
-        """Fires due by ``until_ms`` (plus catch-up fires found by ``load``) and
-        cursors of jobs whose past fire times were skipped without a run."""
+    def pop_due(self, now_ms: int, until_ms: int, limit: int | None = None, *,
+                ahead_ms: int = 0) -> tuple[list[Fire], list[Cursor]]:
+        """Fires due by ``until_ms`` (``ahead_ms`` later for jobs above the
+        default priority; plus catch-up fires found by ``load``) and cursors
+        of jobs whose past fire times were skipped without a run."""
         fires, self._fires = self._fires, []
         cursors, self._cursors = self._cursors, []
         heap = self.heap
         while limit is None or len(fires) < limit:
-            popped = heap.pop_due(until_ms, self._live, 1)
+            popped = heap.pop_due(until_ms, self._live, 1, ahead_ms)
             if not popped:
                 break
             due_ms, _, job_id, fire_ms, _ = popped[0]

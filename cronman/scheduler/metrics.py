@@ -97,6 +97,10 @@ class NodeMetrics:
         self.claim_batch = Histogram("cronman_claim_batch_size", "Fires per claim batch",
                                      buckets=(1, 5, 10, 50, 100, 250, 500, 1000, 2500, 5000),
                                      registry=r)
+        self.claim_extra_lead = Gauge(
+            "cronman_claim_extra_lead_seconds",
+            "How much further ahead than usual fires above the default priority are "
+            "claimed (the node is behind)", registry=r)
         self.in_flight = Gauge("cronman_runs_in_flight", "Attempts running on this node",
                                registry=r)
         self.owned_jobs = Gauge("cronman_owned_jobs", "Jobs this node owns", registry=r)

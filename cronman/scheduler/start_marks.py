@@ -69,19 +69,20 @@ class StartMarkBatcher:
             return
         self._batch.append(ar)
         if len(self._batch) == 1:
+            # The task's first step runs after this turn's other callbacks: it
+            # takes every run added meanwhile (one loop turn sooner than a
+            # flush callback that would then start a task).
             loop = self._loop
             if loop is None:
                 loop = self._loop = asyncio.get_running_loop()
-            loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        batch, self._batch = self._batch, []
-        if batch:
-            task = (self._loop or asyncio.get_running_loop()).create_task(self._mark(batch))
+            task = loop.create_task(self._mark())
             self._side_tasks.add(task)
             task.add_done_callback(self._side_tasks.discard)
 
-    async def _mark(self, batch: list[ActiveRun]) -> None:
+    async def _mark(self) -> None:
+        batch, self._batch = self._batch, []
+        if not batch:
+            return
         try:
             answers = await self._marker(batch)
         except asyncio.CancelledError:

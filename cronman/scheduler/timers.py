@@ -14,6 +14,11 @@ first out), and are taken from the highest priority's lane first. A node that
 keeps up takes every due entry at once, so the order does not matter; a node
 that is behind takes its backlog highest priority first, and the low
 priorities absorb the lateness.
+
+Entries above the default priority wait in a heap of their own, so that a
+node that is behind can take them further ahead of their due time than the
+others (``ahead_ms``): they are then claimed before they fall due, instead of
+after the batch under way.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from cronman.vocabulary import DEFAULT_PRIORITY
+
 Entry = tuple[int, int, str, int, Any]
 
 
@@ -31,34 +38,37 @@ class TimerHeap:
     """A min-heap of fire entries keyed by due time (Unix ms), and the due
     ones in lanes by priority."""
 
-    __slots__ = ("_heap", "_lanes", "_keys", "_in_lanes")
+    __slots__ = ("_heap", "_raised", "_lanes", "_keys", "_in_lanes")
 
     def __init__(self) -> None:
         self._heap: list[Entry] = []
+        self._raised: list[Entry] = []  # above the default priority
         self._lanes: dict[int, deque[Entry]] = {}  # by -priority
         self._keys: list[int] = []  # the lanes' keys, ascending (highest priority first)
         self._in_lanes = 0
 
     def __len__(self) -> int:
-        return len(self._heap) + self._in_lanes
+        return len(self._heap) + len(self._raised) + self._in_lanes
 
     def push(self, due_ms: int, priority: int, job_id: str, fire_ms: int, state: Any) -> None:
-        heapq.heappush(self._heap, (due_ms, -priority, job_id, fire_ms, state))
+        heap = self._raised if priority > DEFAULT_PRIORITY else self._heap
+        heapq.heappush(heap, (due_ms, -priority, job_id, fire_ms, state))
 
     def peek_due(self) -> int | None:
         """The earliest due time of an entry (stale or not; for an entry
         waiting in a lane, the due time of its lane's head), or None."""
         dues = [lane[0][0] for lane in self._lanes.values()]
-        if self._heap:
-            dues.append(self._heap[0][0])
+        dues += [heap[0][0] for heap in (self._heap, self._raised) if heap]
         return min(dues) if dues else None
 
     def pop_due(self, until_ms: int, live: Callable[[Entry], bool] | None = None,
-                limit: int | None = None) -> list[Entry]:
-        """Pop entries due at or before ``until_ms`` (at most ``limit`` live
-        ones): highest priority first, then in due order; entries for which
-        ``live`` says False are dropped."""
-        self._fall_due(until_ms)
+                limit: int | None = None, ahead_ms: int = 0) -> list[Entry]:
+        """Pop entries due at or before ``until_ms`` -- ``until_ms + ahead_ms``
+        for those above the default priority -- (at most ``limit`` live ones):
+        highest priority first, then in due order; entries for which ``live``
+        says False are dropped."""
+        self._fall_due(self._heap, until_ms)
+        self._fall_due(self._raised, until_ms + ahead_ms)
         out: list[Entry] = []
         keys, lanes = self._keys, self._lanes
         while keys and (limit is None or len(out) < limit):
@@ -73,8 +83,8 @@ class TimerHeap:
                 out.append(entry)
         return out
 
-    def _fall_due(self, until_ms: int) -> None:
-        heap, lanes = self._heap, self._lanes
+    def _fall_due(self, heap: list[Entry], until_ms: int) -> None:
+        lanes = self._lanes
         pop = heapq.heappop
         while heap and heap[0][0] <= until_ms:
             entry = pop(heap)
@@ -91,6 +101,8 @@ class TimerHeap:
         before = len(self)
         self._heap = [e for e in self._heap if live(e)]
         heapq.heapify(self._heap)
+        self._raised = [e for e in self._raised if live(e)]
+        heapq.heapify(self._raised)
         lanes = {k: deque(e for e in lane if live(e)) for k, lane in self._lanes.items()}
         self._lanes = {k: lane for k, lane in lanes.items() if lane}
         self._keys = sorted(self._lanes)
@@ -99,10 +111,12 @@ class TimerHeap:
 
     def entries(self) -> list[Entry]:
         """Every entry held, stale or not, in no particular order."""
-        return [*self._heap, *(e for lane in self._lanes.values() for e in lane)]
+        return [*self._heap, *self._raised,
+                *(e for lane in self._lanes.values() for e in lane)]
 
     def clear(self) -> None:
         self._heap.clear()
+        self._raised.clear()
         self._lanes.clear()
         self._keys.clear()
         self._in_lanes = 0

@@ -532,3 +532,38 @@ def test_a_claim_refused_as_too_early_is_fired_late_never_lost(db, store):
     assert node.metrics.takeovers.labels("early")._value.get() >= len(keys)
     runs = all_runs(store, jobs)
     assert sorted((r.job_id, to_ms(r.scheduled_for)) for r in runs) == sorted(keys)
+
+
+class SlowClaims(InProcessCoordinator):
+    """Every claim batch takes a second: the node falls behind its fires."""
+
+    def claim_fires(self, keys, ttl_ms, *, max_ahead_ms=None):
+        time.sleep(1.0)
+        return super().claim_fires(keys, ttl_ms, max_ahead_ms=max_ahead_ms)
+
+
+def test_a_node_behind_claims_raised_priorities_ahead_and_fires_them_on_time(db, store):
+    # Each batch takes 1 s to claim, so a default-priority fire is claimed up
+    # to about 1.5 s late; jobs above the default priority are claimed that
+    # much further ahead once the node is behind, and leave on time.
+    store.jobs.create_jobs(every_second(20) + [
+        job_spec(f"high-{i}", schedule={"kind": "interval", "every": 1}, priority=10)
+        for i in range(3)])
+    target = RecordingTarget("http")
+    node = make_node(db, store, SlowClaims(ttl=2.0), "n1", target)
+
+    async def main():
+        async with running(node):
+            await asyncio.sleep(7.0)
+
+    asyncio.run(main())
+    first = min(r.delivery.scheduled_for.timestamp() for r in target.records)
+    late: dict[bool, list[float]] = {True: [], False: []}
+    for r in target.records:
+        due = r.delivery.scheduled_for.timestamp()
+        if due >= first + 3:  # the first batches go before the node knows it is behind
+            late[r.delivery.priority > 0].append(r.wall - due)
+    assert node.claimer.extra_lead_ms > 0
+    assert len(late[True]) >= 6
+    assert max(late[True]) < 0.3, late[True]
+    assert max(late[False]) > 0.4  # the default priority waits for its claims

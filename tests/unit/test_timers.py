@@ -38,6 +38,22 @@ def test_a_backlog_is_taken_highest_priority_first_across_calls():
     assert len(h) == 0 and h.peek_due() is None
 
 
+def test_raised_priorities_can_be_taken_ahead_of_the_others():
+    """A node that is behind claims fires above the default priority further
+    ahead (``ahead_ms``); default and lower priorities keep the plain bound."""
+    h = TimerHeap()
+    h.push(1000, 5, "high", 1000, 1)
+    h.push(1000, 0, "default", 1000, 1)
+    h.push(900, -3, "low", 900, 1)
+    h.push(2000, 5, "high-later", 2000, 1)
+    assert h.pop_due(500) == []
+    assert [e[2] for e in h.pop_due(500, ahead_ms=600)] == ["high"]
+    assert h.peek_due() == 900
+    assert len(h) == 3
+    assert [e[2] for e in h.pop_due(1000)] == ["default", "low"]
+    assert sorted(e[2] for e in h.entries()) == ["high-later"]
+
+
 def test_pop_due_respects_the_bound_and_limit():
     h = TimerHeap()
     for i in range(10):
