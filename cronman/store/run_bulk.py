@@ -12,7 +12,8 @@ rows do not deadlock.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -22,14 +23,18 @@ from sqlalchemy import (
     String,
     bindparam,
     case,
+    column,
     func,
     or_,
     select,
     text,
+    tuple_,
     update,
+    values,
 )
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import ColumnElement
 
 from cronman.models import Run, RunUpdate
 from cronman.store.codec import RUN_FIELDS, run_from_row
@@ -92,7 +97,7 @@ UPDATE scheduled_jobs AS t SET
   gate = COALESCE(v.gate, t.gate)
 FROM (VALUES {values}) AS v({columns})
 WHERE t.id = v.id AND t.scheduled_for = v.scheduled_for
-  AND t.scheduled_for BETWEEN {lo} AND {hi}{fence}
+  AND t.scheduled_for = ANY({times}){fence}
 """
 # The same, for a chunk holding successes: the runs it made succeeded whose
 # job is an upstream of another come back (a few rows), for the triggers.
@@ -167,6 +172,64 @@ def chunks(items: Sequence[Any], size: int = BATCH) -> Iterable[Sequence[Any]]:
         yield items[start:start + size]
 
 
+@contextmanager
+def key_lookups(tx: Tx) -> Iterator[None]:
+    """Keep the planner from scanning a partition for keyed run statements
+    (PostgreSQL; nothing on SQLite).
+
+    The run statements that join a ``VALUES`` list of keys name the keys'
+    times for partition pruning, and new rows' times are past the statistics'
+    histogram, so the planner's row estimates for them are guesses. With a
+    time *range* it expected one row and scanned the whole partition (or the
+    in-flight index) as the outer side of a nested loop, comparing each row
+    with every key: seconds per batch once the day's partition held a few
+    hundred thousand rows, which made a busy result writer fall further and
+    further behind. Without sequential, bitmap, hash or merge plans, and with
+    the times as a list, the result writer's batch probes each key through
+    the primary key (``tests/integration/test_store_plans.py``). Set for the
+    statements inside, reset after (a failed statement ends the transaction,
+    and the settings with it).
+    """
+    if tx.dialect != POSTGRESQL:
+        yield
+        return
+    for name in _KEY_LOOKUP_OFF:
+        tx.conn.exec_driver_sql(f"SET LOCAL {name} = off")
+    yield
+    for name in _KEY_LOOKUP_OFF:
+        tx.conn.exec_driver_sql(f"SET LOCAL {name} TO DEFAULT")
+
+
+_KEY_LOOKUP_OFF = ("enable_seqscan", "enable_bitmapscan", "enable_hashjoin", "enable_mergejoin")
+
+
+def by_keys(tx: Tx, keys: Sequence[tuple[str, datetime]],
+            statuses: Sequence[str] = ()) -> list[ColumnElement[bool]]:
+    """Conditions for the run rows with these (id, scheduled_for) ``keys`` (at
+    most ``BATCH``, sorted by time) and, when given, one of ``statuses``; for
+    an UPDATE inside ``key_lookups``.
+
+    PostgreSQL: a join to the keys as a ``VALUES`` list, with their times as
+    a list too (partition pruning at plan time); the status is compared as an
+    expression the in-flight index's predicate does not cover, so that index
+    is not a candidate. SQLite: ``IN`` lists.
+    """
+    conds: list[ColumnElement[bool]]
+    if tx.dialect != POSTGRESQL:
+        conds = [tuple_(sj.c.id, sj.c.scheduled_for).in_(list(keys)),
+                 sj.c.scheduled_for.in_(sorted({k[1] for k in keys}))]
+        if statuses:
+            conds.append(sj.c.status.in_(list(statuses)))
+        return conds
+    v = (values(column("id", String()), column("scheduled_for", UTCDateTime()), name="k")
+         .data(list(keys)))
+    conds = [sj.c.id == v.c.id, sj.c.scheduled_for == v.c.scheduled_for,
+             sj.c.scheduled_for.in_(sorted({k[1] for k in keys}))]
+    if statuses:
+        conds.append(sj.c.status.concat("").in_(list(statuses)))
+    return conds
+
+
 def insert_runs(tx: Tx, rows: list[dict[str, Any]]) -> set[str]:
     """``INSERT ... ON CONFLICT DO NOTHING`` of run rows (``run_values``);
     the ids of the rows that went in. Sorts ``rows``."""
@@ -217,25 +280,30 @@ def _pg_update_runs(tx: Tx, updates: list[RunUpdate], node_id: str | None,
     fence = "" if node_id is None else f"\n  AND t.node_id = {render_literal(tx.conn, node_id)}"
     updates.sort(key=lambda u: (u.scheduled_for, u.id))
     found: list[SucceededRun] = []
-    for chunk in chunks(updates):
-        rows = [(u.id, u.scheduled_for, u.status, u.attempt, u.started_at, u.finished_at,
-                 u.lateness_ms, u.duration_ms,
-                 None if u.result is None else json.dumps(u.result), u.error,
-                 u.lease_expires_at, u.next_attempt_at,
-                 None if u.gate is None else json.dumps(u.gate)) for u in chunk]
-        successes = want_successes and any(u.status == "succeeded" for u in chunk)
-        sql = (_PG_UPDATE_SUCCEEDED_SQL if successes else _PG_UPDATE_SQL).format(
-            values=render_values(tx.conn, _PG_UPDATE_TEMPLATE, rows),
-            columns=", ".join(UPDATE_COLUMNS),
-            lo=render_literal(tx.conn, chunk[0].scheduled_for),
-            hi=render_literal(tx.conn, chunk[-1].scheduled_for),
-            fence=fence,
-        )
-        if successes:
-            found += [SucceededRun(*row) for row in fetch_rendered(tx.conn, sql)]
-        else:
-            execute_rendered(tx.conn, sql)
+    with key_lookups(tx):
+        for chunk in chunks(updates):
+            found += _pg_update_chunk(tx, chunk, fence, want_successes)
     return found
+
+
+def _pg_update_chunk(tx: Tx, chunk: Sequence[RunUpdate], fence: str,
+                     want_successes: bool) -> list[SucceededRun]:
+    rows = [(u.id, u.scheduled_for, u.status, u.attempt, u.started_at, u.finished_at,
+             u.lateness_ms, u.duration_ms,
+             None if u.result is None else json.dumps(u.result), u.error,
+             u.lease_expires_at, u.next_attempt_at,
+             None if u.gate is None else json.dumps(u.gate)) for u in chunk]
+    successes = want_successes and any(u.status == "succeeded" for u in chunk)
+    sql = (_PG_UPDATE_SUCCEEDED_SQL if successes else _PG_UPDATE_SQL).format(
+        values=render_values(tx.conn, _PG_UPDATE_TEMPLATE, rows),
+        columns=", ".join(UPDATE_COLUMNS),
+        times=render_literal(tx.conn, sorted({u.scheduled_for for u in chunk})),
+        fence=fence,
+    )
+    if successes:
+        return [SucceededRun(*row) for row in fetch_rendered(tx.conn, sql)]
+    execute_rendered(tx.conn, sql)
+    return []
 
 
 def _sqlite_update_params(u: RunUpdate) -> dict[str, Any]:

@@ -12,26 +12,20 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import or_, select, tuple_, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from cronman.models import Run
 from cronman.store.codec import run_from_row
 from cronman.store.dialect import for_update_skip_locked
 from cronman.store.engine import Database, Tx
-from cronman.store.run_bulk import chunks
+from cronman.store.run_bulk import by_keys, chunks, key_lookups
 from cronman.store.tables import IN_FLIGHT_STATUSES
 from cronman.store.tables import scheduled_jobs as sj
 
 
 def _by_time(keys: Sequence[tuple[str, datetime]]) -> list[tuple[str, datetime]]:
     return sorted(set(keys), key=lambda k: (k[1], k[0]))
-
-
-def _key_in(keys: Sequence[tuple[str, datetime]]) -> list[ColumnElement[bool]]:
-    """Rows with these (id, scheduled_for) keys; the times alone let PostgreSQL prune."""
-    return [tuple_(sj.c.id, sj.c.scheduled_for).in_(list(keys)),
-            sj.c.scheduled_for.in_(sorted({k[1] for k in keys}))]
 
 
 class RunLeases:
@@ -49,12 +43,13 @@ class RunLeases:
 
         def fn(tx: Tx) -> int:
             count = 0
-            for chunk in chunks(ordered):
-                stmt = (update(sj)
-                        .where(sj.c.node_id == node_id,
-                               sj.c.status.in_(IN_FLIGHT_STATUSES), *_key_in(chunk))
-                        .values(lease_expires_at=until))
-                count += tx.conn.execute(stmt).rowcount
+            with key_lookups(tx):
+                for chunk in chunks(ordered):
+                    stmt = (update(sj)
+                            .where(sj.c.node_id == node_id,
+                                   *by_keys(tx, chunk, IN_FLIGHT_STATUSES))
+                            .values(lease_expires_at=until))
+                    count += tx.conn.execute(stmt).rowcount
             return count
 
         return self._db.write(fn)
@@ -70,15 +65,16 @@ class RunLeases:
 
         def fn(tx: Tx) -> set[str]:
             changed: set[str] = set()
-            for chunk in chunks(ordered):
-                where = [sj.c.status == "claimed", sj.c.started_at.is_(None), *_key_in(chunk)]
-                if holder is not None:
-                    where.append(sj.c.node_id == holder)
-                stmt = (update(sj).where(*where)
-                        .values(node_id=node_id, status="running", started_at=started_at,
-                                lease_expires_at=lease_until)
-                        .returning(sj.c.id))
-                changed.update(tx.conn.execute(stmt).scalars())
+            with key_lookups(tx):
+                for chunk in chunks(ordered):
+                    where = [sj.c.started_at.is_(None), *by_keys(tx, chunk, ("claimed",))]
+                    if holder is not None:
+                        where.append(sj.c.node_id == holder)
+                    stmt = (update(sj).where(*where)
+                            .values(node_id=node_id, status="running", started_at=started_at,
+                                    lease_expires_at=lease_until)
+                            .returning(sj.c.id))
+                    changed.update(tx.conn.execute(stmt).scalars())
             return changed
 
         return self._db.write(fn)
@@ -116,13 +112,15 @@ class RunLeases:
             self._db.dialect)
 
         def fn(tx: Tx) -> list[Any]:
-            keys = [tuple(k) for k in tx.conn.execute(pick).all()]
-            if not keys:
-                return []
-            stmt = (update(sj).where(*_key_in(keys))
-                    .values(node_id=node_id, lease_expires_at=lease_until)
-                    .returning(*sj.c))
-            return list(tx.conn.execute(stmt).all())
+            keys = _by_time([(k[0], k[1]) for k in tx.conn.execute(pick).all()])
+            taken: list[Any] = []
+            with key_lookups(tx):
+                for chunk in chunks(keys):
+                    stmt = (update(sj).where(*by_keys(tx, chunk))
+                            .values(node_id=node_id, lease_expires_at=lease_until)
+                            .returning(*sj.c))
+                    taken += tx.conn.execute(stmt).all()
+            return taken
 
         runs = [run_from_row(r) for r in self._db.write(fn)]
         runs.sort(key=lambda r: (r.scheduled_for, r.id))
