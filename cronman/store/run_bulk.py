@@ -23,14 +23,11 @@ from sqlalchemy import (
     String,
     bindparam,
     case,
-    column,
     func,
     or_,
     select,
     text,
-    tuple_,
     update,
-    values,
 )
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
@@ -203,28 +200,21 @@ def key_lookups(tx: Tx) -> Iterator[None]:
 _KEY_LOOKUP_OFF = ("enable_seqscan", "enable_bitmapscan", "enable_hashjoin", "enable_mergejoin")
 
 
-def by_keys(tx: Tx, keys: Sequence[tuple[str, datetime]],
+def by_keys(keys: Sequence[tuple[str, datetime]],
             statuses: Sequence[str] = ()) -> list[ColumnElement[bool]]:
     """Conditions for the run rows with these (id, scheduled_for) ``keys`` (at
-    most ``BATCH``, sorted by time) and, when given, one of ``statuses``; for
-    an UPDATE inside ``key_lookups``.
+    most ``BATCH``) and, when given, one of ``statuses``; for an UPDATE inside
+    ``key_lookups``.
 
-    PostgreSQL: a join to the keys as a ``VALUES`` list, with their times as
-    a list too (partition pruning at plan time); the status is compared as an
+    The ids alone pick the rows (a run's id is unique by itself: derived from
+    its job and time, or new), probed through the primary key; the times are
+    there for partition pruning at plan time. The status is compared as an
     expression the in-flight index's predicate does not cover, so that index
-    is not a candidate. SQLite: ``IN`` lists.
+    (whose row estimates lag far behind) is not a candidate.
     """
-    conds: list[ColumnElement[bool]]
-    if tx.dialect != POSTGRESQL:
-        conds = [tuple_(sj.c.id, sj.c.scheduled_for).in_(list(keys)),
-                 sj.c.scheduled_for.in_(sorted({k[1] for k in keys}))]
-        if statuses:
-            conds.append(sj.c.status.in_(list(statuses)))
-        return conds
-    v = (values(column("id", String()), column("scheduled_for", UTCDateTime()), name="k")
-         .data(list(keys)))
-    conds = [sj.c.id == v.c.id, sj.c.scheduled_for == v.c.scheduled_for,
-             sj.c.scheduled_for.in_(sorted({k[1] for k in keys}))]
+    conds: list[ColumnElement[bool]] = [
+        sj.c.id.in_(sorted({k[0] for k in keys})),
+        sj.c.scheduled_for.in_(sorted({k[1] for k in keys}))]
     if statuses:
         conds.append(sj.c.status.concat("").in_(list(statuses)))
     return conds

@@ -47,7 +47,7 @@ class RunLeases:
                 for chunk in chunks(ordered):
                     stmt = (update(sj)
                             .where(sj.c.node_id == node_id,
-                                   *by_keys(tx, chunk, IN_FLIGHT_STATUSES))
+                                   *by_keys(chunk, IN_FLIGHT_STATUSES))
                             .values(lease_expires_at=until))
                     count += tx.conn.execute(stmt).rowcount
             return count
@@ -67,7 +67,7 @@ class RunLeases:
             changed: set[str] = set()
             with key_lookups(tx):
                 for chunk in chunks(ordered):
-                    where = [sj.c.started_at.is_(None), *by_keys(tx, chunk, ("claimed",))]
+                    where = [sj.c.started_at.is_(None), *by_keys(chunk, ("claimed",))]
                     if holder is not None:
                         where.append(sj.c.node_id == holder)
                     stmt = (update(sj).where(*where)
@@ -116,7 +116,7 @@ class RunLeases:
             taken: list[Any] = []
             with key_lookups(tx):
                 for chunk in chunks(keys):
-                    stmt = (update(sj).where(*by_keys(tx, chunk))
+                    stmt = (update(sj).where(*by_keys(chunk))
                             .values(node_id=node_id, lease_expires_at=lease_until)
                             .returning(*sj.c))
                     taken += tx.conn.execute(stmt).all()

@@ -55,7 +55,7 @@ def test_keyed_updates_probe_the_primary_key(pg_database_url) -> None:
         def renew_plan(tx) -> None:
             with key_lookups(tx):
                 stmt = (update(sj).where(sj.c.node_id == "n1",
-                                         *by_keys(tx, keys, IN_FLIGHT_STATUSES))
+                                         *by_keys(keys, IN_FLIGHT_STATUSES))
                         .values(lease_expires_at=noon))
                 compiled = stmt.compile(dialect=tx.conn.dialect,
                                         compile_kwargs={"render_postcompile": True})
@@ -80,6 +80,9 @@ def test_keyed_updates_probe_the_primary_key(pg_database_url) -> None:
         # The result writer's batch: each key probed through the primary key.
         assert write.index("Values Scan") < write.index(f"Index Scan using {partition}_pkey")
         assert "Index Cond: (((id)::text = " in write, write
+        # The lease renewal: the ids probed through the primary key.
         assert f"Index Scan using {partition}_pkey" in renew, renew
+        assert "Index Cond: ((id)::text = ANY " in renew, renew
+        assert "Values Scan" not in renew, renew
     finally:
         store.close()
