@@ -12,7 +12,9 @@ one function, and only those functions look at the dialect:
 - ``run_bulk``: inserting runs (``INSERT ... ON CONFLICT DO NOTHING``
   rendered by psycopg2 vs. an executemany), writing results (``UPDATE ...
   FROM (VALUES ...)`` vs. an executemany), advancing the jobs' cursors, the
-  last run of each job (``LATERAL`` vs. one query per job);
+  last run of each job (``LATERAL`` vs. one query per job), keyed run updates
+  kept to primary-key lookups (``key_lookups``: planner settings for the
+  statements inside, on PostgreSQL only);
 - ``job_bulk``: inserting jobs (one statement from a JSON array vs. a name
   check and an executemany), streaming live jobs (server-side cursor vs.
   keyset pages), reading live jobs by id (driver tuples vs. ``IN`` chunks).
