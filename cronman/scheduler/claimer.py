@@ -39,13 +39,13 @@ CLAIM_INTERVAL = 0.2  # seconds between claim batches under steady load
 URGENT_LEAD = 0.15  # a fire due sooner than this is claimed without waiting for the interval
 MAX_CLAIM_BATCH = 5000
 # A node that is behind (a batch claimed more than BEHIND_MS after its oldest
-# fire's due time: overdue when popped, or slow to claim) claims the fires of jobs above the default priority further
-# ahead: by twice its last batch's time, at most MAX_EXTRA_LEAD_MS more. Due
-# fires are taken highest priority first, but one that falls due while a
-# batch is being claimed waits for it; claimed ahead, it leaves on time while
-# the default-priority backlog absorbs the lateness. (Smaller batches would
-# shorten the wait too, but cost throughput: a starved node's batch takes
-# about as long whatever its size.)
+# fire's due time: overdue when popped, or slow to claim) claims the fires of
+# jobs above the default priority further ahead: by twice its last batch's
+# time, at most MAX_EXTRA_LEAD_MS more. Due fires are taken highest priority
+# first, but one that falls due while a batch is being claimed waits for it;
+# claimed ahead, it leaves on time while the default-priority backlog absorbs
+# the lateness. (Smaller batches would shorten the wait too, but cost
+# throughput: a starved node's batch takes about as long whatever its size.)
 BEHIND_MS = 100
 MAX_EXTRA_LEAD_MS = 5000
 # A claim further ahead of its fire time than the claim lead plus this (by the
@@ -150,15 +150,13 @@ class Claimer:
             self._standby.defer(watched)
         return mine
 
-    async def claim(self, fires: list[Fire], cursors: list[Cursor], *,
-                    lead_ms: int | None = None) -> None:
+    async def claim(self, fires: list[Fire], cursors: list[Cursor], *, lead_ms: int) -> None:
         """Claim a batch (popped up to ``lead_ms`` ahead) on the claim thread
         and hand the winners to the dispatcher."""
         started = time.perf_counter()
-        lead = self.claim_lead_ms if lead_ms is None else lead_ms
         call = partial(claim_batch, fires, cursors, coordinator=self._coordinator,
                        runs=self._runs, node_id=self.node_id, now=self._clock.now,
-                       max_ahead_ms=lead + CLAIM_AHEAD_MARGIN_MS,
+                       max_ahead_ms=lead_ms + CLAIM_AHEAD_MARGIN_MS,
                        lease_seconds=self._lease_seconds, lock_ttl_ms=LOCK_TTL_MS)
         self.claiming_due = min((f.due_ms for f in fires), default=None)
         self._claim_started = time.monotonic()

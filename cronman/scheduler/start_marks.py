@@ -81,8 +81,6 @@ class StartMarkBatcher:
 
     async def _mark(self) -> None:
         batch, self._batch = self._batch, []
-        if not batch:
-            return
         try:
             answers = await self._marker(batch)
         except asyncio.CancelledError:

@@ -169,6 +169,9 @@ def chunks(items: Sequence[Any], size: int = BATCH) -> Iterable[Sequence[Any]]:
         yield items[start:start + size]
 
 
+_KEY_LOOKUP_OFF = ("enable_seqscan", "enable_bitmapscan", "enable_hashjoin", "enable_mergejoin")
+
+
 @contextmanager
 def key_lookups(tx: Tx) -> Iterator[None]:
     """Keep the planner from scanning a partition for keyed run statements
@@ -195,9 +198,6 @@ def key_lookups(tx: Tx) -> Iterator[None]:
     yield
     for name in _KEY_LOOKUP_OFF:
         tx.conn.exec_driver_sql(f"SET LOCAL {name} TO DEFAULT")
-
-
-_KEY_LOOKUP_OFF = ("enable_seqscan", "enable_bitmapscan", "enable_hashjoin", "enable_mergejoin")
 
 
 def by_keys(keys: Sequence[tuple[str, datetime]],

@@ -33,7 +33,7 @@ def _fill(conn, start: datetime, count: int, status: str) -> list[tuple[str, dat
     return [(r[0], r[2]) for r in rows]
 
 
-def test_keyed_updates_probe_the_primary_key(pg_database_url) -> None:
+def test_keyed_updates_probe_the_primary_key(pg_database_url, monkeypatch) -> None:
     store = open_store(pg_database_url)
     db = store.runs._db  # type: ignore[attr-defined]
     noon = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0)
@@ -63,15 +63,12 @@ def test_keyed_updates_probe_the_primary_key(pg_database_url) -> None:
 
         db.write(renew_plan)
         # The result writer's statement, rendered as it sends it.
-        run_bulk_fetch, run_bulk_exec = run_bulk.fetch_rendered, run_bulk.execute_rendered
-        run_bulk.fetch_rendered = explain  # type: ignore[assignment]
-        run_bulk.execute_rendered = lambda conn, sql: len(explain(conn, sql))  # type: ignore[assignment]
-        try:
-            store.runs.write_run_updates(
-                [RunUpdate(id=k[0], scheduled_for=k[1], status="succeeded", attempt=1)
-                 for k in keys], node_id="n1")
-        finally:
-            run_bulk.fetch_rendered, run_bulk.execute_rendered = run_bulk_fetch, run_bulk_exec
+        monkeypatch.setattr(run_bulk, "fetch_rendered", explain)
+        monkeypatch.setattr(run_bulk, "execute_rendered",
+                            lambda conn, sql: len(explain(conn, sql)))
+        store.runs.write_run_updates(
+            [RunUpdate(id=k[0], scheduled_for=k[1], status="succeeded", attempt=1)
+             for k in keys], node_id="n1")
         assert len(plans) == 2
         renew, write = plans
         for plan in plans:
@@ -85,4 +82,6 @@ def test_keyed_updates_probe_the_primary_key(pg_database_url) -> None:
         assert "Index Cond: ((id)::text = ANY " in renew, renew
         assert "Values Scan" not in renew, renew
     finally:
+        with db.engine.begin() as conn:  # the database is the session's: leave it as found
+            conn.execute(text("DELETE FROM scheduled_jobs WHERE id LIKE 'run-%'"))
         store.close()
