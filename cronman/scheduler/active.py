@@ -35,7 +35,7 @@ class ActiveRun:
     task: asyncio.Task[None] | None = None
     handle: asyncio.TimerHandle | None = None
     pending_claim: bool = False  # its row waits in the writer (database was down)
-    mark_start: bool = False  # claimed under a coordinator lock: mark it started first
+    mark_start: bool = False  # its row is ours but not started: mark it started first
     check_job: bool = True  # re-check the job (deleted/paused/changed) before dispatch
     remote_in_flight: list[Run] = field(default_factory=list)
     done: bool = False

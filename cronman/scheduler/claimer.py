@@ -174,10 +174,13 @@ class Claimer:
         if res.pending_runs or res.pending_cursors:
             self._writer.insert_later(res.pending_runs, res.pending_cursors)
         pending = {r.id for r in res.pending_runs}
-        locked = res.coordinator_error is None
+        # Marked started at their due time even when claimed through the
+        # fence alone: a replica may take over a fire by its lock and the
+        # unstarted row (a view change as Redis comes back), and only the mark
+        # -- in the coordinator, or else the row -- tells the two apart.
         for f in res.dispatch:
             self._dispatcher.add(ActiveRun.of_fire(
-                f, pending_claim=f.run_id in pending, mark_start=locked,
+                f, pending_claim=f.run_id in pending, mark_start=True,
                 remote_in_flight=res.in_flight.get(f.job.id, [])))
         self._standby.watch(res.standby)
         self._standby.watch_early(res.too_early)

@@ -171,6 +171,12 @@ class TakeoverResult:
     watching: list[Fire] = field(default_factory=list)
     # Taken while the database was down: rows to write later.
     pending_runs: list[Run] = field(default_factory=list)
+    # Run ids of ``dispatch`` whose start nothing records yet (a row inserted
+    # here, or a lock just claimed): they are marked started at their due
+    # time like a claim. The others' start is recorded already: the lock
+    # reads started by this node, or the holder's row was started by the
+    # compare-and-set.
+    unstarted: set[str] = field(default_factory=set)
     coordinator_error: str | None = None
     store_error: str | None = None
 
@@ -244,11 +250,14 @@ def take_over_batch(fires: list[Fire], *, coordinator: Coordinator, runs: RunSto
         # The coordinator lock alone decides: a fire without one is claimed
         # there first (one of its owners may claim it at the same moment).
         locked = _claim_locks(coordinator, unclaimed, lock_ttl_ms) if unclaimed else []
-        res.dispatch = taken + [f for f, ok in zip(unclaimed, locked, strict=True) if ok]
+        claimed = [f for f, ok in zip(unclaimed, locked, strict=True) if ok]
+        res.dispatch = taken + claimed
+        res.unstarted = {f.run_id for f in claimed}
         res.watching.extend(f for f, ok in zip(unclaimed, locked, strict=True) if not ok)
         res.pending_runs = [claimed_run(f, node_id, at, lease_until) for f in res.dispatch]
         return res
     res.dispatch = [f for f in taken + unclaimed if f.run_id in changed or f.run_id in inserted]
+    res.unstarted = set(inserted)
     return res
 
 

@@ -280,7 +280,8 @@ class Standby:
             self._writer.insert_later(res.pending_runs, [], takeover=True)
         pending = {r.id for r in res.pending_runs}
         for f in res.dispatch:
-            self._dispatcher.add(ActiveRun.of_fire(f, pending_claim=f.run_id in pending))
+            self._dispatcher.add(ActiveRun.of_fire(f, pending_claim=f.run_id in pending,
+                                                   mark_start=f.run_id in res.unstarted))
 
 
 _REASONS = {

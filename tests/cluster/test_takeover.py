@@ -29,6 +29,7 @@ from cronman.coordination.memory import InProcessCoordinator
 from cronman.errors import CoordinatorUnavailable
 from cronman.models import RunFilter
 from cronman.scheduler.node import SchedulerNode
+from cronman.schedules import parse_schedule
 from cronman.store import open_store
 from cronman.store.migrate import upgrade
 from cronman.timeutil import to_ms, utcnow
@@ -315,6 +316,80 @@ def test_a_busy_holder_that_starts_its_fires_late_is_not_taken_over(tmp_path):
     taken = sum(s.value for n in (a, b) for m in n.metrics.takeovers.collect()
                 for s in m.samples if s.name.endswith("_total"))
     assert taken == 0
+    store.close()
+
+
+class FenceOnlyClaims:
+    """A coordinator handle whose fire claims fail while its other calls work
+    (a node whose Redis connections break one by one as Redis comes back):
+    it claims through the database fence alone. Its pulses stop after
+    ``pulse_for`` seconds: its peers then see it gone."""
+
+    def __init__(self, inner: InProcessCoordinator, pulse_for: float) -> None:
+        self._inner = inner
+        self._pulse_until = time.monotonic() + pulse_for
+        self.refused = 0
+
+    def claim_fires(self, keys, ttl_ms, **kwargs):
+        self.refused += len(keys)
+        raise CoordinatorUnavailable("fire claims refused")
+
+    def pulse(self, *args, **kwargs):
+        if time.monotonic() > self._pulse_until:
+            raise CoordinatorUnavailable("pulse refused")
+        return self._inner.pulse(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def test_a_fire_claimed_through_the_fence_alone_is_marked_started_before_it_goes(tmp_path):
+    """Views differ as Redis comes back: node a claims through the fence alone
+    (2 s ahead), a third instance holds the fires' locks unstarted (it lost
+    the fence; it does not pulse), and b, once a's pulses stop, takes a's
+    fires over by those locks and a's unstarted rows before they are due.
+    a marks each fire started before sending it, so only one sends it."""
+    db = f"sqlite:///{tmp_path / 'cronman.db'}"
+    upgrade(db)
+    store = open_store(db)
+    jobs = store.jobs.create_jobs([job_spec(f"j{i}", schedule={"kind": "interval", "every": 1})
+                                   for i in range(10)])
+    coord = InProcessCoordinator(ttl=2.0)
+    # The fence loser: it holds the lock of every fire of the next seconds.
+    now = utcnow()
+    keys = []
+    for job in jobs:
+        schedule = parse_schedule(job.schedule, job_id=job.id, created_at=job.created_at)
+        t = schedule.next_after(now)
+        while t is not None and t < now + timedelta(seconds=6):
+            keys.append((job.id, to_ms(t)))
+            t = schedule.next_after(t)
+    assert coord.handle().claim_fires(keys, TTL_MS) == [True] * len(keys)
+    fence_only = FenceOnlyClaims(coord.handle(), pulse_for=2.0)
+    a_t, b_t = RecordingTarget("http"), RecordingTarget("http")
+    settings = Settings(database_url=db, node_id="a", lease_seconds=10.0, heartbeat_ttl=2.0,
+                        replicas=2)
+    a = SchedulerNode(settings, store, fence_only, TargetRegistry([a_t]),
+                      registry=CollectorRegistry(), run_maintenance=False, claim_lead=2.0)
+    b = _node(db, open_store(db), coord.handle(), "b", b_t)
+
+    async def main():
+        tasks = [asyncio.create_task(n.main()) for n in (a, b)]
+        try:
+            await asyncio.sleep(5.0)
+        finally:
+            for n in (a, b):
+                n.request_stop()
+            await asyncio.wait_for(asyncio.gather(*tasks), 20)
+
+    asyncio.run(main())
+    sent = [(r.delivery.job_id, to_ms(r.delivery.scheduled_for)) for t in (a_t, b_t)
+            for r in t.records]
+    assert len(sent) >= 20 and fence_only.refused > 0
+    assert len(set(sent)) == len(sent), Counter(sent).most_common(3)
+    taken = sum(s.value for m in b.metrics.takeovers.collect() for s in m.samples
+                if s.name.endswith("_total"))
+    assert taken > 0
     store.close()
 
 
