@@ -1,5 +1,7 @@
 """Pulses on Redis: a node's own pulse written and its peers' read in one
-``pulse.lua`` call on every shard (a pulse must survive any one of them)."""
+``pulse.lua`` call on every shard (a pulse must survive any one of them).
+Pulses go out from a thread of their own, so they may wait on a shard the
+event loop's calls skip while it backs off."""
 
 from __future__ import annotations
 
@@ -26,8 +28,13 @@ class RedisPulses:
         reading: PulseReading | None = None
         found: dict[str, Pulse] = {}
         shards = self._shards
+        # A shard backing off after an error is skipped while another can
+        # take the pulse. With none, each is tried anyway: one timeout under
+        # load must not silence a live node's pulses (its peers would take
+        # its fires over), and a pulse that gets through ends the back-off.
+        last_resort = not any(shard.available() for shard in shards.shards)
         for shard in shards.shards:
-            if not shard.available():
+            if not (last_resort or shard.available()):
                 continue
             sent = time.time()
             try:

@@ -8,7 +8,10 @@ clock within bounds) and its dispatch progresses. While it is, the second
 owner spends nothing on the job's fires but a note of them (``takeover``);
 once it is not -- killed, stalled, cut off, skewed -- the second owner takes
 the fires over within a pulse or two. A node that is merely busy (its
-backlog grows but keeps moving) is never taken over for being late.
+backlog grows but keeps moving) is never taken over for being late, nor is
+one whose pulses are only slowed by the coordinator itself: staleness allows
+for this node's own recent round trips, and one failed round trip keeps the
+last reading.
 
 A pulse carries the node's *through* time: every fire it holds that was due
 at or before it has been started (or ended otherwise). Fires a second owner
@@ -27,6 +30,7 @@ import logging
 import threading
 import time
 import zlib
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -43,6 +47,16 @@ PULSE_TTL_MS = 3000  # a pulse not renewed is gone after this
 # A pulse older than this means the node's loop has stopped turning: it died,
 # or is stuck (an event loop blocked that long fires nothing on time either).
 STALE_MS = 700
+# A coordinator slow to answer (starved of CPU by an overload on its host)
+# delays every node's pulses alike: a peer's pulse counts as stale only past
+# STALE_MS plus the slowest of this node's own round trips of the last
+# RTT_WINDOW_S seconds (at most MAX_SLACK_MS more).
+RTT_WINDOW_S = 3.0
+MAX_SLACK_MS = 2000
+# One failed pulse round trip (a timeout under load) does not make the peers
+# unknown: their last reading stands for this long (a coordinator that is
+# down fails every round trip).
+UNKNOWN_AFTER_S = 1.0
 # A node whose through time lags its clock by more than this, and that has
 # started no attempt for as long (plus STALL_MS_PER_HELD for each run it
 # holds), is stalled: alive, but its dispatch does not progress.
@@ -127,6 +141,9 @@ class Pulser:
         self.on_reading = on_reading  # called on the event loop after each reading
         self._pulses: dict[str, Pulse] | None = None  # None: unknown (coordinator down)
         self._server_ms = 0
+        self._read_at = 0.0  # monotonic time of the last reading
+        self._rtts: deque[tuple[float, int]] = deque()  # (monotonic time, round trip ms)
+        self._slack_ms = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -160,19 +177,30 @@ class Pulser:
                                               PULSE_TTL_MS, peers)
         except CoordinatorUnavailable as exc:
             self._metrics.coordinator_errors.labels("pulse").inc()
-            self._ratelog.error("pulse", "coordinator unreachable: peers' pulses unknown, "
-                                "every owner claims its fires (%s)", exc)
-            self._pulses = None
+            if time.monotonic() - self._read_at > UNKNOWN_AFTER_S:
+                self._ratelog.error("pulse", "coordinator unreachable: peers' pulses unknown, "
+                                    "every owner claims its fires (%s)", exc)
+                self._pulses = None
         else:
             self._ratelog.clear("pulse")
             self._clock.observe("redis", reading.server_ms, reading.sent, reading.received)
             self._metrics.clock_offset.set(self._clock.skew_seconds)
+            self._note_round_trip(reading.received - reading.sent)
             self._server_ms = reading.server_ms
+            self._read_at = time.monotonic()
             self._pulses = reading.pulses
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self.on_reading)
+
+    def _note_round_trip(self, seconds: float) -> None:
+        now = time.monotonic()
+        rtts = self._rtts
+        rtts.append((now, max(0, min(MAX_SLACK_MS, int(seconds * 1000)))))
+        while rtts[0][0] < now - RTT_WINDOW_S:
+            rtts.popleft()
+        self._slack_ms = max(r for _, r in rtts)
 
     @property
     def known(self) -> bool:
@@ -185,7 +213,7 @@ class Pulser:
         if pulses is None:
             return None
         pulse = pulses.get(node_id)
-        if pulse is None or self._server_ms - pulse.at_ms > STALE_MS:
+        if pulse is None or self._server_ms - pulse.at_ms > STALE_MS + self._slack_ms:
             return None
         return Progress.decode(pulse.payload)
 

@@ -268,3 +268,20 @@ def test_make_coordinator_picks_by_settings(settings):
     local = make_coordinator(settings.with_(redis_url=None))
     assert isinstance(local, InProcessCoordinator)
     assert local.ttl == settings.heartbeat_ttl
+
+
+def test_a_pulse_goes_through_a_shard_that_backs_off(make):
+    """One timeout elsewhere puts the shard in back-off; the pulse (on a
+    thread of its own) still tries it -- a live node's pulses must not
+    stop -- and its success ends the back-off for every call."""
+    a, b = make("a"), make("b")
+    b.pulse("b", "x", 3000, [])
+    [shard] = a.shards
+    shard.failed(TimeoutError("a claim timed out under load"))
+    assert not shard.available()
+    with pytest.raises(CoordinatorUnavailable):
+        a.claim_fires([("j", 1)], 1000)  # skipped during the back-off
+    reading = a.pulse("a", "y", 3000, ["b"])
+    assert reading.pulses["b"].payload == "x"
+    assert shard.available()
+    assert a.claim_fires([("j", 1)], 1000) == [True]

@@ -1,0 +1,103 @@
+"""Pulser: how a node judges its peers from their pulses -- a slow or briefly
+failing coordinator is not taken for peers that are gone."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from cronman.coordination.base import Pulse, PulseReading
+from cronman.errors import CoordinatorUnavailable
+from cronman.scheduler import pulse as pulse_module
+from cronman.scheduler.clock import ReferenceClock
+from cronman.scheduler.metrics import NodeMetrics
+from cronman.scheduler.pulse import (
+    RTT_WINDOW_S,
+    STALE_MS,
+    UNKNOWN_AFTER_S,
+    Progress,
+    Pulser,
+)
+
+SERVER_MS = 1_800_000_000_000
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now
+
+
+class ScriptedCoordinator:
+    """Answers pulse round trips as told: a reading in which peer "b" last
+    pulsed ``age_ms`` before the server's time, taking ``rtt_ms``; or a failure."""
+
+    def __init__(self, fake_time: FakeTime) -> None:
+        self._time = fake_time
+        self.fail = False
+        self.age_ms = 0
+        self.rtt_ms = 1
+
+    def pulse(self, node_id, payload, ttl_ms, peers):
+        if self.fail:
+            raise CoordinatorUnavailable("timed out")
+        sent = self._time.now
+        progress = Progress("v", True, SERVER_MS, False).encode()
+        return PulseReading(SERVER_MS, sent, sent + self.rtt_ms / 1000.0,
+                            {"b": Pulse("b", SERVER_MS - self.age_ms, progress)})
+
+
+@pytest.fixture
+def fake_time(monkeypatch) -> FakeTime:
+    t = FakeTime()
+    monkeypatch.setattr(pulse_module, "time", t)
+    return t
+
+
+@pytest.fixture
+def setup(fake_time):
+    coordinator = ScriptedCoordinator(fake_time)
+    pulser = Pulser("a", coordinator, clock=ReferenceClock(),  # type: ignore[arg-type]
+                    progress=lambda: Progress("v", True, 0, False), peers=lambda: ["a", "b"],
+                    metrics=NodeMetrics(CollectorRegistry()))
+    return pulser, coordinator
+
+
+def test_one_failed_round_trip_keeps_the_peers_known_until_failures_last(setup, fake_time):
+    pulser, coordinator = setup
+    pulser.pulse_once()
+    assert pulser.known and pulser.alive_nodes() == ["b"]
+    coordinator.fail = True
+    fake_time.now += 0.3
+    pulser.pulse_once()  # a timeout under load: the last reading stands
+    assert pulser.known and pulser.alive_nodes() == ["b"]
+    fake_time.now += UNKNOWN_AFTER_S
+    pulser.pulse_once()  # failing for longer: the coordinator is down
+    assert not pulser.known and pulser.alive_nodes() == []
+    coordinator.fail = False
+    pulser.pulse_once()
+    assert pulser.known and pulser.alive_nodes() == ["b"]
+
+
+def test_a_peer_is_stale_past_the_bound_plus_the_slowest_recent_round_trip(setup, fake_time):
+    pulser, coordinator = setup
+    coordinator.age_ms = STALE_MS + 200
+    pulser.pulse_once()
+    assert pulser.progress_of("b") is None  # a fast coordinator: b is gone
+    # The coordinator answers slowly (its host is overloaded): b's pulses
+    # land late for the same reason, so b is not judged gone.
+    coordinator.rtt_ms = 400
+    pulser.pulse_once()
+    assert pulser.progress_of("b") is not None
+    coordinator.rtt_ms = 1
+    fake_time.now += RTT_WINDOW_S / 2
+    pulser.pulse_once()
+    assert pulser.progress_of("b") is not None  # the slow trip is still recent
+    fake_time.now += RTT_WINDOW_S
+    pulser.pulse_once()
+    assert pulser.progress_of("b") is None
