@@ -237,35 +237,47 @@ class StallingStarts:
         return getattr(self._inner, name)
 
 
-def _node(db, store, coordinator, node_id, target) -> SchedulerNode:
-    settings = Settings(database_url=db, node_id=node_id, lease_seconds=10.0,
-                        heartbeat_ttl=2.0, replicas=2)
-    return SchedulerNode(settings, store, coordinator, TargetRegistry([target]),
-                         registry=CollectorRegistry(), run_maintenance=False)
+def _run_nodes(nodes: list[SchedulerNode], seconds: float) -> None:
+    """Run ``nodes`` in one event loop for ``seconds``, then stop them."""
+
+    async def main():
+        tasks = [asyncio.create_task(n.main()) for n in nodes]
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            for n in nodes:
+                n.request_stop()
+            await asyncio.wait_for(asyncio.gather(*tasks), 20)
+
+    asyncio.run(main())
 
 
-def test_a_stalled_holders_fires_go_out_from_the_replica_half_a_second_late(tmp_path):
+def _every_second_jobs(tmp_path):
+    """A migrated SQLite database with 10 jobs firing every second: (url, store, jobs)."""
     db = f"sqlite:///{tmp_path / 'cronman.db'}"
     upgrade(db)
     store = open_store(db)
     jobs = store.jobs.create_jobs([job_spec(f"j{i}", schedule={"kind": "interval", "every": 1})
                                    for i in range(10)])
+    return db, store, jobs
+
+
+def _node(db, store, coordinator, node_id, target, **kwargs) -> SchedulerNode:
+    settings = Settings(database_url=db, node_id=node_id, lease_seconds=10.0,
+                        heartbeat_ttl=2.0, replicas=2)
+    return SchedulerNode(settings, store, coordinator, TargetRegistry([target]),
+                         registry=CollectorRegistry(), run_maintenance=False, **kwargs)
+
+
+def test_a_stalled_holders_fires_go_out_from_the_replica_half_a_second_late(tmp_path):
+    db, store, jobs = _every_second_jobs(tmp_path)
     coord = InProcessCoordinator(ttl=2.0)
     stalling = StallingStarts(coord, stall=1.5)
     a_t, b_t = RecordingTarget("http"), RecordingTarget("http")
     a = _node(db, store, stalling, "a", a_t)
     b = _node(db, open_store(db), coord.handle(), "b", b_t)
 
-    async def main():
-        tasks = [asyncio.create_task(n.main()) for n in (a, b)]
-        try:
-            await asyncio.sleep(4.5)
-        finally:
-            for n in (a, b):
-                n.request_stop()
-            await asyncio.wait_for(asyncio.gather(*tasks), 20)
-
-    asyncio.run(main())
+    _run_nodes([a, b], 4.5)
     sent = [(r.delivery.job_id, to_ms(r.delivery.scheduled_for), r.delivery.attempt)
             for t in (a_t, b_t) for r in t.records]
     keys = [(j, t) for j, t, _ in sent]
@@ -288,27 +300,14 @@ def test_a_busy_holder_that_starts_its_fires_late_is_not_taken_over(tmp_path):
     """a's start marks each take 0.7 s (a loaded coordinator, a busy loop):
     its fires start later than the takeover delay, but its pulses show it
     alive and its dispatch moving, so b leaves them to it."""
-    db = f"sqlite:///{tmp_path / 'cronman.db'}"
-    upgrade(db)
-    store = open_store(db)
-    store.jobs.create_jobs([job_spec(f"j{i}", schedule={"kind": "interval", "every": 1})
-                            for i in range(10)])
+    db, store, jobs = _every_second_jobs(tmp_path)
     coord = InProcessCoordinator(ttl=2.0)
     slow = StallingStarts(coord, stall=0.7)
     a_t, b_t = RecordingTarget("http"), RecordingTarget("http")
     a = _node(db, store, slow, "a", a_t)
     b = _node(db, open_store(db), coord.handle(), "b", b_t)
 
-    async def main():
-        tasks = [asyncio.create_task(n.main()) for n in (a, b)]
-        try:
-            await asyncio.sleep(5.0)
-        finally:
-            for n in (a, b):
-                n.request_stop()
-            await asyncio.wait_for(asyncio.gather(*tasks), 20)
-
-    asyncio.run(main())
+    _run_nodes([a, b], 5.0)
     sent = [(r.delivery.job_id, to_ms(r.delivery.scheduled_for)) for t in (a_t, b_t)
             for r in t.records]
     assert len(sent) >= 20 and len(set(sent)) == len(sent), Counter(sent).most_common(3)
@@ -349,11 +348,7 @@ def test_a_fire_claimed_through_the_fence_alone_is_marked_started_before_it_goes
     the fence; it does not pulse), and b, once a's pulses stop, takes a's
     fires over by those locks and a's unstarted rows before they are due.
     a marks each fire started before sending it, so only one sends it."""
-    db = f"sqlite:///{tmp_path / 'cronman.db'}"
-    upgrade(db)
-    store = open_store(db)
-    jobs = store.jobs.create_jobs([job_spec(f"j{i}", schedule={"kind": "interval", "every": 1})
-                                   for i in range(10)])
+    db, store, jobs = _every_second_jobs(tmp_path)
     coord = InProcessCoordinator(ttl=2.0)
     # The fence loser: it holds the lock of every fire of the next seconds.
     now = utcnow()
@@ -367,22 +362,10 @@ def test_a_fire_claimed_through_the_fence_alone_is_marked_started_before_it_goes
     assert coord.handle().claim_fires(keys, TTL_MS) == [True] * len(keys)
     fence_only = FenceOnlyClaims(coord.handle(), pulse_for=2.0)
     a_t, b_t = RecordingTarget("http"), RecordingTarget("http")
-    settings = Settings(database_url=db, node_id="a", lease_seconds=10.0, heartbeat_ttl=2.0,
-                        replicas=2)
-    a = SchedulerNode(settings, store, fence_only, TargetRegistry([a_t]),
-                      registry=CollectorRegistry(), run_maintenance=False, claim_lead=2.0)
+    a = _node(db, store, fence_only, "a", a_t, claim_lead=2.0)
     b = _node(db, open_store(db), coord.handle(), "b", b_t)
 
-    async def main():
-        tasks = [asyncio.create_task(n.main()) for n in (a, b)]
-        try:
-            await asyncio.sleep(5.0)
-        finally:
-            for n in (a, b):
-                n.request_stop()
-            await asyncio.wait_for(asyncio.gather(*tasks), 20)
-
-    asyncio.run(main())
+    _run_nodes([a, b], 5.0)
     sent = [(r.delivery.job_id, to_ms(r.delivery.scheduled_for)) for t in (a_t, b_t)
             for r in t.records]
     assert len(sent) >= 20 and fence_only.refused > 0
