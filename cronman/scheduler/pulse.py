@@ -139,11 +139,11 @@ class Pulser:
         self._peers = peers
         self._metrics = metrics
         self.on_reading = on_reading  # called on the event loop after each reading
-        self._pulses: dict[str, Pulse] | None = None  # None: unknown (coordinator down)
-        self._server_ms = 0
+        # The last reading, published whole (the pulse thread writes it, the
+        # event loop reads it); None: unknown (coordinator down).
+        self._reading: _Reading | None = None
         self._read_at = 0.0  # monotonic time of the last reading
         self._rtts: deque[tuple[float, int]] = deque()  # (monotonic time, round trip ms)
-        self._slack_ms = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -172,6 +172,7 @@ class Pulser:
     def pulse_once(self) -> None:
         """One pulse round trip (blocking: call it off the event loop)."""
         peers = [p for p in self._peers() if p != self.node_id]
+        started = time.monotonic()
         try:
             reading = self._coordinator.pulse(self.node_id, self._progress().encode(),
                                               PULSE_TTL_MS, peers)
@@ -180,42 +181,36 @@ class Pulser:
             if time.monotonic() - self._read_at > UNKNOWN_AFTER_S:
                 self._ratelog.error("pulse", "coordinator unreachable: peers' pulses unknown, "
                                     "every owner claims its fires (%s)", exc)
-                self._pulses = None
+                self._reading = None
         else:
+            now = time.monotonic()
             self._ratelog.clear("pulse")
             self._clock.observe("redis", reading.server_ms, reading.sent, reading.received)
             self._metrics.clock_offset.set(self._clock.skew_seconds)
-            self._note_round_trip(reading.received - reading.sent)
-            self._server_ms = reading.server_ms
-            self._read_at = time.monotonic()
-            self._pulses = reading.pulses
+            slack = self._slack_ms(now, now - started)
+            self._reading = _Reading(reading.server_ms, slack, reading.pulses)
+            self._read_at = now
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self.on_reading)
 
-    def _note_round_trip(self, seconds: float) -> None:
-        now = time.monotonic()
+    def _slack_ms(self, now: float, round_trip: float) -> int:
+        """The slowest round trip (ms, monotonic) of the last ``RTT_WINDOW_S``."""
         rtts = self._rtts
-        rtts.append((now, max(0, min(MAX_SLACK_MS, int(seconds * 1000)))))
+        rtts.append((now, min(MAX_SLACK_MS, int(round_trip * 1000))))
         while rtts[0][0] < now - RTT_WINDOW_S:
             rtts.popleft()
-        self._slack_ms = max(r for _, r in rtts)
+        return max(r for _, r in rtts)
 
     @property
     def known(self) -> bool:
         """Whether the peers' pulses could be read lately."""
-        return self._pulses is not None
+        return self._reading is not None
 
     def progress_of(self, node_id: str) -> Progress | None:
         """What ``node_id``'s latest pulse says, if it is fresh."""
-        pulses = self._pulses
-        if pulses is None:
-            return None
-        pulse = pulses.get(node_id)
-        if pulse is None or self._server_ms - pulse.at_ms > STALE_MS + self._slack_ms:
-            return None
-        return Progress.decode(pulse.payload)
+        return _progress(self._reading, node_id)
 
     def in_charge(self, node_id: str, view: str) -> bool:
         """Whether ``node_id`` claims and fires its jobs now, as this node
@@ -226,5 +221,23 @@ class Pulser:
     def alive_nodes(self) -> list[str]:
         """The peers whose loop turns and whose dispatch progresses: a fire
         they hold is theirs to start, however late."""
-        pulses = self._pulses or {}
-        return [n for n in pulses if (p := self.progress_of(n)) is not None and not p.stalled]
+        r = self._reading
+        if r is None:
+            return []
+        return [n for n in r.pulses if (p := _progress(r, n)) is not None and not p.stalled]
+
+
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    server_ms: int  # the coordinator's time when it was read
+    slack_ms: int  # allowed past STALE_MS (this node's slowest recent round trip)
+    pulses: dict[str, Pulse]
+
+
+def _progress(r: _Reading | None, node_id: str) -> Progress | None:
+    if r is None:
+        return None
+    pulse = r.pulses.get(node_id)
+    if pulse is None or r.server_ms - pulse.at_ms > STALE_MS + r.slack_ms:
+        return None
+    return Progress.decode(pulse.payload)

@@ -155,7 +155,10 @@ class RunStore(Protocol):
         a run already started, finished or missing is left alone. Lets a node
         that cannot reach the coordinator start its own claim, and a replica
         take over a claim whose holder died before the due time, without both
-        dispatching it."""
+        dispatching it. Without ``holder`` (a takeover, going by a fire's
+        lock) only runs the schedule claimed (origin ``schedule``) change: a
+        requested run (trigger, backfill, upstream) at the same time is its
+        taker's, whatever the lock says."""
 
     def take_requested_runs(self, node_id: str, lease_until: datetime, limit: int) -> list[Run]:
         """Atomically assign to ``node_id`` runs the API requested (trigger,

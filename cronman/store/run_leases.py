@@ -22,6 +22,7 @@ from cronman.store.engine import Database, Tx
 from cronman.store.run_bulk import by_keys, chunks, key_lookups
 from cronman.store.tables import IN_FLIGHT_STATUSES
 from cronman.store.tables import scheduled_jobs as sj
+from cronman.vocabulary import RunOrigin
 
 
 def _by_time(keys: Sequence[tuple[str, datetime]]) -> list[tuple[str, datetime]]:
@@ -70,6 +71,8 @@ class RunLeases:
                     where = [sj.c.started_at.is_(None), *by_keys(chunk, ("claimed",))]
                     if holder is not None:
                         where.append(sj.c.node_id == holder)
+                    else:  # a takeover: only a claim of the schedule's, never a requested run
+                        where.append(sj.c.origin == RunOrigin.SCHEDULE.value)
                     stmt = (update(sj).where(*where)
                             .values(node_id=node_id, status="running", started_at=started_at,
                                     lease_expires_at=lease_until)

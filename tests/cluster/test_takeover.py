@@ -28,6 +28,7 @@ from cronman.coordination.base import NodeInfo
 from cronman.coordination.memory import InProcessCoordinator
 from cronman.errors import CoordinatorUnavailable
 from cronman.models import RunFilter
+from cronman.scheduler.claims import Fire, take_over_batch
 from cronman.scheduler.node import SchedulerNode
 from cronman.schedules import parse_schedule
 from cronman.store import open_store
@@ -209,6 +210,37 @@ def test_start_claimed_runs_is_a_compare_and_set(store):
     ghost = make_run(job.id, t + timedelta(minutes=1))
     assert store.runs.start_claimed_runs("w", [(ghost.id, ghost.scheduled_for)], now,
                                          lease) == set()
+    # A requested run (a trigger at a fire time whose lock a dead fence loser
+    # holds) is its taker's: no takeover changes it; its taker starts it.
+    trigger = make_run(job.id, t + timedelta(minutes=2), node="r", origin="trigger")
+    store.runs.claim_runs([trigger])
+    key = [(trigger.id, trigger.scheduled_for)]
+    assert store.runs.start_claimed_runs("w", key, now, lease) == set()
+    assert store.runs.start_claimed_runs("r", key, now, lease, holder="r") == {trigger.id}
+
+
+def test_a_takeover_marks_the_fires_whose_row_it_inserted_unstarted(store):
+    """A fire taken from its holder's row is started in that row; one whose
+    row the taker inserts (nobody had claimed it, or the holder never wrote
+    one) is not started anywhere yet: it is marked at its due time like a
+    claim (``TakeoverResult.unstarted``)."""
+    (job,) = store.jobs.create_jobs([job_spec("mark-job")])
+    t = base_time()
+    fires = [Fire(job, to_ms(t + timedelta(seconds=i)), to_ms(t + timedelta(seconds=i)))
+             for i in range(3)]
+    coord = InProcessCoordinator(ttl=5.0)
+    holder = coord.handle()
+    # Fire 0: the holder claimed it (lock and row) and died before starting it.
+    assert holder.claim_fires([(job.id, fires[0].fire_ms)], TTL_MS) == [True]
+    store.runs.claim_runs([make_run(job.id, fires[0].scheduled_for, node="h")])
+    # Fire 1: the holder won the lock but never wrote a row. Fire 2: nobody claimed it.
+    assert holder.claim_fires([(job.id, fires[1].fire_ms)], TTL_MS) == [True]
+    res = take_over_batch(fires, coordinator=coord.handle(), runs=store.runs, node_id="w",
+                          now=utcnow, lease_seconds=30.0, claim_absent=True)
+    assert [f.run_id for f in res.dispatch] == [f.run_id for f in fires]
+    assert res.unstarted == {fires[1].run_id, fires[2].run_id}
+    started = store.runs.get_run(fires[0].run_id)
+    assert started.node_id == "w" and started.started_at is not None
 
 
 # -- nodes: a stalled holder's fires are taken over -------------------------
@@ -252,13 +284,14 @@ def _run_nodes(nodes: list[SchedulerNode], seconds: float) -> None:
     asyncio.run(main())
 
 
-def _every_second_jobs(tmp_path):
-    """A migrated SQLite database with 10 jobs firing every second: (url, store, jobs)."""
+def _every_second_jobs(tmp_path, count: int = 10):
+    """A migrated SQLite database with ``count`` jobs firing every second:
+    (url, store, jobs)."""
     db = f"sqlite:///{tmp_path / 'cronman.db'}"
     upgrade(db)
     store = open_store(db)
     jobs = store.jobs.create_jobs([job_spec(f"j{i}", schedule={"kind": "interval", "every": 1})
-                                   for i in range(10)])
+                                   for i in range(count)])
     return db, store, jobs
 
 
@@ -321,36 +354,28 @@ def test_a_busy_holder_that_starts_its_fires_late_is_not_taken_over(tmp_path):
 class FenceOnlyClaims:
     """A coordinator handle whose fire claims fail while its other calls work
     (a node whose Redis connections break one by one as Redis comes back):
-    it claims through the database fence alone. Its pulses stop after
-    ``pulse_for`` seconds: its peers then see it gone."""
+    it claims through the database fence alone."""
 
-    def __init__(self, inner: InProcessCoordinator, pulse_for: float) -> None:
+    def __init__(self, inner: InProcessCoordinator) -> None:
         self._inner = inner
-        self._pulse_until = time.monotonic() + pulse_for
         self.refused = 0
 
     def claim_fires(self, keys, ttl_ms, **kwargs):
         self.refused += len(keys)
         raise CoordinatorUnavailable("fire claims refused")
 
-    def pulse(self, *args, **kwargs):
-        if time.monotonic() > self._pulse_until:
-            raise CoordinatorUnavailable("pulse refused")
-        return self._inner.pulse(*args, **kwargs)
-
     def __getattr__(self, name):
         return getattr(self._inner, name)
 
 
 def test_a_fire_claimed_through_the_fence_alone_is_marked_started_before_it_goes(tmp_path):
-    """Views differ as Redis comes back: node a claims through the fence alone
-    (2 s ahead), a third instance holds the fires' locks unstarted (it lost
-    the fence; it does not pulse), and b, once a's pulses stop, takes a's
-    fires over by those locks and a's unstarted rows before they are due.
-    a marks each fire started before sending it, so only one sends it."""
+    """As Redis comes back, node a claims through the fence alone while a
+    replica takes the same fires over by their locks (it found them held
+    unstarted by an instance that is not alive, and took a's unstarted rows).
+    a must mark each fire started before sending it -- and find it taken --
+    rather than send it as well (a double fire, seen in the Redis outage test)."""
     db, store, jobs = _every_second_jobs(tmp_path)
     coord = InProcessCoordinator(ttl=2.0)
-    # The fence loser: it holds the lock of every fire of the next seconds.
     now = utcnow()
     keys = []
     for job in jobs:
@@ -359,21 +384,26 @@ def test_a_fire_claimed_through_the_fence_alone_is_marked_started_before_it_goes
         while t is not None and t < now + timedelta(seconds=6):
             keys.append((job.id, to_ms(t)))
             t = schedule.next_after(t)
-    assert coord.handle().claim_fires(keys, TTL_MS) == [True] * len(keys)
-    fence_only = FenceOnlyClaims(coord.handle(), pulse_for=2.0)
-    a_t, b_t = RecordingTarget("http"), RecordingTarget("http")
-    a = _node(db, store, fence_only, "a", a_t, claim_lead=2.0)
-    b = _node(db, open_store(db), coord.handle(), "b", b_t)
-
-    _run_nodes([a, b], 5.0)
-    sent = [(r.delivery.job_id, to_ms(r.delivery.scheduled_for)) for t in (a_t, b_t)
-            for r in t.records]
-    assert len(sent) >= 20 and fence_only.refused > 0
-    assert len(set(sent)) == len(sent), Counter(sent).most_common(3)
-    taken = sum(s.value for m in b.metrics.takeovers.collect() for s in m.samples
-                if s.name.endswith("_total"))
-    assert taken > 0
+    # The replica's takeover: every fire of the next seconds is started by it.
+    replica = coord.handle()
+    assert replica.claim_fires(keys, TTL_MS) == [True] * len(keys)
+    assert replica.take_over_fires(keys, TTL_MS) == [False] * len(keys)  # its own
+    assert replica.start_fires(keys, TTL_MS) == [True] * len(keys)
+    fence_only = FenceOnlyClaims(coord.handle())
+    a_t = RecordingTarget("http")
+    a = _node(db, store, fence_only, "a", a_t, claim_lead=1.0)
+    _run_nodes([a], 4.0)
+    taken = {k for k in keys if k[1] < to_ms(utcnow()) - 1000}
+    sent = {(r.delivery.job_id, to_ms(r.delivery.scheduled_for)) for r in a_t.records}
+    assert fence_only.refused > 0 and len(taken) >= 20
+    assert not sent & taken, sorted(sent & taken)[:3]
+    assert _total(a.metrics.taken_over) >= len(taken)
     store.close()
+
+
+def _total(counter) -> float:
+    return sum(s.value for m in counter.collect() for s in m.samples
+               if s.name.endswith("_total"))
 
 
 # -- the sweeper spares live nodes' runs -----------------------------------

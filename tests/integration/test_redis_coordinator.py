@@ -277,7 +277,8 @@ def test_a_pulse_goes_through_a_shard_that_backs_off(make):
     a, b = make("a"), make("b")
     b.pulse("b", "x", 3000, [])
     [shard] = a.shards
-    shard.failed(TimeoutError("a claim timed out under load"))
+    for _ in range(4):  # backing off for its longest (2 s): it cannot end meanwhile
+        shard.failed(TimeoutError("a claim timed out under load"))
     assert not shard.available()
     with pytest.raises(CoordinatorUnavailable):
         a.claim_fires([("j", 1)], 1000)  # skipped during the back-off

@@ -47,8 +47,9 @@ class ScriptedCoordinator:
         if self.fail:
             raise CoordinatorUnavailable("timed out")
         sent = self._time.now
+        self._time.now += self.rtt_ms / 1000.0  # the round trip takes its time
         progress = Progress("v", True, SERVER_MS, False).encode()
-        return PulseReading(SERVER_MS, sent, sent + self.rtt_ms / 1000.0,
+        return PulseReading(SERVER_MS, sent, self._time.now,
                             {"b": Pulse("b", SERVER_MS - self.age_ms, progress)})
 
 
