@@ -38,6 +38,8 @@ CLAIM_LEAD = 0.5  # seconds ahead of due time a fire is claimed (at most)
 CLAIM_INTERVAL = 0.2  # seconds between claim batches under steady load
 URGENT_LEAD = 0.15  # a fire due sooner than this is claimed without waiting for the interval
 MAX_CLAIM_BATCH = 5000
+# Fires popped from the table, or handed to the dispatcher, per loop turn.
+LOOP_CHUNK = 500
 # A node that is behind (a batch claimed more than BEHIND_MS after its oldest
 # fire's due time: overdue when popped, or slow to claim) claims the fires of
 # jobs above the default priority further ahead: by twice its last batch's
@@ -82,7 +84,8 @@ class Claimer:
         self.urgent_lead_ms = min(int(URGENT_LEAD * 1000), self.claim_lead_ms)
         self.lock_wins = 0
         self.lock_losses = 0
-        self.claiming_due: int | None = None  # the oldest due time of the batch being claimed
+        # The oldest due time of the fires being popped, claimed or handed over.
+        self.claiming_due: int | None = None
         self.extra_lead_ms = 0  # how much further ahead raised priorities are claimed
         self._wake = asyncio.Event()
         self._ratelog = RateLimitedLog(log)
@@ -109,19 +112,43 @@ class Claimer:
                 continue
             last_round = now
             extra = self.extra_lead_ms
-            fires, cursors = self._table.pop_due(now, now + self.claim_lead_ms, MAX_CLAIM_BATCH,
-                                                 ahead_ms=extra)
-            skipped = self._table.take_misfires_skipped()
-            if skipped:
-                self._metrics.misfires_skipped.inc(skipped)
-            if not self._claiming():
-                continue  # skewed clock: the jobs' other owners fire them
-            oldest = min((f.due_ms for f in fires), default=now)
-            fires = self._defer(fires)
-            if fires or cursors:
-                await self.claim(fires, cursors, lead_ms=self.claim_lead_ms + extra)
+            try:
+                fires, cursors = await self._pop(now, extra)
+                skipped = self._table.take_misfires_skipped()
+                if skipped:
+                    self._metrics.misfires_skipped.inc(skipped)
+                if not self._claiming():
+                    continue  # skewed clock: the jobs' other owners fire them
+                oldest = min((f.due_ms for f in fires), default=now)
+                fires = self._defer(fires)
+                if fires or cursors:
+                    await self.claim(fires, cursors, lead_ms=self.claim_lead_ms + extra)
+            finally:
+                self.claiming_due = None
             done = self._clock.now_ms()
             self._pace(behind=done - oldest > BEHIND_MS, round_ms=done - now)
+
+    async def _pop(self, now: int, extra: int) -> tuple[list[Fire], list[Cursor]]:
+        """Up to ``MAX_CLAIM_BATCH`` due fires, popped ``LOOP_CHUNK`` at a time
+        with a loop turn between: a batch of thousands popped in one go would
+        hold every timer back for as long (a high-priority fire falling due
+        among them)."""
+        fires: list[Fire] = []
+        cursors: list[Cursor] = []
+        until = now + self.claim_lead_ms
+        while len(fires) < MAX_CLAIM_BATCH:
+            more, moved = self._table.pop_due(now, until, min(LOOP_CHUNK,
+                                                              MAX_CLAIM_BATCH - len(fires)),
+                                              ahead_ms=extra)
+            fires += more
+            cursors += moved
+            if len(more) < LOOP_CHUNK:
+                break
+            # Out of the table, not yet claimed: this node has not come
+            # through them (its pulses' through time stays before them).
+            self.claiming_due = min(f.due_ms for f in fires)
+            await asyncio.sleep(0)
+        return fires, cursors
 
     def _pace(self, *, behind: bool, round_ms: int) -> None:
         """While behind, claim raised priorities ahead by twice the last batch's time."""
@@ -163,27 +190,42 @@ class Claimer:
         try:
             res = await self._pool(call)
         except Exception:
+            self.claiming_due = None
             log.exception("claiming %d fires failed unexpectedly; they are not dispatched",
                           len(fires))
             return
         finally:
-            self.claiming_due = None
             self._claim_started = None
         self._count(res, time.perf_counter() - started, len(fires))
         self._report_backends(res)
         if res.pending_runs or res.pending_cursors:
             self._writer.insert_later(res.pending_runs, res.pending_cursors)
         pending = {r.id for r in res.pending_runs}
+        self._standby.watch(res.standby)
+        self._standby.watch_early(res.too_early)
+        # Highest priority first, LOOP_CHUNK per loop turn (see ``_pop``).
         # Marked started at their due time even when claimed through the
         # fence alone: a replica may take over a fire by its lock and the
         # unstarted row (a view change as Redis comes back), and only the mark
         # -- in the coordinator, or else the row -- tells the two apart.
-        for f in res.dispatch:
+        dispatch = sorted(res.dispatch, key=lambda f: (-f.job.priority, f.due_ms))
+        added = 0
+        try:
+            while added < len(dispatch):
+                if added:
+                    await asyncio.sleep(0)
+                chunk = dispatch[added:added + LOOP_CHUNK]
+                self._hand_over(chunk, res, pending)
+                added += len(chunk)
+        finally:  # stopped meanwhile: the claimed rest is held all the same
+            self._hand_over(dispatch[added:], res, pending)
+            self.claiming_due = None  # all in the dispatcher now
+
+    def _hand_over(self, fires: list[Fire], res: ClaimResult, pending: set[str]) -> None:
+        for f in fires:
             self._dispatcher.add(ActiveRun.of_fire(
                 f, pending_claim=f.run_id in pending, mark_start=True,
                 remote_in_flight=res.in_flight.get(f.job.id, [])))
-        self._standby.watch(res.standby)
-        self._standby.watch_early(res.too_early)
 
     def health(self) -> str | None:
         """None unless a claim has been waiting on the database for ``STUCK_AFTER``
