@@ -136,6 +136,7 @@ class Claimer:
         fires: list[Fire] = []
         cursors: list[Cursor] = []
         until = now + self.claim_lead_ms
+        view = self._table.view_key  # each fire's first owner is of this view
         while len(fires) < MAX_CLAIM_BATCH:
             more, moved = self._table.pop_due(now, until, min(LOOP_CHUNK,
                                                               MAX_CLAIM_BATCH - len(fires)),
@@ -146,8 +147,12 @@ class Claimer:
                 break
             # Out of the table, not yet claimed: this node has not come
             # through them (its pulses' through time stays before them).
-            self.claiming_due = min(f.due_ms for f in fires)
+            oldest = min(f.due_ms for f in more)
+            due = self.claiming_due
+            self.claiming_due = oldest if due is None else min(due, oldest)
             await asyncio.sleep(0)
+            if self._table.view_key != view:
+                break  # the membership changed: claim these as popped, the rest next round
         return fires, cursors
 
     def _pace(self, *, behind: bool, round_ms: int) -> None:
@@ -201,8 +206,6 @@ class Claimer:
         if res.pending_runs or res.pending_cursors:
             self._writer.insert_later(res.pending_runs, res.pending_cursors)
         pending = {r.id for r in res.pending_runs}
-        self._standby.watch(res.standby)
-        self._standby.watch_early(res.too_early)
         # Highest priority first, LOOP_CHUNK per loop turn (see ``_pop``).
         # Marked started at their due time even when claimed through the
         # fence alone: a replica may take over a fire by its lock and the
@@ -220,6 +223,8 @@ class Claimer:
         finally:  # stopped meanwhile: the claimed rest is held all the same
             self._hand_over(dispatch[added:], res, pending)
             self.claiming_due = None  # all in the dispatcher now
+        self._standby.watch(res.standby)
+        self._standby.watch_early(res.too_early)
 
     def _hand_over(self, fires: list[Fire], res: ClaimResult, pending: set[str]) -> None:
         for f in fires:

@@ -30,6 +30,8 @@ def _fires(count: int) -> list[Fire]:
 class Table:
     """Hands out its fires in due order, ``limit`` per call."""
 
+    view_key = "v"
+
     def __init__(self, fires: list[Fire]) -> None:
         self.fires = fires
 
@@ -102,15 +104,32 @@ def test_the_handover_goes_highest_priority_first_in_turns_and_completes_if_stop
     assert [ar.run_id for ar in dispatcher.added] == [
         f.run_id for f in sorted(fires, key=lambda f: (-f.job.priority, f.due_ms))]
     assert len(seen) >= BATCH // LOOP_CHUNK - 1
+    assert all(due == DUE for due in seen[1:])  # not through them until all are held
     assert claimer.claiming_due is None and all(ar.mark_start for ar in dispatcher.added)
 
-    async def stopped_midway() -> None:
+    async def stopped_midway() -> bool:
         task = asyncio.create_task(claimer.claim(fires, [], lead_ms=500))
         for _ in range(3):
             await asyncio.sleep(0)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        return task.cancelled()
 
     dispatcher.added.clear()
-    asyncio.run(stopped_midway())
+    assert asyncio.run(stopped_midway())
     assert len(dispatcher.added) == BATCH  # every claimed fire is held all the same
+
+
+def test_a_pop_stops_at_a_membership_change():
+    """Each fire's first owner was worked out in the view it was popped in:
+    a batch popped across a view change stops there (the rest next round)."""
+
+    class Changing(Table):
+        def pop_due(self, now_ms, until_ms, limit, *, ahead_ms=0):
+            got = super().pop_due(now_ms, until_ms, limit, ahead_ms=ahead_ms)
+            self.view_key = "w"
+            return got
+
+    table = Changing(_fires(BATCH))
+    popped, _ = asyncio.run(_claimer(table, Dispatcher())._pop(DUE, 0))
+    assert len(popped) == LOOP_CHUNK and len(table.fires) == BATCH - LOOP_CHUNK
