@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import statistics
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -565,5 +566,8 @@ def test_a_node_behind_claims_raised_priorities_ahead_and_fires_them_on_time(db,
             late[r.delivery.priority > 0].append(r.wall - due)
     assert node.claimer.extra_lead_ms > 0
     assert len(late[True]) >= 6
-    assert max(late[True]) < 0.3, late[True]
-    assert max(late[False]) > 0.4  # the default priority waits for its claims
+    # The lead is twice the last claim round: a round slower than the one
+    # before (a loaded machine: 1.45 s instead of 1 s) makes a raised fire
+    # late by the difference, once; the rest leave on time.
+    assert statistics.median(late[True]) < 0.05 and max(late[True]) < 0.6, late[True]
+    assert statistics.median(late[False]) > 0.4  # the default priority waits for its claims
