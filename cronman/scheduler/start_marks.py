@@ -37,7 +37,11 @@ RunHook = Callable[[ActiveRun], None]
 
 
 class StartMarkBatcher:
-    """Marks held runs started, all those of one loop turn in one marker call.
+    """Marks held runs started, all those of one loop turn in one marker call,
+    one call at a time: the runs added while a call is out go together in
+    the next. A slow marker (the database, while the coordinator is down)
+    thus gets fewer, larger calls as it falls behind, instead of a queue of
+    one small call per loop turn that grows without end.
 
     For each answer it calls one of the dispatcher's hooks: ``proceed`` (go
     on with the run), ``due`` (its due time came again: the clock ran fast)
@@ -59,6 +63,7 @@ class StartMarkBatcher:
         self._due = due
         self._let_go = let_go
         self._batch: list[ActiveRun] = []
+        self._marking = False  # a marker call is out (its task takes what is added meanwhile)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ratelog = RateLimitedLog(log)
 
@@ -68,10 +73,11 @@ class StartMarkBatcher:
         if not ar.mark_start:
             return
         self._batch.append(ar)
-        if len(self._batch) == 1:
+        if not self._marking:
             # The task's first step runs after this turn's other callbacks: it
             # takes every run added meanwhile (one loop turn sooner than a
             # flush callback that would then start a task).
+            self._marking = True
             loop = self._loop
             if loop is None:
                 loop = self._loop = asyncio.get_running_loop()
@@ -80,7 +86,14 @@ class StartMarkBatcher:
             task.add_done_callback(self._side_tasks.discard)
 
     async def _mark(self) -> None:
-        batch, self._batch = self._batch, []
+        try:
+            while self._batch:
+                batch, self._batch = self._batch, []
+                await self._mark_batch(batch)
+        finally:
+            self._marking = False
+
+    async def _mark_batch(self, batch: list[ActiveRun]) -> None:
         try:
             answers = await self._marker(batch)
         except asyncio.CancelledError:

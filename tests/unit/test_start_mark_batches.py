@@ -1,0 +1,74 @@
+"""Start marks go one marker call at a time: runs that fall due while a call
+is out are marked together in the next one. A slow marker (the database,
+while the coordinator is down) thus keeps up by marking more per call,
+instead of queueing one small call per loop turn behind it."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
+from prometheus_client import CollectorRegistry
+
+from cronman.callbacks import TargetRegistry
+from cronman.callbacks.recording import RecordingTarget
+from cronman.scheduler.active import ActiveRun
+from cronman.scheduler.claims import Fire
+from cronman.scheduler.clock import ReferenceClock
+from cronman.scheduler.dispatch import Dispatcher
+from cronman.scheduler.metrics import NodeMetrics
+from cronman.scheduler.start_marks import START_GO
+from cronman.scheduler.writer import ResultWriter
+from tests.support.store_data import job_spec
+from tests.unit.test_dispatch_order import NoneHeld, store  # noqa: F401  (fixture)
+
+RUNS = 200
+SPACING_MS = 1  # one run falls due every millisecond...
+MARK_S = 0.05  # ...and a marker call takes 50 ms
+
+
+class SlowMarker:
+    """A marker that takes ``MARK_S`` per call, and counts the calls out at once."""
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+        self.out = 0
+        self.most_out = 0
+
+    async def __call__(self, runs: list[ActiveRun]) -> list[int]:
+        self.batches.append(len(runs))
+        self.out += 1
+        self.most_out = max(self.most_out, self.out)
+        try:
+            await asyncio.sleep(MARK_S)
+        finally:
+            self.out -= 1
+        return [START_GO] * len(runs)
+
+
+def test_runs_due_while_a_mark_is_out_go_in_the_next_call(store) -> None:  # noqa: F811
+    (job,) = store.jobs.create_jobs([job_spec("marked")])
+    target = RecordingTarget("http")
+    clock = ReferenceClock()
+    metrics = NodeMetrics(CollectorRegistry())
+    marker = SlowMarker()
+
+    async def main() -> None:
+        with ThreadPoolExecutor(1) as pool:
+            writer = ResultWriter(store.runs, pool, metrics, node_id="n1", clock=clock)
+            d = Dispatcher(node_id="n1", targets=TargetRegistry([target]), writer=writer,
+                           metrics=metrics, clock=clock, max_in_flight=RUNS,
+                           lease_seconds=30.0, jobs=NoneHeld(), start_marker=marker)
+            first = clock.now_ms() + 20
+            for i in range(RUNS):
+                due = first + i * SPACING_MS
+                d.add(ActiveRun.of_fire(Fire(job=job, fire_ms=due, due_ms=due),
+                                        mark_start=True))
+            await target.wait_for(RUNS, timeout=30)
+            await d.wait_side_tasks(5)
+
+    asyncio.run(main())
+    assert sum(marker.batches) == RUNS  # every run marked once, none lost between calls
+    assert marker.most_out == 1
+    # 200 ms of due times at 50 ms a call: a handful of calls, not one per turn.
+    assert len(marker.batches) <= 10, marker.batches
