@@ -9,6 +9,7 @@ from typing import Any
 from redis.commands.core import AsyncScript, Script
 
 from cronman.coordination.redis_shards import Shard
+from cronman.coordination.resp import RespConnection, RespScript
 
 SCRIPTS = ("heartbeat", "members", "leave", "changes", "claim", "start", "takeover", "mark",
            "pulse")
@@ -27,18 +28,24 @@ class ShardScripts:
         self._sources = {name: script_source(f"{name}.lua") for name in SCRIPTS}
         self._sync = [{name: s.client.register_script(src) for name, src in self._sources.items()}
                       for s in shards]
-        self._async: dict[tuple[int, str], tuple[Any, AsyncScript]] = {}
+        self._async: dict[tuple[int, str], tuple[Any, AsyncScript | RespScript]] = {}
 
     def get(self, shard: Shard, name: str) -> Script:
         """Script ``name`` on ``shard``'s blocking client."""
         return self._sync[shard.index][name]
 
-    def aget(self, shard: Shard, name: str) -> AsyncScript:
-        """Script ``name`` on ``shard``'s asyncio client for the running loop."""
-        client = shard.aclient()
+    def aget(self, shard: Shard, name: str) -> AsyncScript | RespScript:
+        """Script ``name`` on ``shard``'s asyncio connection for the running
+        loop: its lean one (``resp``) where the shard has one, else redis-py's."""
+        client: Any = shard.aresp()
+        if client is None:
+            client = shard.aclient()
         cached = self._async.get((shard.index, name))
         if cached is None or cached[0] is not client:
-            cached = (client, client.register_script(self._sources[name]))
+            source = self._sources[name]
+            script = (RespScript(client, source) if isinstance(client, RespConnection)
+                      else client.register_script(source))
+            cached = (client, script)
             self._async[(shard.index, name)] = cached
         return cached[1]
 

@@ -33,6 +33,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
+from cronman.coordination.resp import RespConnection, RespSettings, resp_settings
+
 log = logging.getLogger(__name__)
 
 DEFAULT_CONNECT_TIMEOUT = 0.5
@@ -151,6 +153,7 @@ class Shard:
         clock: Callable[[], float] = time.monotonic,
         extra_clients: tuple[redis.Redis, ...] = (),
         make_async: Callable[[], aredis.Redis] | None = None,
+        make_resp: Callable[[], RespConnection] | None = None,
     ) -> None:
         self.index = index
         self.name = name
@@ -159,6 +162,9 @@ class Shard:
         self._make_async = make_async
         self._async: aredis.Redis | None = None
         self._async_loop: asyncio.AbstractEventLoop | None = None
+        self._make_resp = make_resp
+        self._resp: RespConnection | None = None
+        self._resp_loop: asyncio.AbstractEventLoop | None = None
         self._backoff = backoff
         self._max_backoff = max_backoff
         self._clock = clock
@@ -205,8 +211,21 @@ class Shard:
             self._async, self._async_loop = self._make_async(), loop
         return self._async
 
+    def aresp(self) -> RespConnection | None:
+        """This shard's lean connection for the running event loop (made on
+        first use), or None when its URL needs redis-py's client."""
+        if self._make_resp is None:
+            return None
+        loop = asyncio.get_running_loop()
+        if self._resp is None or self._resp_loop is not loop:
+            self._resp, self._resp_loop = self._make_resp(), loop
+        return self._resp
+
     async def aclose(self) -> None:
-        """Close the asyncio client (on the loop it was made for)."""
+        """Close the asyncio clients (on the loop they were made for)."""
+        resp, self._resp = self._resp, None
+        if resp is not None and self._resp_loop is asyncio.get_running_loop():
+            await resp.aclose()
         client, self._async = self._async, None
         if client is not None and self._async_loop is asyncio.get_running_loop():
             with contextlib.suppress(redis.RedisError, OSError):
@@ -241,9 +260,11 @@ def build_shards(
     }
 
     def shard(index: int, name: str, client: redis.Redis, make_async: Callable[[], aredis.Redis],
-              extra: tuple[redis.Redis, ...] = ()) -> Shard:
+              extra: tuple[redis.Redis, ...] = (),
+              resp: RespSettings | None = None) -> Shard:
         return Shard(index, name, client, backoff=backoff, max_backoff=max_backoff,
-                     clock=clock, extra_clients=extra, make_async=make_async)
+                     clock=clock, extra_clients=extra, make_async=make_async,
+                     make_resp=None if resp is None else functools.partial(RespConnection, resp))
 
     async_common = {**common, "retry": _no_retry_async()}
 
@@ -288,7 +309,9 @@ def build_shards(
         # Query options of the URL (socket_timeout=...) win over these defaults.
         client = redis.Redis.from_url(shard_url, **common)
         shards.append(shard(index, _redact(shard_url), client,
-                            functools.partial(aredis.Redis.from_url, shard_url, **async_common)))
+                            functools.partial(aredis.Redis.from_url, shard_url, **async_common),
+                            resp=resp_settings(shard_url, connect_timeout=connect_timeout,
+                                               socket_timeout=socket_timeout)))
     return shards
 
 
