@@ -13,6 +13,7 @@ resolution (asyncio's: the monotonic clock's).
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -41,3 +42,21 @@ def run(main: Coroutine[Any, Any, T], choice: str = DEFAULT_EVENT_LOOP) -> T:
     """``asyncio.run(main)`` on the loop ``choice`` names."""
     with asyncio.Runner(loop_factory=loop_factory(choice)) as runner:
         return runner.run(main)
+
+
+class LoopBinding:
+    """The running loop an object was made for, and whether it still is the
+    running one, told without ``asyncio.get_running_loop()``: on Python 3.11
+    that checks the process id with a system call each time, which the
+    per-fire paths (each HTTP callback, each start mark) would pay."""
+
+    __slots__ = ("loop", "_thread")
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._thread = threading.get_ident()
+
+    def here(self) -> bool:
+        """Whether this loop is the one running now (one loop runs in a
+        thread at a time, so: it runs, and on this thread)."""
+        return self._thread == threading.get_ident() and self.loop.is_running()

@@ -53,6 +53,7 @@ from cronman.callbacks.httpclient import (
 from cronman.callbacks.signing import Signer
 from cronman.callbacks.ssrf import PrivateAddressError, literal_refusal
 from cronman.config import Settings
+from cronman.eventloop import LoopBinding
 from cronman.timeutil import format_rfc3339
 
 log = logging.getLogger(__name__)
@@ -116,10 +117,12 @@ class HttpTarget:
         self._resolver = resolver
         self._ssl_context = ssl_context
         self._client: HttpClient | None = None
+        self._client_loop: LoopBinding | None = None
         self._prepared: dict[int, _Prepared] = {}
         self._scheduled_text: dict[datetime, str] = {}
 
     def _open_client(self) -> HttpClient:
+        self._client_loop = LoopBinding()
         self._client = HttpClient(
             guard=not self._allow_private,
             pool_limit=self.pool_limit,
@@ -170,7 +173,7 @@ class HttpTarget:
             headers.append(("Cronman-Signature", self._signer(prepared.body, int(time.time()))))
 
         client = self._client
-        if client is None or client.loop is not asyncio.get_running_loop():
+        if client is None or self._client_loop is None or not self._client_loop.here():
             client = self._open_client()
         try:
             response = await client.request(prepared.request, headers, timeout=prepared.timeout)

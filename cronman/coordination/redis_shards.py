@@ -34,6 +34,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from cronman.coordination.resp import RespConnection, RespSettings, resp_settings
+from cronman.eventloop import LoopBinding
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +165,7 @@ class Shard:
         self._async_loop: asyncio.AbstractEventLoop | None = None
         self._make_resp = make_resp
         self._resp: RespConnection | None = None
-        self._resp_loop: asyncio.AbstractEventLoop | None = None
+        self._resp_loop: LoopBinding | None = None
         self._backoff = backoff
         self._max_backoff = max_backoff
         self._clock = clock
@@ -216,15 +217,14 @@ class Shard:
         first use), or None when its URL needs redis-py's client."""
         if self._make_resp is None:
             return None
-        loop = asyncio.get_running_loop()
-        if self._resp is None or self._resp_loop is not loop:
-            self._resp, self._resp_loop = self._make_resp(), loop
+        if self._resp is None or self._resp_loop is None or not self._resp_loop.here():
+            self._resp, self._resp_loop = self._make_resp(), LoopBinding()
         return self._resp
 
     async def aclose(self) -> None:
         """Close the asyncio clients (on the loop they were made for)."""
         resp, self._resp = self._resp, None
-        if resp is not None and self._resp_loop is asyncio.get_running_loop():
+        if resp is not None and self._resp_loop is not None and self._resp_loop.here():
             await resp.aclose()
         client, self._async = self._async, None
         if client is not None and self._async_loop is asyncio.get_running_loop():

@@ -32,6 +32,7 @@ import orjson
 
 from cronman.coordination.base import Coordinator
 from cronman.errors import CoordinatorUnavailable
+from cronman.eventloop import LoopBinding
 from cronman.models import RunUpdate
 from cronman.scheduler.metrics import NodeMetrics
 from cronman.scheduler.ratelog import RateLimitedLog
@@ -139,6 +140,7 @@ class OutcomeMarker:
         self._pending: dict[str, tuple[int, str]] = {}  # run id -> (attempt, mark)
         self._handle: asyncio.TimerHandle | None = None
         self._in_flight: asyncio.Task[None] | None = None
+        self._binding: LoopBinding | None = None
         self._ratelog = RateLimitedLog(log)
         self.sent = 0  # marks the coordinator took (for tests and stats)
 
@@ -147,7 +149,13 @@ class OutcomeMarker:
         mark = OutcomeMark.of_update(u, self.node_id)
         self._pending[u.id] = (mark.attempt, mark.encode())
         if self._handle is None and self._in_flight is None:
-            self._handle = asyncio.get_running_loop().call_later(self.delay, self._send)
+            self._handle = self._running_loop().call_later(self.delay, self._send)
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        binding = self._binding
+        if binding is None or not binding.here():
+            binding = self._binding = LoopBinding()
+        return binding.loop
 
     @property
     def pending(self) -> int:
@@ -159,7 +167,7 @@ class OutcomeMarker:
             return
         batch = [(run_id, attempt, text) for run_id, (attempt, text) in self._pending.items()]
         self._pending = {}
-        self._in_flight = asyncio.get_running_loop().create_task(self._mark(batch))
+        self._in_flight = self._running_loop().create_task(self._mark(batch))
 
     async def _mark(self, batch: list[tuple[str, int, str]]) -> None:
         try:
@@ -174,18 +182,18 @@ class OutcomeMarker:
         finally:
             self._in_flight = None
             if self._pending and self._handle is None:
-                self._handle = asyncio.get_running_loop().call_later(self.delay, self._send)
+                self._handle = self._running_loop().call_later(self.delay, self._send)
 
     async def flush(self, timeout: float) -> None:
         """Send what is queued now and wait (at most ``timeout`` seconds) for it."""
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
-        deadline = asyncio.get_running_loop().time() + timeout
+        deadline = self._running_loop().time() + timeout
         while self._pending or self._in_flight is not None:
             if self._in_flight is None:
                 self._send()
-            left = deadline - asyncio.get_running_loop().time()
+            left = deadline - self._running_loop().time()
             if left <= 0 or self._in_flight is None:
                 return
             await asyncio.wait([self._in_flight], timeout=left)

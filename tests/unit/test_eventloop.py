@@ -44,3 +44,28 @@ def test_setting_from_the_environment():
     assert Settings.from_env(environ={"CRONMAN_EVENT_LOOP": "asyncio"}).event_loop == "asyncio"
     with pytest.raises(ValueError, match="CRONMAN_EVENT_LOOP"):
         Settings.from_env(environ={"CRONMAN_EVENT_LOOP": "fast"})
+
+
+@pytest.mark.parametrize("choice", ["uvloop", "asyncio"])
+def test_a_loop_binding_tells_whether_its_loop_is_the_running_one(choice) -> None:
+    async def bind() -> eventloop.LoopBinding:
+        binding = eventloop.LoopBinding()
+        assert binding.here()
+        assert binding.loop is asyncio.get_running_loop()
+        return binding
+
+    first = eventloop.run(bind(), choice)
+    assert not first.here()  # its loop has stopped (and closed)
+
+    async def elsewhere() -> tuple[bool, bool]:
+        # Another loop, another thread: neither is this binding's.
+        other_thread = await asyncio.to_thread(first.here)
+        return first.here(), other_thread
+
+    assert eventloop.run(elsewhere(), choice) == (False, False)
+
+    async def from_another_thread() -> bool:
+        binding = eventloop.LoopBinding()
+        return await asyncio.to_thread(binding.here)
+
+    assert eventloop.run(from_another_thread(), choice) is False
