@@ -85,7 +85,7 @@ class _Protocol(asyncio.Protocol):
     def __init__(self, loop: asyncio.AbstractEventLoop, socket_timeout: float) -> None:
         self._loop = loop
         self._timeout = socket_timeout
-        self._reader = hiredis.Reader(encoding="utf-8")
+        self._reader = hiredis.Reader(encoding="utf-8", errors="replace")
         self._waiting: deque[tuple[asyncio.Future[Any], float]] = deque()
         self._timer: asyncio.TimerHandle | None = None
         self._transport: asyncio.Transport | None = None
