@@ -173,7 +173,8 @@ class RespConnection:
     def __init__(self, settings: RespSettings) -> None:
         self.settings = settings
         self._proto: _Protocol | None = None
-        self._connecting: asyncio.Future[_Protocol] | None = None
+        self._connecting: asyncio.Task[_Protocol] | None = None
+        self._closed = False
 
     async def evalsha(self, source: str, sha: str, keys: Sequence[str],
                       args: Sequence[Any]) -> Any:
@@ -188,28 +189,30 @@ class RespConnection:
             return await proto.call(pack(("EVAL", source, len(keys), *keys, *args)))
 
     async def _connect(self) -> _Protocol:
-        if self._connecting is not None:  # another call is connecting: share it
-            return await asyncio.shield(self._connecting)
-        loop = asyncio.get_running_loop()
-        connecting = self._connecting = loop.create_future()
-        try:
-            proto = await self._open(loop)
-        except asyncio.CancelledError:
-            connecting.cancel()
-            raise
-        except BaseException as e:
-            connecting.set_exception(e)
-            connecting.exception()  # retrieved: a lone connect must not log it
-            raise
-        else:
-            connecting.set_result(proto)
-            self._proto = proto
-            return proto
-        finally:
-            self._connecting = None
+        """The connection, opened by a task of its own that every caller
+        waits on: a caller cancelled meanwhile cancels neither the connect
+        nor the other callers."""
+        if self._closed:
+            raise RedisConnectionError("Connection closed.")
+        task = self._connecting
+        if task is None:
+            task = self._connecting = asyncio.get_running_loop().create_task(self._open())
+            task.add_done_callback(self._connected)
+        return await asyncio.shield(task)
 
-    async def _open(self, loop: asyncio.AbstractEventLoop) -> _Protocol:
+    def _connected(self, task: asyncio.Task[_Protocol]) -> None:
+        self._connecting = None
+        if task.cancelled() or task.exception() is not None:
+            return
+        proto = task.result()
+        if self._closed:  # closed while connecting: nobody is to use it
+            proto.close()
+        else:
+            self._proto = proto
+
+    async def _open(self) -> _Protocol:
         s = self.settings
+        loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(s.connect_timeout):
                 _, proto = await loop.create_connection(
@@ -231,6 +234,8 @@ class RespConnection:
         return proto
 
     async def aclose(self) -> None:
+        """Close the connection; calls made after this fail."""
+        self._closed = True
         proto, self._proto = self._proto, None
         if proto is not None:
             proto.close()

@@ -89,7 +89,11 @@ class StartMarkBatcher:
         try:
             while self._batch:
                 batch, self._batch = self._batch, []
-                await self._mark_batch(batch)
+                try:
+                    await self._mark_batch(batch)
+                except Exception:  # a bug: the runs added meanwhile still get marked
+                    log.exception("carrying out the start marks of %d runs failed "
+                                  "unexpectedly", len(batch))
         finally:
             self._marking = False
 

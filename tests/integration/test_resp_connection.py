@@ -209,3 +209,34 @@ def test_only_plain_tcp_urls_get_the_lean_connection() -> None:
     for url in ("rediss://127.0.0.1/0", "unix:///tmp/redis.sock",
                 "redis://127.0.0.1/0?health_check_interval=5"):
         assert resp_settings(url, connect_timeout=0.5, socket_timeout=1.0) is None
+
+
+def test_a_caller_cancelled_while_connecting_cancels_no_other_caller(redis_url, run) -> None:
+    async def main() -> list[str]:
+        conn = connection(redis_url)
+        echo = RespScript(conn, ECHO)
+        first = asyncio.ensure_future(echo(keys=["a"], args=["1"]))
+        second = asyncio.ensure_future(echo(keys=["b"], args=["2"]))
+        await asyncio.sleep(0)  # both wait on the one connect now
+        first.cancel()
+        try:
+            return await second
+        finally:
+            await conn.aclose()
+
+    assert run(main()) == ["b", "2"]
+
+
+def test_calls_after_close_fail_and_a_connect_in_progress_is_closed(redis_url, run) -> None:
+    async def main() -> None:
+        conn = connection(redis_url)
+        echo = RespScript(conn, ECHO)
+        pending = asyncio.ensure_future(echo(keys=["a"], args=["1"]))
+        await asyncio.sleep(0)  # connecting
+        await conn.aclose()
+        with pytest.raises(RedisConnectionError):
+            await pending  # its connection was closed as it opened
+        with pytest.raises(RedisConnectionError):
+            await echo(keys=["a"], args=["2"])
+
+    run(main())
