@@ -15,7 +15,6 @@ growing back-off, so the calls that follow do not each pay the timeout.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import logging
@@ -162,7 +161,7 @@ class Shard:
         self._extra = extra_clients
         self._make_async = make_async
         self._async: aredis.Redis | None = None
-        self._async_loop: asyncio.AbstractEventLoop | None = None
+        self._async_loop: LoopBinding | None = None
         self._make_resp = make_resp
         self._resp: RespConnection | None = None
         self._resp_loop: LoopBinding | None = None
@@ -205,11 +204,10 @@ class Shard:
 
     def aclient(self) -> aredis.Redis:
         """This shard's asyncio client, for the running event loop (made on first use)."""
-        loop = asyncio.get_running_loop()
-        if self._async is None or self._async_loop is not loop:
+        if self._async is None or self._async_loop is None or not self._async_loop.here():
             if self._make_async is None:
                 raise RuntimeError(f"shard {self.name} has no asyncio client")
-            self._async, self._async_loop = self._make_async(), loop
+            self._async, self._async_loop = self._make_async(), LoopBinding()
         return self._async
 
     def aresp(self) -> RespConnection | None:
@@ -227,7 +225,7 @@ class Shard:
         if resp is not None and self._resp_loop is not None and self._resp_loop.here():
             await resp.aclose()
         client, self._async = self._async, None
-        if client is not None and self._async_loop is asyncio.get_running_loop():
+        if client is not None and self._async_loop is not None and self._async_loop.here():
             with contextlib.suppress(redis.RedisError, OSError):
                 await client.aclose()
 
