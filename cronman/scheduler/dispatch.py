@@ -60,7 +60,7 @@ SCHEDULE_MARGIN_MS = 0.3
 # this many per loop turn, highest priority first: a batch of thousands would
 # otherwise fill one turn, and every timer -- a high-priority fire claimed
 # ahead falling due -- would wait for all of them.
-READY_PER_TURN = 256
+READY_PER_TURN = 64
 
 
 class Dispatcher:

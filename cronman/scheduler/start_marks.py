@@ -22,6 +22,7 @@ from cronman.scheduler.clock import ReferenceClock
 from cronman.scheduler.metrics import NodeMetrics
 from cronman.scheduler.ratelog import RateLimitedLog
 from cronman.scheduler.writer import ResultWriter
+from cronman.vocabulary import DEFAULT_PRIORITY
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +37,32 @@ StartMarker = Callable[[list[ActiveRun]], Awaitable[list[int]]]
 RunHook = Callable[[ActiveRun], None]
 
 
+# Answers carried out per loop turn: a batch of hundreds answered at once
+# (a node that is behind) would otherwise hold every timer -- a high-priority
+# fire falling due -- for as long as all their attempts take to start.
+ANSWERS_PER_TURN = 64
+
+
+class _Lane:
+    """Runs waiting for a marker call, and whether one is out for them."""
+
+    __slots__ = ("batch", "marking")
+
+    def __init__(self) -> None:
+        self.batch: list[ActiveRun] = []
+        self.marking = False
+
+
 class StartMarkBatcher:
     """Marks held runs started, all those of one loop turn in one marker call,
     one call at a time: the runs added while a call is out go together in
     the next. A slow marker (the database, while the coordinator is down)
     thus gets fewer, larger calls as it falls behind, instead of a queue of
     one small call per loop turn that grows without end.
+
+    Runs above the default priority have a lane of their own, with its own
+    call out: on a node that is behind, they do not wait for a call carrying
+    hundreds of overdue runs, nor for those runs' attempts to start.
 
     For each answer it calls one of the dispatcher's hooks: ``proceed`` (go
     on with the run), ``due`` (its due time came again: the clock ran fast)
@@ -62,8 +83,8 @@ class StartMarkBatcher:
         self._proceed = proceed
         self._due = due
         self._let_go = let_go
-        self._batch: list[ActiveRun] = []
-        self._marking = False  # a marker call is out (its task takes what is added meanwhile)
+        self._raised = _Lane()  # runs above the default priority
+        self._rest = _Lane()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ratelog = RateLimitedLog(log)
 
@@ -72,30 +93,31 @@ class StartMarkBatcher:
         be marked; ``proceed`` follows unless a replica took it over."""
         if not ar.mark_start:
             return
-        self._batch.append(ar)
-        if not self._marking:
+        lane = self._raised if ar.job.priority > DEFAULT_PRIORITY else self._rest
+        lane.batch.append(ar)
+        if not lane.marking:
             # The task's first step runs after this turn's other callbacks: it
             # takes every run added meanwhile (one loop turn sooner than a
             # flush callback that would then start a task).
-            self._marking = True
+            lane.marking = True
             loop = self._loop
             if loop is None:
                 loop = self._loop = asyncio.get_running_loop()
-            task = loop.create_task(self._mark())
+            task = loop.create_task(self._mark(lane))
             self._side_tasks.add(task)
             task.add_done_callback(self._side_tasks.discard)
 
-    async def _mark(self) -> None:
+    async def _mark(self, lane: _Lane) -> None:
         try:
-            while self._batch:
-                batch, self._batch = self._batch, []
+            while lane.batch:
+                batch, lane.batch = lane.batch, []
                 try:
                     await self._mark_batch(batch)
                 except Exception:  # a bug: the runs added meanwhile still get marked
                     log.exception("carrying out the start marks of %d runs failed "
                                   "unexpectedly", len(batch))
         finally:
-            self._marking = False
+            lane.marking = False
 
     async def _mark_batch(self, batch: list[ActiveRun]) -> None:
         try:
@@ -105,7 +127,9 @@ class StartMarkBatcher:
         except Exception:  # a marker must not raise; if it does, the claims still stand
             log.exception("marking %d fires started failed; sending them", len(batch))
             answers = [START_GO] * len(batch)
-        for ar, answer in zip(batch, answers, strict=True):
+        for i, (ar, answer) in enumerate(zip(batch, answers, strict=True)):
+            if i and not i % ANSWERS_PER_TURN:
+                await asyncio.sleep(0)
             if ar.done:
                 continue
             if answer < 0:  # too early by the reference clock: wait, then mark again

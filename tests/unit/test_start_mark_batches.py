@@ -1,7 +1,9 @@
 """Start marks go one marker call at a time: runs that fall due while a call
 is out are marked together in the next one. A slow marker (the database,
 while the coordinator is down) thus keeps up by marking more per call,
-instead of queueing one small call per loop turn behind it."""
+instead of queueing one small call per loop turn behind it. Runs above the
+default priority have a lane of their own: they do not wait for a call out
+for the others."""
 
 from __future__ import annotations
 
@@ -72,3 +74,45 @@ def test_runs_due_while_a_mark_is_out_go_in_the_next_call(store) -> None:  # noq
     assert marker.most_out == 1
     # 200 ms of due times at 50 ms a call: a handful of calls, not one per turn.
     assert len(marker.batches) <= 10, marker.batches
+
+
+class LaneMarker:
+    """A marker slow for default-priority runs and quick for raised ones."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, ...]] = []
+
+    async def __call__(self, runs: list[ActiveRun]) -> list[int]:
+        self.calls.append(tuple(ar.job.priority for ar in runs))
+        await asyncio.sleep(0.001 if runs[0].job.priority > 0 else 0.5)
+        return [START_GO] * len(runs)
+
+
+def test_a_raised_priority_does_not_wait_for_a_call_out_for_the_others(store) -> None:  # noqa: F811
+    low, high = store.jobs.create_jobs([job_spec("low"), job_spec("high", priority=10)])
+    target = RecordingTarget("http")
+    clock = ReferenceClock()
+    metrics = NodeMetrics(CollectorRegistry())
+    marker = LaneMarker()
+
+    async def main() -> None:
+        with ThreadPoolExecutor(1) as pool:
+            writer = ResultWriter(store.runs, pool, metrics, node_id="n1", clock=clock)
+            d = Dispatcher(node_id="n1", targets=TargetRegistry([target]), writer=writer,
+                           metrics=metrics, clock=clock, max_in_flight=100,
+                           lease_seconds=30.0, jobs=NoneHeld(), start_marker=marker)
+            now = clock.now_ms()
+            for i in range(50):  # their call is out for 500 ms...
+                d.add(ActiveRun.of_fire(Fire(job=low, fire_ms=now + i, due_ms=now + 20),
+                                        mark_start=True))
+            # ...when a raised-priority run falls due
+            d.add(ActiveRun.of_fire(Fire(job=high, fire_ms=now + 60, due_ms=now + 60),
+                                    mark_start=True))
+            await target.wait_for(51, timeout=10)
+            await d.wait_side_tasks(5)
+
+    asyncio.run(main())
+    assert (10,) in marker.calls  # a call of its own
+    assert sorted(p for call in marker.calls for p in call) == [0] * 50 + [10]
+    sent = [dl.priority for dl in target.deliveries]
+    assert sent[0] == 10, sent  # sent before the call out for the others came back
