@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 DEFAULT_EVENT_LOOP = "auto"
@@ -60,3 +60,33 @@ class LoopBinding:
         """Whether this loop is the one running now (one loop runs in a
         thread at a time, so: it runs, and on this thread)."""
         return self._thread == threading.get_ident() and self.loop.is_running()
+
+
+class PerLoop(Generic[T]):
+    """An object made for the running event loop (a client, a connection),
+    made again when another loop runs (tests run several, one after another).
+
+    ``get`` tells the loop through a :class:`LoopBinding`, so the per-fire
+    paths that ask for their client pay no system call."""
+
+    __slots__ = ("_value", "_binding")
+
+    def __init__(self) -> None:
+        self._value: T | None = None
+        self._binding: LoopBinding | None = None
+
+    def get(self, make: Callable[[], T]) -> T:
+        """The object for the running loop, made by ``make`` on first use there."""
+        value, binding = self._value, self._binding
+        if value is None or binding is None or not binding.here():
+            value = self._value = make()
+            self._binding = LoopBinding()
+        return value
+
+    def take(self) -> tuple[T | None, bool]:
+        """Forget the object; return it (None if none was made) and whether
+        it was made for the running loop (only there can it be closed
+        cleanly)."""
+        value, binding = self._value, self._binding
+        self._value = self._binding = None
+        return value, value is not None and binding is not None and binding.here()

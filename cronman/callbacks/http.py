@@ -53,7 +53,7 @@ from cronman.callbacks.httpclient import (
 from cronman.callbacks.signing import Signer
 from cronman.callbacks.ssrf import PrivateAddressError, literal_refusal
 from cronman.config import Settings
-from cronman.eventloop import LoopBinding
+from cronman.eventloop import PerLoop
 from cronman.timeutil import format_rfc3339
 
 log = logging.getLogger(__name__)
@@ -116,14 +116,12 @@ class HttpTarget:
         self._connect_timeout = connect_timeout
         self._resolver = resolver
         self._ssl_context = ssl_context
-        self._client: HttpClient | None = None
-        self._client_loop: LoopBinding | None = None
+        self._client: PerLoop[HttpClient] = PerLoop()
         self._prepared: dict[int, _Prepared] = {}
         self._scheduled_text: dict[datetime, str] = {}
 
     def _open_client(self) -> HttpClient:
-        self._client_loop = LoopBinding()
-        self._client = HttpClient(
+        return HttpClient(
             guard=not self._allow_private,
             pool_limit=self.pool_limit,
             keepalive_timeout=self._keepalive_timeout,
@@ -132,7 +130,6 @@ class HttpTarget:
             resolver=self._resolver,
             ssl_context=self._ssl_context,
         )
-        return self._client
 
     def _prepare(self, target: dict[str, Any]) -> _Prepared:
         key = id(target)
@@ -172,9 +169,7 @@ class HttpTarget:
         if self._signer is not None:
             headers.append(("Cronman-Signature", self._signer(prepared.body, int(time.time()))))
 
-        client = self._client
-        if client is None or self._client_loop is None or not self._client_loop.here():
-            client = self._open_client()
+        client = self._client.get(self._open_client)
         try:
             response = await client.request(prepared.request, headers, timeout=prepared.timeout)
         except asyncio.CancelledError:
@@ -202,7 +197,7 @@ class HttpTarget:
         """Nothing outlives a delivery here."""
 
     async def close(self) -> None:
-        client, self._client = self._client, None
+        client, _ = self._client.take()
         self._prepared.clear()
         if client is not None and not client.loop.is_closed():
             await client.close()

@@ -33,7 +33,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from cronman.coordination.resp import RespConnection, RespSettings, resp_settings
-from cronman.eventloop import LoopBinding
+from cronman.eventloop import PerLoop
 
 log = logging.getLogger(__name__)
 
@@ -160,11 +160,9 @@ class Shard:
         self.client = client
         self._extra = extra_clients
         self._make_async = make_async
-        self._async: aredis.Redis | None = None
-        self._async_loop: LoopBinding | None = None
+        self._async: PerLoop[aredis.Redis] = PerLoop()
         self._make_resp = make_resp
-        self._resp: RespConnection | None = None
-        self._resp_loop: LoopBinding | None = None
+        self._resp: PerLoop[RespConnection] = PerLoop()
         self._backoff = backoff
         self._max_backoff = max_backoff
         self._clock = clock
@@ -204,28 +202,24 @@ class Shard:
 
     def aclient(self) -> aredis.Redis:
         """This shard's asyncio client, for the running event loop (made on first use)."""
-        if self._async is None or self._async_loop is None or not self._async_loop.here():
-            if self._make_async is None:
-                raise RuntimeError(f"shard {self.name} has no asyncio client")
-            self._async, self._async_loop = self._make_async(), LoopBinding()
-        return self._async
+        make = self._make_async
+        if make is None:
+            raise RuntimeError(f"shard {self.name} has no asyncio client")
+        return self._async.get(make)
 
     def aresp(self) -> RespConnection | None:
         """This shard's lean connection for the running event loop (made on
         first use), or None when its URL needs redis-py's client."""
-        if self._make_resp is None:
-            return None
-        if self._resp is None or self._resp_loop is None or not self._resp_loop.here():
-            self._resp, self._resp_loop = self._make_resp(), LoopBinding()
-        return self._resp
+        make = self._make_resp
+        return None if make is None else self._resp.get(make)
 
     async def aclose(self) -> None:
         """Close the asyncio clients (on the loop they were made for)."""
-        resp, self._resp = self._resp, None
-        if resp is not None and self._resp_loop is not None and self._resp_loop.here():
+        resp, here = self._resp.take()
+        if resp is not None and here:
             await resp.aclose()
-        client, self._async = self._async, None
-        if client is not None and self._async_loop is not None and self._async_loop.here():
+        client, here = self._async.take()
+        if client is not None and here:
             with contextlib.suppress(redis.RedisError, OSError):
                 await client.aclose()
 

@@ -32,7 +32,7 @@ import orjson
 
 from cronman.coordination.base import Coordinator
 from cronman.errors import CoordinatorUnavailable
-from cronman.eventloop import LoopBinding
+from cronman.eventloop import PerLoop
 from cronman.models import RunUpdate
 from cronman.scheduler.metrics import NodeMetrics
 from cronman.scheduler.ratelog import RateLimitedLog
@@ -140,7 +140,7 @@ class OutcomeMarker:
         self._pending: dict[str, tuple[int, str]] = {}  # run id -> (attempt, mark)
         self._handle: asyncio.TimerHandle | None = None
         self._in_flight: asyncio.Task[None] | None = None
-        self._binding: LoopBinding | None = None
+        self._loop: PerLoop[asyncio.AbstractEventLoop] = PerLoop()
         self._ratelog = RateLimitedLog(log)
         self.sent = 0  # marks the coordinator took (for tests and stats)
 
@@ -152,10 +152,7 @@ class OutcomeMarker:
             self._handle = self._running_loop().call_later(self.delay, self._send)
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
-        binding = self._binding
-        if binding is None or not binding.here():
-            binding = self._binding = LoopBinding()
-        return binding.loop
+        return self._loop.get(asyncio.get_running_loop)
 
     @property
     def pending(self) -> int:

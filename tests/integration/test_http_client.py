@@ -296,9 +296,10 @@ def test_a_cancelled_delivery_closes_its_connection(run):
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            assert target._client is not None
-            size = target._client.pool.size
-            await target.close()
+            client, made_here = target._client.take()
+            assert client is not None and made_here
+            size = client.pool.size
+            await client.close()
             return size
 
         assert run(go()) == 0

@@ -69,3 +69,30 @@ def test_a_loop_binding_tells_whether_its_loop_is_the_running_one(choice) -> Non
         return await asyncio.to_thread(binding.here)
 
     assert eventloop.run(from_another_thread(), choice) is False
+
+
+@pytest.mark.parametrize("choice", ["uvloop", "asyncio"])
+def test_a_per_loop_object_is_made_once_per_running_loop(choice) -> None:
+    held: eventloop.PerLoop[object] = eventloop.PerLoop()
+    made: list[object] = []
+
+    def make() -> object:
+        made.append(object())
+        return made[-1]
+
+    async def twice() -> tuple[object, object]:
+        return held.get(make), held.get(make)
+
+    a, b = eventloop.run(twice(), choice)
+    assert a is b and made == [a]
+    c, _ = eventloop.run(twice(), choice)  # another loop: made again
+    assert c is not a and made == [a, c]
+    assert held.take() == (c, False)  # its loop is gone: not to be closed from here
+    assert held.take() == (None, False)
+
+    async def take_here() -> tuple[object | None, bool]:
+        held.get(make)
+        return held.take()
+
+    d, here = eventloop.run(take_here(), choice)
+    assert d is made[-1] and here
