@@ -8,7 +8,10 @@ for the others."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -19,7 +22,7 @@ from cronman.scheduler.claims import Fire
 from cronman.scheduler.clock import ReferenceClock
 from cronman.scheduler.dispatch import Dispatcher
 from cronman.scheduler.metrics import NodeMetrics
-from cronman.scheduler.start_marks import START_GO
+from cronman.scheduler.start_marks import START_GO, StartMarker
 from cronman.scheduler.writer import ResultWriter
 from tests.support.store_data import job_spec
 from tests.unit.test_dispatch_order import NoneHeld, store  # noqa: F401  (fixture)
@@ -27,6 +30,20 @@ from tests.unit.test_dispatch_order import NoneHeld, store  # noqa: F401  (fixtu
 RUNS = 200
 SPACING_MS = 1  # one run falls due every millisecond...
 MARK_S = 0.05  # ...and a marker call takes 50 ms
+
+
+@contextlib.asynccontextmanager
+async def marking_dispatcher(stored: Any, target: RecordingTarget, marker: StartMarker,
+                             max_in_flight: int) -> AsyncIterator[Dispatcher]:
+    """A dispatcher writing to ``stored``, sending to ``target``, marking
+    starts through ``marker``."""
+    clock = ReferenceClock()
+    metrics = NodeMetrics(CollectorRegistry())
+    with ThreadPoolExecutor(1) as pool:
+        writer = ResultWriter(stored.runs, pool, metrics, node_id="n1", clock=clock)
+        yield Dispatcher(node_id="n1", targets=TargetRegistry([target]), writer=writer,
+                         metrics=metrics, clock=clock, max_in_flight=max_in_flight,
+                         lease_seconds=30.0, jobs=NoneHeld(), start_marker=marker)
 
 
 class SlowMarker:
@@ -51,17 +68,11 @@ class SlowMarker:
 def test_runs_due_while_a_mark_is_out_go_in_the_next_call(store) -> None:  # noqa: F811
     (job,) = store.jobs.create_jobs([job_spec("marked")])
     target = RecordingTarget("http")
-    clock = ReferenceClock()
-    metrics = NodeMetrics(CollectorRegistry())
     marker = SlowMarker()
 
     async def main() -> None:
-        with ThreadPoolExecutor(1) as pool:
-            writer = ResultWriter(store.runs, pool, metrics, node_id="n1", clock=clock)
-            d = Dispatcher(node_id="n1", targets=TargetRegistry([target]), writer=writer,
-                           metrics=metrics, clock=clock, max_in_flight=RUNS,
-                           lease_seconds=30.0, jobs=NoneHeld(), start_marker=marker)
-            first = clock.now_ms() + 20
+        async with marking_dispatcher(store, target, marker, RUNS) as d:
+            first = d.clock.now_ms() + 20
             for i in range(RUNS):
                 due = first + i * SPACING_MS
                 d.add(ActiveRun.of_fire(Fire(job=job, fire_ms=due, due_ms=due),
@@ -91,17 +102,11 @@ class LaneMarker:
 def test_a_raised_priority_does_not_wait_for_a_call_out_for_the_others(store) -> None:  # noqa: F811
     low, high = store.jobs.create_jobs([job_spec("low"), job_spec("high", priority=10)])
     target = RecordingTarget("http")
-    clock = ReferenceClock()
-    metrics = NodeMetrics(CollectorRegistry())
     marker = LaneMarker()
 
     async def main() -> None:
-        with ThreadPoolExecutor(1) as pool:
-            writer = ResultWriter(store.runs, pool, metrics, node_id="n1", clock=clock)
-            d = Dispatcher(node_id="n1", targets=TargetRegistry([target]), writer=writer,
-                           metrics=metrics, clock=clock, max_in_flight=100,
-                           lease_seconds=30.0, jobs=NoneHeld(), start_marker=marker)
-            now = clock.now_ms()
+        async with marking_dispatcher(store, target, marker, 100) as d:
+            now = d.clock.now_ms()
             for i in range(50):  # their call is out for 500 ms...
                 d.add(ActiveRun.of_fire(Fire(job=low, fire_ms=now + i, due_ms=now + 20),
                                         mark_start=True))
