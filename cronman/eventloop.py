@@ -79,8 +79,8 @@ class PerLoop(Generic[T]):
         """The object for the running loop, made by ``make`` on first use there."""
         value, binding = self._value, self._binding
         if value is None or binding is None or not binding.here():
+            self._binding = LoopBinding()  # first: raises when no loop runs
             value = self._value = make()
-            self._binding = LoopBinding()
         return value
 
     def take(self) -> tuple[T | None, bool]:

@@ -55,14 +55,18 @@ class _Lane:
 
 class StartMarkBatcher:
     """Marks held runs started, all those of one loop turn in one marker call,
-    one call at a time: the runs added while a call is out go together in
-    the next. A slow marker (the database, while the coordinator is down)
+    one call at a time per lane: the runs added while a call is out go
+    together in the next. A slow marker (the database, while the coordinator is down)
     thus gets fewer, larger calls as it falls behind, instead of a queue of
     one small call per loop turn that grows without end.
 
     Runs above the default priority have a lane of their own, with its own
     call out: on a node that is behind, they do not wait for a call carrying
-    hundreds of overdue runs, nor for those runs' attempts to start.
+    hundreds of overdue runs, nor for those runs' attempts to start. (While
+    the coordinator is down both lanes' calls go to the database on one
+    thread, one after the other.) Answers are carried out ``ANSWERS_PER_TURN``
+    a turn, so a fire may stay marked and unsent for a few turns longer on a
+    node that is behind: if the node dies then, the lease sweeper sends it.
 
     For each answer it calls one of the dispatcher's hooks: ``proceed`` (go
     on with the run), ``due`` (its due time came again: the clock ran fast)
