@@ -56,9 +56,9 @@ class _Lane:
 class StartMarkBatcher:
     """Marks held runs started, all those of one loop turn in one marker call,
     one call at a time per lane: the runs added while a call is out go
-    together in the next. A slow marker (the database, while the coordinator is down)
-    thus gets fewer, larger calls as it falls behind, instead of a queue of
-    one small call per loop turn that grows without end.
+    together in the next. A slow marker (the database, while the coordinator
+    is down) thus gets fewer, larger calls as it falls behind, instead of a
+    queue of one small call per loop turn that grows without end.
 
     Runs above the default priority have a lane of their own, with its own
     call out: on a node that is behind, they do not wait for a call carrying

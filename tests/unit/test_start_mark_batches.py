@@ -1,5 +1,5 @@
-"""Start marks go one marker call at a time: runs that fall due while a call
-is out are marked together in the next one. A slow marker (the database,
+"""Start marks go one marker call at a time (per lane): runs that fall due
+while a call is out are marked together in the next one. A slow marker (the database,
 while the coordinator is down) thus keeps up by marking more per call,
 instead of queueing one small call per loop turn behind it. Runs above the
 default priority have a lane of their own: they do not wait for a call out
