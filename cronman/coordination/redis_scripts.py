@@ -4,8 +4,8 @@ registered on every shard's clients."""
 from __future__ import annotations
 
 from importlib.resources import files
-from typing import Any
 
+import redis.asyncio as aredis
 from redis.commands.core import AsyncScript, Script
 
 from cronman.coordination.redis_shards import Shard
@@ -28,7 +28,8 @@ class ShardScripts:
         self._sources = {name: script_source(f"{name}.lua") for name in SCRIPTS}
         self._sync = [{name: s.client.register_script(src) for name, src in self._sources.items()}
                       for s in shards]
-        self._async: dict[tuple[int, str], tuple[Any, AsyncScript | RespScript]] = {}
+        self._async: dict[tuple[int, str],
+                          tuple[RespConnection | aredis.Redis, AsyncScript | RespScript]] = {}
 
     def get(self, shard: Shard, name: str) -> Script:
         """Script ``name`` on ``shard``'s blocking client."""
@@ -37,14 +38,14 @@ class ShardScripts:
     def aget(self, shard: Shard, name: str) -> AsyncScript | RespScript:
         """Script ``name`` on ``shard``'s asyncio connection for the running
         loop: its lean one (``resp``) where the shard has one, else redis-py's."""
-        client: Any = shard.aresp()
-        if client is None:
-            client = shard.aclient()
+        resp = shard.aresp()
+        client = resp if resp is not None else shard.aclient()
         cached = self._async.get((shard.index, name))
         if cached is None or cached[0] is not client:
             source = self._sources[name]
-            script = (RespScript(client, source) if isinstance(client, RespConnection)
-                      else client.register_script(source))
+            script: AsyncScript | RespScript = (
+                RespScript(resp, source) if resp is not None
+                else shard.aclient().register_script(source))
             cached = (client, script)
             self._async[(shard.index, name)] = cached
         return cached[1]
