@@ -3,7 +3,8 @@
 The receiver tells what arrived; some figures only a node knows: fires it
 took over from another owner (and why), its backlog and saturation, the
 offset of its clock to the reference and whether it stepped out for skew,
-claims and starts refused for being early. A scrape is a plain dict
+claims and starts refused for being early, time spent in the cyclic garbage
+collector. A scrape is a plain dict
 ``{metric name: {label text: value}}`` (label text ``reason=stalled``, or
 ``""`` without labels); histograms' buckets are left out.
 """
@@ -27,6 +28,7 @@ CLOCK_SKEWED = "cronman_clock_skewed"
 EARLY_CLAIMS = "cronman_early_claims_total"
 EARLY_STARTS = "cronman_early_starts_total"
 MISFIRES_SKIPPED = "cronman_misfires_skipped_total"
+GC_PAUSE_SECONDS = "cronman_gc_pause_seconds_sum"
 
 
 def parse(text: str) -> Scrape:

@@ -194,7 +194,7 @@ def overload_figures(o: PhaseOutcome, bounds: list[int], knee: int) -> dict[str,
 
 def overload_table(phases: list[dict[str, Any]]) -> str:
     head = ("system", "phase", "offered/s", "delivered/s", "p50 ms", "p99 ms", "p99 high",
-            "p99 low", "missed", "doubled", "takeovers", "CPU ms/fire")
+            "p99 low", "missed", "doubled", "takeovers", "CPU ms/fire", "GC s")
     rows: list[tuple[str, ...]] = [head]
     summary: list[str] = []
     for p in phases:
@@ -214,7 +214,7 @@ def overload_table(phases: list[dict[str, Any]]) -> str:
                 _n(f["missed"]), _n(f["doubled_pairs"]),
                 "-" if take is None else (", ".join(f"{k} {v}" for k, v in take.items())
                                           or "0"),
-                _n(dig(f, "cpu_ms_per_fire_by_kind.total"))))
+                _n(dig(f, "cpu_ms_per_fire_by_kind.total")), _n(f.get("gc_pause_s"))))
         summary.append(
             f"{p['system']}: knee {ov['knee_per_s']:,}/s; delivered at 2x {_n(ov['plateau_2x'])} "
             f"and at 3x {_n(ov['plateau_3x'])} of the knee's; recovered "

@@ -73,6 +73,8 @@ def slice_figures(o: PhaseOutcome, lo: int, hi: int, a: Mark | None, b: Mark | N
                 a.probe, b.probe, nodemetrics.DOUBLE_FIRES).get("all", 0))
             out["misfires_skipped_metric"] = int(nodemetrics.counter_delta(
                 a.probe, b.probe, nodemetrics.MISFIRES_SKIPPED).get("all", 0))
+            out["gc_pause_s"] = round(nodemetrics.counter_delta(
+                a.probe, b.probe, nodemetrics.GC_PAUSE_SECONDS).get("all", 0.0), 2)
         if o.meters.probes:
             out["max_backlog_seconds"] = _gauge_max(o.meters.probes, lo, hi,
                                                     nodemetrics.BACKLOG_SECONDS)

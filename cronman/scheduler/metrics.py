@@ -22,6 +22,7 @@ from prometheus_client import (
     Histogram,
 )
 
+from cronman.observability.gc_pauses import GC_PAUSE_BUCKETS
 from cronman.observability.namespace_series import NamespaceSeries
 
 LATENESS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -133,6 +134,11 @@ class NodeMetrics:
                                       "Run rows the database refused, written without their "
                                       "figures and result (cut) or not at all (dropped)",
                                       ("outcome",), registry=r)
+        self.gc_pauses = Histogram("cronman_gc_pause_seconds",
+                                   "Collections of the cyclic garbage collector, by "
+                                   "generation: every thread (the event loop too) waits "
+                                   "while one runs", ("generation",),
+                                   buckets=GC_PAUSE_BUCKETS, registry=r)
         # Fires, failures and lateness per namespace, bounded (observability.namespace_series).
         self.namespaces = NamespaceSeries.from_env(r)
 

@@ -42,6 +42,7 @@ from cronman import eventloop
 from cronman.callbacks import TargetRegistry
 from cronman.config import Settings
 from cronman.coordination.base import OVERLOADED_BEHIND_MS, Coordinator
+from cronman.observability.gc_pauses import GcPauseWatch
 from cronman.scheduler.calendar_book import CalendarBook
 from cronman.scheduler.claimer import CLAIM_INTERVAL, CLAIM_LEAD, Claimer
 from cronman.scheduler.clock import DatabaseClockProbe, ReferenceClock
@@ -141,6 +142,7 @@ class SchedulerNode:
                                      pool=pools.beat, lifecycle=life, metrics=m,
                                      listener=self.sync)
         self._stall = StallWatch()
+        self.gc_pauses = GcPauseWatch(m.gc_pauses)
         self._snapshot: tuple[str, bool, int] = (self.table.view_key, False, 0)
         self._load: dict[str, Any] = {"state": "ok", "backlog": 0, "behind_s": 0.0,
                                       "saturation": 0.0}
@@ -200,6 +202,7 @@ class SchedulerNode:
             tasks.append(loop.create_task(life.forever(name, fn)))
 
         pools = self.pools
+        self.gc_pauses.start()
         try:
             await pools.beat(self.pulser.pulse_once)  # a first reading of the reference clock
             await self.membership.start()
@@ -250,6 +253,7 @@ class SchedulerNode:
                 await self.coordinator.aclose()
             self.pools.shutdown()
             self.outcome_marks.close()
+            self.gc_pauses.stop()
             self.stopped.set()
             log.info("scheduler node %s stopped", self.node_id)
 

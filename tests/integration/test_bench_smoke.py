@@ -341,6 +341,22 @@ def test_node_metrics_parse_counters_by_label() -> None:
     assert nodemetrics.gauges([(5, after)], nodemetrics.CLOCK_OFFSET) == {"n1": [(5, 2.01)]}
 
 
+def test_node_metrics_read_gc_pauses_from_the_histogram_sum() -> None:
+    from cronman_bench import nodemetrics
+
+    text = ("# HELP cronman_gc_pause_seconds x\n# TYPE cronman_gc_pause_seconds histogram\n"
+            'cronman_gc_pause_seconds_bucket{generation="0",le="0.001"} 4.0\n'
+            'cronman_gc_pause_seconds_count{generation="0"} 5.0\n'
+            'cronman_gc_pause_seconds_sum{generation="0"} 0.25\n'
+            'cronman_gc_pause_seconds_count{generation="2"} 1.0\n'
+            'cronman_gc_pause_seconds_sum{generation="2"} 0.5\n')
+    after = {"n1": nodemetrics.parse(text), "n2": nodemetrics.parse(text)}
+    before = {"n1": nodemetrics.parse(text.replace("0.25", "0.05")), "n2": None}
+    # n1 grew by 0.2 s; n2 was not read before: counted from zero
+    assert nodemetrics.counter_delta(before, after, nodemetrics.GC_PAUSE_SECONDS) == {
+        "all": pytest.approx(0.2 + 0.75)}
+
+
 def _bench(tmp_path: Any, *args: str, timeout: float = 300) -> dict[str, Any]:
     out = tmp_path / "bench.json"
     argv = [sys.executable, "-c", "from cronman.cli import main; main()", "bench", *args,
@@ -367,11 +383,12 @@ def test_bench_overload_smoke_run_has_every_phase(tmp_path) -> None:
         assert f["due"] == f["due_delivered"] + f["missed"], name
         assert f["due_delivered"] > 0, name
         assert isinstance(f["takeovers_by_reason"], dict), name  # read from the nodes
+        assert f["gc_pause_s"] >= 0, name
         assert set(f["cpu_ms_per_fire_by_kind"]) >= {"scheduler", "postgresql", "redis",
                                                      "receiver", "total"}, name
         assert set(f["lateness_by_priority"]) <= {"0", "10"}, name
     assert "recovery_s" in ov and ov["recovered_limit_ms"] is not None
-    assert "p99 high" in s["table"]
+    assert "p99 high" in s["table"] and "GC s" in s["table"]
 
 
 @pytest.mark.postgres
