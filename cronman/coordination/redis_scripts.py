@@ -39,13 +39,12 @@ class ShardScripts:
         """Script ``name`` on ``shard``'s asyncio connection for the running
         loop: its lean one (``resp``) where the shard has one, else redis-py's."""
         resp = shard.aresp()
-        client = resp if resp is not None else shard.aclient()
+        client: RespConnection | aredis.Redis = resp if resp is not None else shard.aclient()
         cached = self._async.get((shard.index, name))
         if cached is None or cached[0] is not client:
             source = self._sources[name]
-            script: AsyncScript | RespScript = (
-                RespScript(resp, source) if resp is not None
-                else shard.aclient().register_script(source))
+            script = (RespScript(client, source) if isinstance(client, RespConnection)
+                      else client.register_script(source))
             cached = (client, script)
             self._async[(shard.index, name)] = cached
         return cached[1]

@@ -135,9 +135,9 @@ class NodeMetrics:
                                       "figures and result (cut) or not at all (dropped)",
                                       ("outcome",), registry=r)
         self.gc_pauses = Histogram("cronman_gc_pause_seconds",
-                                   "Collections of the cyclic garbage collector, by "
-                                   "generation: every thread (the event loop too) waits "
-                                   "while one runs", ("generation",),
+                                   "Collections of the cyclic garbage collector in this "
+                                   "process, by generation: every thread (the event loop "
+                                   "too) waits while one runs", ("generation",),
                                    buckets=GC_PAUSE_BUCKETS, registry=r)
         # Fires, failures and lateness per namespace, bounded (observability.namespace_series).
         self.namespaces = NamespaceSeries.from_env(r)

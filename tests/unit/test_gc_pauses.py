@@ -9,12 +9,12 @@ from prometheus_client import CollectorRegistry, Histogram
 from cronman.observability.gc_pauses import GC_PAUSE_BUCKETS, GcPauseWatch
 
 
-def counts(registry: CollectorRegistry) -> dict[str, float]:
+def samples(registry: CollectorRegistry, suffix: str) -> dict[str, float]:
     return {s.labels["generation"]: s.value
-            for m in registry.collect() for s in m.samples if s.name.endswith("_count")}
+            for m in registry.collect() for s in m.samples if s.name.endswith(suffix)}
 
 
-def test_collections_are_observed_by_generation_while_watched() -> None:
+def test_collections_are_timed_while_watched_and_observed_on_flush() -> None:
     registry = CollectorRegistry()
     watch = GcPauseWatch(Histogram("pauses", "test", ("generation",),
                                    buckets=GC_PAUSE_BUCKETS, registry=registry))
@@ -24,12 +24,15 @@ def test_collections_are_observed_by_generation_while_watched() -> None:
         gc.collect(0)
         gc.collect(2)
         gc.collect(2)
+        # Not observed from the collector's callback: only on flush.
+        assert samples(registry, "_count") == {"0": 0, "1": 0, "2": 0}
     finally:
         watch.stop()
     gc.collect(2)  # not watched any more
-    seen = counts(registry)
-    assert seen["0"] >= 1
-    assert seen["2"] == 2
-    sums = {s.labels["generation"]: s.value
-            for m in registry.collect() for s in m.samples if s.name.endswith("_sum")}
-    assert sums["2"] > 0
+    watch.flush()
+    counts = samples(registry, "_count")
+    assert counts["0"] >= 1
+    assert counts["2"] == 2
+    assert samples(registry, "_sum")["2"] > 0
+    watch.flush()  # nothing new
+    assert samples(registry, "_count") == counts
