@@ -442,7 +442,7 @@ def machine_info() -> dict[str, Any]:
     except OSError:
         pass
     for name, argv in (("nginx", ["nginx", "-v"]), ("redis", ["redis-server", "--version"]),
-                       ("git_commit", ["git", "rev-parse", "--short", "HEAD"])):
+                       ("git_commit", ["git", "describe", "--always", "--dirty"])):
         try:
             out = subprocess.run(argv, capture_output=True, text=True, timeout=5,
                                  cwd=Path(__file__).resolve().parents[1])
