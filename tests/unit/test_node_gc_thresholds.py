@@ -13,19 +13,14 @@ import gc
 import sys
 from collections import deque
 from collections.abc import Coroutine, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from cronman import eventloop
-from cronman.callbacks import TargetRegistry
-from cronman.config import Settings
 from cronman.coordination.memory import InProcessCoordinator
-from cronman.scheduler.node import GC_THRESHOLDS, SchedulerNode
-from cronman.store import open_store
-from cronman.store.migrate import upgrade
+from cronman.scheduler.node import GC_THRESHOLDS
+from tests.unit.test_node_faults import db, make_node, store  # noqa: F401  (fixtures)
 
 BACKLOG = 30_000  # held runs, each a few container objects
 BATCHES = 1_000
@@ -101,14 +96,9 @@ def test_reference_cycles_are_still_collected(collections: list[tuple[int, int]]
     assert gc.collect() <= GC_THRESHOLDS[0]
 
 
-def test_the_node_process_runs_with_these_thresholds(monkeypatch: pytest.MonkeyPatch,
-                                                     tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'cronman.db'}"
-    upgrade(url)
-    store = open_store(url)
-    node = SchedulerNode(Settings(database_url=url, node_id="n1"), store,
-                         InProcessCoordinator(ttl=2.0), TargetRegistry([]),
-                         registry=CollectorRegistry(), run_maintenance=False)
+def test_the_node_process_runs_with_these_thresholds(
+        monkeypatch: pytest.MonkeyPatch, db: str, store: Any) -> None:  # noqa: F811
+    node = make_node(db, store, InProcessCoordinator(ttl=2.0))
     seen: list[tuple[int, int, int]] = []
 
     def run(main: Coroutine[Any, Any, None], _choice: str) -> None:
@@ -122,5 +112,4 @@ def test_the_node_process_runs_with_these_thresholds(monkeypatch: pytest.MonkeyP
     finally:
         gc.set_threshold(*thresholds)
         sys.setswitchinterval(switch)
-        store.close()
     assert seen == [GC_THRESHOLDS]
