@@ -36,6 +36,7 @@ class ActiveRun:
     handle: asyncio.TimerHandle | None = None
     pending_claim: bool = False  # its row waits in the writer (database was down)
     mark_start: bool = False  # its row is ours but not started: mark it started first
+    marking: int = 0  # where its start mark stands (``start_marks.NOT_ASKED``...)
     check_job: bool = True  # re-check the job (deleted/paused/changed) before dispatch
     remote_in_flight: list[Run] = field(default_factory=list)
     done: bool = False

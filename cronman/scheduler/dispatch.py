@@ -163,6 +163,8 @@ class Dispatcher:
         delay = (at_ms + SCHEDULE_MARGIN_MS - self.clock.now_ms()) / 1000.0
         if delay > 0:
             ar.handle = loop.call_at(loop.time() + delay, self._due, ar)
+            if ar.mark_start and self.start_marks is not None:
+                self.start_marks.expect(ar)
             return
         ar.handle = None
         self._seq += 1

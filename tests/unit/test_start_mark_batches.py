@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -22,8 +22,15 @@ from cronman.scheduler.claims import Fire
 from cronman.scheduler.clock import ReferenceClock
 from cronman.scheduler.dispatch import Dispatcher
 from cronman.scheduler.metrics import NodeMetrics
-from cronman.scheduler.start_marks import START_GO, StartMarker
+from cronman.scheduler.start_marks import (
+    MARK_AHEAD_MS,
+    START_GO,
+    START_TAKEN,
+    START_UNREACHABLE,
+    StartMarker,
+)
 from cronman.scheduler.writer import ResultWriter
+from cronman.timeutil import to_ms
 from tests.support.store_data import job_spec
 from tests.unit.test_dispatch_order import NoneHeld, store  # noqa: F401  (fixture)
 
@@ -121,3 +128,95 @@ def test_a_raised_priority_does_not_wait_for_a_call_out_for_the_others(store) ->
     assert sorted(p for call in marker.calls for p in call) == [0] * 50 + [10]
     sent = [dl.priority for dl in target.deliveries]
     assert sent[0] == 10, sent  # sent before the call out for the others came back
+
+
+class AheadMarker:
+    """A quick marker that records, per call, each run's due time against the
+    reference time of the call, and answers as ``answer`` says."""
+
+    def __init__(self, clock: ReferenceClock,
+                 answer: Callable[[ActiveRun, int], int] = lambda ar, ahead_ms: START_GO) -> None:
+        self.clock = clock
+        self.answer = answer
+        self.calls: list[list[tuple[str, int]]] = []  # (run id, ms before its due time)
+
+    async def __call__(self, runs: list[ActiveRun]) -> list[int]:
+        now = self.clock.now_ms()
+        self.calls.append([(ar.run_id, ar.due_ms - now) for ar in runs])
+        await asyncio.sleep(0)
+        return [self.answer(ar, ar.due_ms - now) for ar in runs]
+
+    def marked(self, run_id: str) -> list[int]:
+        return [ahead for call in self.calls for rid, ahead in call if rid == run_id]
+
+
+def test_a_call_for_runs_falling_due_also_marks_those_due_soon_after(store) -> None:  # noqa: F811
+    (job,) = store.jobs.create_jobs([job_spec("steady")])
+    target = RecordingTarget("http")
+    clock = ReferenceClock()
+    marker = AheadMarker(clock)
+    runs = 200
+
+    async def main() -> None:
+        async with marking_dispatcher(store, target, marker, runs) as d:
+            first = d.clock.now_ms() + 30
+            for i in range(runs):
+                due = first + i * SPACING_MS
+                d.add(ActiveRun.of_fire(Fire(job=job, fire_ms=due, due_ms=due),
+                                        mark_start=True))
+            await target.wait_for(runs, timeout=30)
+            await d.wait_side_tasks(5)
+
+    asyncio.run(main())
+    marked = [rid for call in marker.calls for rid, _ in call]
+    assert sorted(marked) == sorted(r.delivery.run_id for r in target.records)
+    assert len(set(marked)) == runs  # each run marked once
+    # A run every millisecond, marked up to MARK_AHEAD_MS ahead: a call per
+    # ~20 runs, not one per run.
+    assert len(marker.calls) <= runs // 5, [len(c) for c in marker.calls]
+    # Never marked further ahead than the bound (plus the loop's lag in reading the clock).
+    assert max(ahead for call in marker.calls for _, ahead in call) <= MARK_AHEAD_MS + 5
+    # Marked ahead, sent at the due time, not before.
+    for rec in target.records:
+        due_ms = to_ms(rec.delivery.scheduled_for)
+        assert rec.wall * 1000 >= due_ms - 1, (rec.delivery.run_id, rec.wall * 1000 - due_ms)
+
+
+def test_a_run_marked_ahead_follows_the_answer(store) -> None:  # noqa: F811
+    """Taken over: never sent. Too early or unconfirmed: marked again at its
+    own due time, then sent."""
+    taken, early, unsure, plain = store.jobs.create_jobs(
+        [job_spec("taken"), job_spec("early"), job_spec("unsure"), job_spec("plain")])
+    target = RecordingTarget("http")
+    clock = ReferenceClock()
+
+    def answer(ar: ActiveRun, ahead_ms: int) -> int:
+        if ahead_ms <= 0:  # asked at its due time
+            return START_GO
+        return {taken.id: START_TAKEN, early.id: -ahead_ms,
+                unsure.id: START_UNREACHABLE}.get(ar.job.id, START_GO)
+
+    marker = AheadMarker(clock, answer)
+
+    async def main() -> None:
+        async with marking_dispatcher(store, target, marker, 10) as d:
+            now = d.clock.now_ms()
+            d.add(ActiveRun.of_fire(Fire(job=plain, fire_ms=now + 30, due_ms=now + 30),
+                                    mark_start=True))
+            for job in (taken, early, unsure):
+                d.add(ActiveRun.of_fire(Fire(job=job, fire_ms=now + 40, due_ms=now + 40),
+                                        mark_start=True))
+            await target.wait_for(3, timeout=10)
+            await asyncio.sleep(0.1)
+            await d.wait_side_tasks(5)
+
+    asyncio.run(main())
+    sent = {d.job_id for d in target.deliveries}
+    assert sent == {plain.id, early.id, unsure.id}
+    assert len(target.deliveries) == 3
+    first_call = {rid for rid, _ in marker.calls[0]}
+    assert len(first_call) == 4  # the three were marked ahead with the first
+    for job in (early, unsure):
+        run_id = next(d.run_id for d in target.deliveries if d.job_id == job.id)
+        ahead = marker.marked(run_id)
+        assert len(ahead) == 2 and ahead[0] > 0 and ahead[1] <= 0, ahead
