@@ -8,7 +8,10 @@ within ``MARK_AHEAD_MS`` after them: at a steady rate one marker call then
 serves several fires instead of one (a coordinator round trip per fire was
 the largest part of a node's CPU per fire). The price: a node killed right
 after such a call leaves those few fires marked and unsent, and the lease
-sweeper sends them when their lease runs out. The start marker (``takeover.StartMarks``) answers once per
+sweeper sends them when their lease runs out. Runs of ``at_most_once`` jobs
+are not marked ahead (the sweeper records such a run ``lost`` instead of
+sending it), nor are runs whose claim still waits in the writer (which node
+holds them is not settled). The start marker (``takeover.StartMarks``) answers once per
 run; ``StartMarkBatcher`` gathers the runs, calls it, and carries out the
 answers, handing the runs back to the dispatcher through the callbacks it was
 given.
@@ -17,8 +20,8 @@ given.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -28,7 +31,7 @@ from cronman.scheduler.clock import ReferenceClock
 from cronman.scheduler.metrics import NodeMetrics
 from cronman.scheduler.ratelog import RateLimitedLog
 from cronman.scheduler.writer import ResultWriter
-from cronman.vocabulary import DEFAULT_PRIORITY
+from cronman.vocabulary import DEFAULT_PRIORITY, DeliveryMode
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +68,8 @@ class _Lane:
     def __init__(self) -> None:
         self.batch: list[ActiveRun] = []
         self.marking = False
-        # Runs waiting for their due time, to mark ahead; in the order they
-        # were claimed, which is about their due order (a run out of order is
-        # only marked at its own due time).
-        self.upcoming: deque[ActiveRun] = deque()
+        # Runs waiting for their due time, to mark ahead: (due ms, seq, run).
+        self.upcoming: list[tuple[int, int, ActiveRun]] = []
 
 
 class StartMarkBatcher:
@@ -107,6 +108,7 @@ class StartMarkBatcher:
         self._let_go = let_go
         self._raised = _Lane()  # runs above the default priority
         self._rest = _Lane()
+        self._seq = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ratelog = RateLimitedLog(log)
 
@@ -116,8 +118,10 @@ class StartMarkBatcher:
     def expect(self, ar: ActiveRun) -> None:
         """``ar`` falls due later (its timer is set): mark it ahead with a call
         made shortly before."""
-        if ar.mark_start:
-            self._lane(ar).upcoming.append(ar)
+        if (ar.mark_start and not ar.pending_claim
+                and ar.job.delivery != DeliveryMode.AT_MOST_ONCE):
+            self._seq += 1
+            heapq.heappush(self._lane(ar).upcoming, (ar.due_ms, self._seq, ar))
 
     def add(self, ar: ActiveRun) -> None:
         """Mark ``ar`` started with the others of this loop turn, if it is to
@@ -160,44 +164,67 @@ class StartMarkBatcher:
         """Add the runs due within ``MARK_AHEAD_MS`` to the call going out."""
         upcoming = lane.upcoming
         horizon = self._clock.now_ms() + MARK_AHEAD_MS
-        while upcoming and upcoming[0].due_ms <= horizon:
-            ar = upcoming.popleft()
+        while upcoming and upcoming[0][0] <= horizon:
+            ar = heapq.heappop(upcoming)[2]
             # Its timer still set: not due yet, not let go, not retried.
-            if ar.mark_start and ar.marking == NOT_ASKED and ar.handle is not None:
+            if (ar.mark_start and ar.marking == NOT_ASKED and ar.handle is not None
+                    and not ar.pending_claim):
                 ar.marking = ASKED_AHEAD
                 lane.batch.append(ar)
 
     async def _mark_batch(self, batch: list[ActiveRun]) -> None:
+        asked_ms = self._clock.now_ms()
         try:
             answers = await self._marker(batch)
         except asyncio.CancelledError:
+            self._hand_back_unanswered(batch)
             raise
         except Exception:  # a marker must not raise; if it does, the claims still stand
             log.exception("marking %d fires started failed; sending them", len(batch))
             answers = [START_GO] * len(batch)
-        for i, (ar, answer) in enumerate(zip(batch, answers, strict=True)):
-            if i and not i % ANSWERS_PER_TURN:
-                await asyncio.sleep(0)
-            ahead = ar.marking == ASKED_AHEAD
-            ar.marking = NOT_ASKED
-            if ar.done:
-                continue
-            if ahead and answer != START_TAKEN:
-                # Not due yet: its timer goes on with it, marked or (too
-                # early, unconfirmed) to be marked then.
-                if answer == START_GO:
-                    ar.mark_start = False
-                continue
-            if answer < 0:  # too early by the reference clock: wait, then mark again
-                self._early(ar, -answer)
-                continue
-            ar.mark_start = False
+        done = 0
+        try:
+            for i, (ar, answer) in enumerate(zip(batch, answers, strict=True)):
+                if i and not i % ANSWERS_PER_TURN:
+                    await asyncio.sleep(0)
+                done = i + 1
+                self._carry_out(ar, answer, asked_ms)
+        finally:
+            self._hand_back_unanswered(batch[done:])
+
+    def _carry_out(self, ar: ActiveRun, answer: int, asked_ms: int) -> None:
+        ahead = ar.marking == ASKED_AHEAD
+        ar.marking = NOT_ASKED
+        if ar.done:
+            return
+        if ahead and answer != START_TAKEN:
+            # Not due yet: its timer goes on with it, marked or (too early,
+            # unconfirmed) to be marked then.
             if answer == START_GO:
-                self._proceed(ar)
-            elif answer == START_TAKEN:
-                self._taken(ar)
-            else:
-                self._unreachable(ar)
+                ar.mark_start = False
+            return
+        if answer < 0:  # too early by the reference clock: wait, then mark again
+            self._early(ar, -answer - (self._clock.now_ms() - asked_ms))
+            return
+        ar.mark_start = False
+        if answer == START_GO:
+            self._proceed(ar)
+        elif answer == START_TAKEN:
+            self._taken(ar)
+        else:
+            self._unreachable(ar)
+
+    def _hand_back_unanswered(self, runs: list[ActiveRun]) -> None:
+        """Runs whose answer was not carried out (a bug, or the node
+        stopping): one marked ahead waits for its timer as if never asked; one
+        due goes back to the dispatcher, which asks again (or, if it fails
+        again, records the run failed)."""
+        loop = self._loop or asyncio.get_running_loop()
+        for ar in runs:
+            due = ar.marking == ASKED_DUE
+            ar.marking = NOT_ASKED
+            if due and not ar.done:
+                ar.handle = loop.call_later(0, self._due, ar)
 
     def _early(self, ar: ActiveRun, due_in_ms: int) -> None:
         self._metrics.early_starts.inc()
@@ -205,7 +232,7 @@ class StartMarkBatcher:
                               "cluster's clock: this node's clock runs fast; waiting",
                               ar.run_id, ar.job.id, due_in_ms)
         loop = self._loop or asyncio.get_running_loop()
-        ar.handle = loop.call_later(due_in_ms / 1000.0, self._due, ar)
+        ar.handle = loop.call_later(max(0, due_in_ms) / 1000.0, self._due, ar)
 
     def _taken(self, ar: ActiveRun) -> None:
         self._metrics.taken_over.inc()
