@@ -38,9 +38,8 @@ from cronman.store.codec import RUN_FIELDS, run_from_row
 from cronman.store.dialect import POSTGRESQL, recent_runs_start
 from cronman.store.engine import Tx
 from cronman.store.pgsql import (
+    execute_prepared,
     execute_rendered,
-    fetch_rendered,
-    render_literal,
     render_values,
 )
 from cronman.store.tables import (
@@ -65,20 +64,29 @@ BATCH = 1000
 # arbitrates; two nodes inserting the same new row at the same moment then
 # get a unique violation on the primary key (an error that loses the whole
 # batch) instead of one of them skipping the row.
-_PG_INSERT_SQL = (f"INSERT INTO scheduled_jobs ({', '.join(RUN_FIELDS)}) VALUES {{values}} "
-                  "ON CONFLICT DO NOTHING RETURNING id")
 _JSON_RUN_FIELDS = frozenset({"result", "gate"})
-_PG_INSERT_TEMPLATE = "(" + ", ".join("%s::jsonb" if c in _JSON_RUN_FIELDS else "%s"
-                                      for c in RUN_FIELDS) + ")"
+# The type of each run column, as the arrays the prepared statements take.
+_PG_RUN_TYPES = {
+    "id": "text", "job_id": "text", "scheduled_for": "timestamptz", "status": "text",
+    "attempt": "int", "node_id": "text", "origin": "text", "claimed_at": "timestamptz",
+    "started_at": "timestamptz", "finished_at": "timestamptz", "lateness_ms": "bigint",
+    "duration_ms": "bigint", "result": "jsonb", "error": "text",
+    "lease_expires_at": "timestamptz", "next_attempt_at": "timestamptz",
+    "skipped_before": "bigint", "gate": "jsonb",
+}
+assert set(_PG_RUN_TYPES) == set(RUN_FIELDS)
+# The rows come sorted (job, time); unnest keeps the arrays' order.
+_PG_INSERT_SQL = (f"INSERT INTO scheduled_jobs ({', '.join(RUN_FIELDS)}) "
+                  f"SELECT * FROM unnest({', '.join(f'${i}' for i in range(1, len(RUN_FIELDS) + 1))}) "
+                  "ON CONFLICT DO NOTHING RETURNING id")
+_PG_INSERT_TYPES = tuple(f"{_PG_RUN_TYPES[c]}[]" for c in RUN_FIELDS)
 
 # The columns a RunUpdate writes; the update keeps a column whose value is
 # None, except result and error, which it clears.
 UPDATE_COLUMNS = ("id", "scheduled_for", "status", "attempt", "started_at", "finished_at",
                   "lateness_ms", "duration_ms", "result", "error", "lease_expires_at",
                   "next_attempt_at", "gate")
-_PG_UPDATE_TEMPLATE = ("(%s, %s::timestamptz, %s, %s::int, %s::timestamptz, %s::timestamptz, "
-                       "%s::bigint, %s::bigint, %s::jsonb, %s::text, %s::timestamptz, "
-                       "%s::timestamptz, %s::jsonb)")
+_PG_UPDATE_TYPES = tuple(f"{_PG_RUN_TYPES[c]}[]" for c in UPDATE_COLUMNS)
 _PG_UPDATE_SQL = """
 UPDATE scheduled_jobs AS t SET
   status = v.status,
@@ -92,9 +100,9 @@ UPDATE scheduled_jobs AS t SET
   lease_expires_at = COALESCE(v.lease_expires_at, t.lease_expires_at),
   next_attempt_at = COALESCE(v.next_attempt_at, t.next_attempt_at),
   gate = COALESCE(v.gate, t.gate)
-FROM (VALUES {values}) AS v({columns})
+FROM unnest({arrays}) AS v({columns})
 WHERE t.id = v.id AND t.scheduled_for = v.scheduled_for
-  AND t.scheduled_for = ANY({times}){fence}
+  AND t.scheduled_for = ANY($2){fence}
 """
 # The same, for a chunk holding successes: the runs it made succeeded whose
 # job is an upstream of another come back (a few rows), for the triggers.
@@ -227,10 +235,10 @@ def insert_runs(tx: Tx, rows: list[dict[str, Any]]) -> set[str]:
     inserted: set[str] = set()
     for chunk in chunks(rows):
         if tx.dialect == POSTGRESQL:
-            values = render_values(tx.conn, _PG_INSERT_TEMPLATE, [
-                tuple(json.dumps(r[c]) if c in _JSON_RUN_FIELDS and r[c] is not None
-                      else r[c] for c in RUN_FIELDS) for r in chunk])
-            found = fetch_rendered(tx.conn, _PG_INSERT_SQL.format(values=values))
+            columns = [[json.dumps(r[c]) if r[c] is not None else None for r in chunk]
+                       if c in _JSON_RUN_FIELDS else [r[c] for r in chunk] for c in RUN_FIELDS]
+            found = execute_prepared(tx.conn, "cronman_insert_runs", _PG_INSERT_SQL,
+                                     _PG_INSERT_TYPES, columns)
             inserted.update(row[0] for row in found)
         else:
             inserted.update(tx.conn.execute(_SQLITE_INSERT, list(chunk)).scalars())
@@ -265,34 +273,49 @@ def update_runs(tx: Tx, updates: list[RunUpdate], node_id: str | None,
     return _sqlite_upstream_successes(tx, updates) if want_successes else []
 
 
+def _pg_update_statement(successes: bool, fenced: bool) -> tuple[str, str, tuple[str, ...]]:
+    """(name, text, parameter types) of the prepared update: returning the
+    upstream successes or not, fenced on a node or not."""
+    arrays = ", ".join(f"${i}" for i in range(1, len(UPDATE_COLUMNS) + 1))
+    fence = f"\n  AND t.node_id = ${len(UPDATE_COLUMNS) + 1}" if fenced else ""
+    sql = (_PG_UPDATE_SUCCEEDED_SQL if successes else _PG_UPDATE_SQL).format(
+        arrays=arrays, columns=", ".join(UPDATE_COLUMNS), fence=fence)
+    name = "cronman_update_runs" + ("_successes" if successes else "") + ("_fenced" if fenced else "")
+    return name, sql, _PG_UPDATE_TYPES + (("text",) if fenced else ())
+
+
+_PG_UPDATE_STATEMENTS = {(successes, fenced): _pg_update_statement(successes, fenced)
+                         for successes in (False, True) for fenced in (False, True)}
+
+
 def _pg_update_runs(tx: Tx, updates: list[RunUpdate], node_id: str | None,
                     want_successes: bool) -> list[SucceededRun]:
-    fence = "" if node_id is None else f"\n  AND t.node_id = {render_literal(tx.conn, node_id)}"
     updates.sort(key=lambda u: (u.scheduled_for, u.id))
     found: list[SucceededRun] = []
     with key_lookups(tx):
         for chunk in chunks(updates):
-            found += _pg_update_chunk(tx, chunk, fence, want_successes)
+            found += _pg_update_chunk(tx, chunk, node_id, want_successes)
     return found
 
 
-def _pg_update_chunk(tx: Tx, chunk: Sequence[RunUpdate], fence: str,
+def _pg_update_chunk(tx: Tx, chunk: Sequence[RunUpdate], node_id: str | None,
                      want_successes: bool) -> list[SucceededRun]:
-    rows = [(u.id, u.scheduled_for, u.status, u.attempt, u.started_at, u.finished_at,
-             u.lateness_ms, u.duration_ms,
-             None if u.result is None else json.dumps(u.result), u.error,
-             u.lease_expires_at, u.next_attempt_at,
-             None if u.gate is None else json.dumps(u.gate)) for u in chunk]
+    args: list[Any] = [
+        [u.id for u in chunk], [u.scheduled_for for u in chunk], [u.status for u in chunk],
+        [u.attempt for u in chunk], [u.started_at for u in chunk],
+        [u.finished_at for u in chunk], [u.lateness_ms for u in chunk],
+        [u.duration_ms for u in chunk],
+        [None if u.result is None else json.dumps(u.result) for u in chunk],
+        [u.error for u in chunk], [u.lease_expires_at for u in chunk],
+        [u.next_attempt_at for u in chunk],
+        [None if u.gate is None else json.dumps(u.gate) for u in chunk]]
+    if node_id is not None:
+        args.append(node_id)
     successes = want_successes and any(u.status == "succeeded" for u in chunk)
-    sql = (_PG_UPDATE_SUCCEEDED_SQL if successes else _PG_UPDATE_SQL).format(
-        values=render_values(tx.conn, _PG_UPDATE_TEMPLATE, rows),
-        columns=", ".join(UPDATE_COLUMNS),
-        times=render_literal(tx.conn, sorted({u.scheduled_for for u in chunk})),
-        fence=fence,
-    )
+    name, sql, types = _PG_UPDATE_STATEMENTS[(successes, node_id is not None)]
+    result = execute_prepared(tx.conn, name, sql, types, args)
     if successes:
-        return [SucceededRun(*row) for row in fetch_rendered(tx.conn, sql)]
-    execute_rendered(tx.conn, sql)
+        return [SucceededRun._make(row) for row in result]
     return []
 
 

@@ -62,21 +62,34 @@ def test_keyed_updates_probe_the_primary_key(pg_database_url, monkeypatch) -> No
                 explain(tx.conn, str(compiled), dict(compiled.params))
 
         db.write(renew_plan)
-        # The result writer's statement, rendered as it sends it.
-        monkeypatch.setattr(run_bulk, "fetch_rendered", explain)
-        monkeypatch.setattr(run_bulk, "execute_rendered",
-                            lambda conn, sql: len(explain(conn, sql)))
+        # The result writer's statement, prepared as it sends it: its plan
+        # for these arguments, and the generic plan the server may keep.
+        real_execute_prepared = run_bulk.execute_prepared
+
+        def explain_prepared(conn, name, statement, types, args):
+            result = real_execute_prepared(conn, name, statement, types, args)
+            casts = ", ".join(f"%s::{t}" for t in types)
+            for mode in ("force_custom_plan", "force_generic_plan"):
+                conn.exec_driver_sql(f"SET LOCAL plan_cache_mode = {mode}")
+                plans.append("\n".join(r[0] for r in conn.exec_driver_sql(
+                    f"EXPLAIN EXECUTE {name} ({casts})", tuple(args)).all()))
+            conn.exec_driver_sql("SET LOCAL plan_cache_mode TO DEFAULT")
+            return result
+
+        monkeypatch.setattr(run_bulk, "execute_prepared", explain_prepared)
         store.runs.write_run_updates(
             [RunUpdate(id=k[0], scheduled_for=k[1], status="succeeded", attempt=1)
              for k in keys], node_id="n1")
-        assert len(plans) == 2
-        renew, write = plans
+        assert len(plans) == 3
+        renew, *writes = plans
         for plan in plans:
             assert "Seq Scan" not in plan and "Bitmap" not in plan, plan
             assert "lease_expires_at_idx" not in plan, plan  # the in-flight index
         # The result writer's batch: each key probed through the primary key.
-        assert write.index("Values Scan") < write.index(f"Index Scan using {partition}_pkey")
-        assert "Index Cond: (((id)::text = " in write, write
+        for write in writes:
+            assert write.index("Function Scan on v") < write.index(
+                f"Index Scan using {partition}_pkey"), write
+            assert "Index Cond: (((id)::text = " in write, write
         # The lease renewal: the ids probed through the primary key.
         assert f"Index Scan using {partition}_pkey" in renew, renew
         assert "Index Cond: ((id)::text = ANY " in renew, renew
