@@ -376,3 +376,44 @@ def test_figures_beyond_32_bits_and_text_a_database_refuses_are_stored(store, jo
                                     result={"k\x00": "v"})])
     run = store.runs.get_run(run_id_for(job.id, t1))
     assert run.error == "x\ufffdy" and run.result == {"k\ufffd": "v"}
+
+
+def test_prepared_claims_and_results_survive_a_new_connection(pg_database_url):
+    """Claims and results go as statements prepared on each connection: a
+    connection the server dropped is replaced, and the new one prepares them
+    again (PostgreSQL)."""
+    from sqlalchemy import create_engine, text
+
+    from tests.conftest import _truncate_pg
+
+    _truncate_pg(pg_database_url)
+    s = open_store(pg_database_url)
+    try:
+        (job,) = s.jobs.create_jobs([job_spec("prepared")])
+        t0 = base_time()
+        first = [make_run(job.id, t0 + timedelta(seconds=i)) for i in range(3)]
+        assert s.runs.claim_runs(first) == {r.id for r in first}
+        other = create_engine(pg_database_url)  # every connection of the store goes
+        try:
+            with other.connect() as conn:
+                dropped = conn.execute(text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()")).scalar()
+        finally:
+            other.dispose()
+        assert dropped
+        again = [make_run(job.id, t0 + timedelta(seconds=10 + i)) for i in range(3)]
+        for _ in range(3):  # a write on a dead connection fails once, the pool replaces it
+            try:
+                inserted = s.runs.claim_runs(again)
+                break
+            except Exception:
+                continue
+        assert inserted == {r.id for r in again}
+        s.runs.write_run_updates(
+            [RunUpdate(id=r.id, scheduled_for=r.scheduled_for, status="succeeded", attempt=1,
+                       result={"http_status": 204}) for r in first + again], node_id="n1")
+        assert {s.runs.get_run(r.id).status for r in first + again} == {"succeeded"}
+        assert s.runs.get_run(again[0].id).result == {"http_status": 204}
+    finally:
+        s.close()
