@@ -39,8 +39,6 @@ from cronman.store.dialect import POSTGRESQL, recent_runs_start
 from cronman.store.engine import Tx
 from cronman.store.pgsql import (
     execute_prepared,
-    execute_rendered,
-    render_values,
 )
 from cronman.store.tables import (
     JsonType,
@@ -116,9 +114,10 @@ UPDATE jobs AS j SET
   last_fire_at = GREATEST(j.last_fire_at, v.t),
   skipped_pending = CASE WHEN j.last_fire_at IS NULL OR j.last_fire_at <= v.t
                          THEN v.skipped ELSE j.skipped_pending END
-FROM (VALUES {values}) AS v(id, t, skipped)
+FROM unnest($1, $2, $3) AS v(id, t, skipped)
 WHERE j.id = v.id
 """
+_PG_CURSOR_TYPES = ("text[]", "timestamptz[]", "bigint[]")
 _LAST_RUNS_SQL = """
 SELECT r.* FROM unnest(CAST(:ids AS text[])) AS j(id)
 CROSS JOIN LATERAL (
@@ -250,9 +249,10 @@ def advance_cursors(tx: Tx, items: Sequence[tuple[str, tuple[datetime, int]]]) -
     job id), never back: ``last_fire_at`` only grows."""
     if tx.dialect == POSTGRESQL:
         for chunk in chunks(items):
-            values = render_values(tx.conn, "(%s, %s::timestamptz, %s::bigint)",
-                                   [(jid, t, n) for jid, (t, n) in chunk])
-            execute_rendered(tx.conn, _PG_CURSOR_SQL.format(values=values))
+            execute_prepared(tx.conn, "cronman_advance_cursors", _PG_CURSOR_SQL,
+                             _PG_CURSOR_TYPES, [[jid for jid, _ in chunk],
+                                                [t for _, (t, _) in chunk],
+                                                [n for _, (_, n) in chunk]])
     else:
         tx.conn.execute(_SQLITE_CURSOR, [{"c_id": jid, "c_t": t, "c_skipped": n}
                                          for jid, (t, n) in items])
