@@ -51,25 +51,48 @@ LOCK_TTL_MS = 120_000
 Cursor = tuple[str, datetime, int]
 
 
-@dataclass(slots=True)
 class Fire:
-    """One fire time of one job, on its way from the heap to a target."""
+    """One fire time of one job, on its way from the heap to a target.
 
-    job: Job
-    fire_ms: int
-    due_ms: int
-    skipped_before: int = 0
-    run_id: str = ""
-    scheduled_for: datetime = field(default=None)  # type: ignore[assignment]
-    # The job's first owner when it is another node (None: the node holding
-    # this fire is the first owner): it claims the fire, this node watches.
-    primary: str | None = None
+    Its run id and ``scheduled_for`` are worked out on first use: a fire
+    this node only watches for its first owner never needs them, unless it
+    is taken over.
+    """
 
-    def __post_init__(self) -> None:
-        if self.scheduled_for is None:
-            self.scheduled_for = from_ms(self.fire_ms)
-        if not self.run_id:
-            self.run_id = run_id_for(self.job.id, self.scheduled_for)
+    __slots__ = ("job", "fire_ms", "due_ms", "skipped_before", "primary", "_run_id",
+                 "_scheduled_for")
+
+    def __init__(self, job: Job, fire_ms: int, due_ms: int, skipped_before: int = 0,
+                 run_id: str = "", scheduled_for: datetime | None = None,
+                 primary: str | None = None) -> None:
+        self.job = job
+        self.fire_ms = fire_ms
+        self.due_ms = due_ms
+        self.skipped_before = skipped_before
+        # The job's first owner when it is another node (None: the node
+        # holding this fire is the first owner): it claims the fire, this
+        # node watches.
+        self.primary = primary
+        self._run_id = run_id
+        self._scheduled_for = scheduled_for
+
+    @property
+    def scheduled_for(self) -> datetime:
+        t = self._scheduled_for
+        if t is None:
+            t = self._scheduled_for = from_ms(self.fire_ms)
+        return t
+
+    @property
+    def run_id(self) -> str:
+        rid = self._run_id
+        if not rid:
+            rid = self._run_id = run_id_for(self.job.id, self.scheduled_for)
+        return rid
+
+    def __repr__(self) -> str:
+        return (f"Fire(job={self.job.id!r}, fire_ms={self.fire_ms}, due_ms={self.due_ms}, "
+                f"skipped_before={self.skipped_before}, primary={self.primary!r})")
 
 
 @dataclass(slots=True)

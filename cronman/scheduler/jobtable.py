@@ -57,6 +57,11 @@ INTERN_MAX = 200_000
 # Decoded targets kept for reuse (jobs with one target share one object, and
 # its prepared request); bounded: jobs with unique targets decode theirs per fire.
 TARGET_CACHE_MAX = 4096
+# Jobs built for fires, kept for the next fire of the same job (while its
+# state is the held one): a job that fires often is built once, not per fire
+# on each of its owners; bounded, so a table of a million jobs firing rarely
+# costs no more than building each as it fires.
+JOB_CACHE_MAX = 16_384
 
 
 class JobTable:
@@ -79,24 +84,33 @@ class JobTable:
         self._interned: dict[Any, Any] = {}  # texts and Common records shared by jobs
         self._times: dict[tuple[Any, ...], Times] = {}  # parsed schedules shared by jobs
         self._targets: dict[str, dict[str, Any]] = {}  # decoded targets, bounded
+        self._built: dict[str, tuple[JobState, Job]] = {}  # jobs built for fires, bounded
 
     # -- queries ----------------------------------------------------------
 
     def job(self, st: JobState) -> Job:
-        """A held job as a :class:`Job` (a new object each time; cheap). It
-        carries the normalised schedule object, no labels, and the epoch as
-        ``created_at`` and ``updated_at``: the scheduler uses none of them
-        (the creation time matters only when the job is first loaded)."""
+        """A held job as a :class:`Job`. It carries the normalised schedule
+        object, no labels, no cursor (``last_fire_at``, ``skipped_pending``:
+        the table keeps those), and the epoch as ``created_at`` and
+        ``updated_at``: the scheduler uses none of them (the creation time
+        matters only when the job is first loaded). Built once per held
+        state while it is recently used (``JOB_CACHE_MAX``): a change to the
+        job makes a new state, and so a new :class:`Job`."""
+        built = self._built.get(st.id)
+        if built is not None and built[0] is st:
+            return built[1]
         c = st.common
-        return Job(id=st.id, namespace=c.namespace, name=st.name, version=st.version,
-                   schedule=st.times.schedule.to_dict(), target=self._target(st.target),
-                   retry=c.retry, misfire=c.misfire, delivery=c.delivery,
-                   concurrency=c.concurrency, priority=st.priority, start_at=c.start_at,
-                   end_at=c.end_at, jitter=c.jitter, paused=st.paused, labels=_NO_LABELS,
-                   dead_letter=c.dead_letter, created_at=_EPOCH, updated_at=_EPOCH,
-                   last_fire_at=None if st.cursor_ms is None else from_ms(st.cursor_ms),
-                   skipped_pending=st.skipped_pending, depends_on=c.depends_on,
-                   calendars=c.calendars)
+        job = Job(id=st.id, namespace=c.namespace, name=st.name, version=st.version,
+                  schedule=st.times.schedule.to_dict(), target=self._target(st.target),
+                  retry=c.retry, misfire=c.misfire, delivery=c.delivery,
+                  concurrency=c.concurrency, priority=st.priority, start_at=c.start_at,
+                  end_at=c.end_at, jitter=c.jitter, paused=st.paused, labels=_NO_LABELS,
+                  dead_letter=c.dead_letter, created_at=_EPOCH, updated_at=_EPOCH,
+                  depends_on=c.depends_on, calendars=c.calendars)
+        if len(self._built) >= JOB_CACHE_MAX:
+            self._built.clear()
+        self._built[st.id] = (st, job)
+        return job
 
     def held_version(self, job_id: str) -> tuple[int, bool] | None:
         """(version, paused) of a held job, or None."""
