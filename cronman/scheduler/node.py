@@ -353,7 +353,9 @@ class SchedulerNode:
         self.dispatcher.accepting = False
         self.claimer.wake()
         await self.membership.leave(1.0)
-        self.sync.stop_feed()
+        # Not joined here: the thread may be in a wait of half a second, and
+        # claimed fires still start on this loop (joined in ``main``'s cleanup).
+        self.sync.stop_feed(wait=False)
         for t in tasks:
             t.cancel()
         with contextlib.suppress(Exception):

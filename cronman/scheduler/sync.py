@@ -174,9 +174,11 @@ class JobSync:
                                              name="cronman-feed", daemon=True)
         self._feed_thread.start()
 
-    def stop_feed(self) -> None:
+    def stop_feed(self, *, wait: bool = True) -> None:
+        """Stop the feed thread; with ``wait``, join it (up to a second: not
+        from a loop that still has fires to start)."""
         self._feed_stop.set()
-        if self._feed_thread is not None:
+        if wait and self._feed_thread is not None:
             self._feed_thread.join(timeout=1.0)
 
     def _listen(self, loop: asyncio.AbstractEventLoop) -> None:
