@@ -18,7 +18,9 @@ import os
 import threading
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry
+
+from cronman.observability.tallies import Spread, Tally
 
 OTHER = "other"
 NAMESPACES_ENV = "CRONMAN_METRICS_NAMESPACES"
@@ -53,16 +55,17 @@ class NamespaceSeries:
         self._lock = threading.Lock()
         # label -> its bound children (the per-fire path skips label look-ups)
         self._children: dict[str, tuple[Any, Any, Any]] = {}
-        self.fires = Counter("cronman_namespace_fires", "Runs dispatched (first attempts), "
-                             "per namespace (bounded: see CRONMAN_METRICS_MAX_NAMESPACES)",
-                             ("namespace",), registry=registry)
-        self.failures = Counter("cronman_namespace_failures",
-                                "Runs that ended failed or lost, per namespace (bounded)",
-                                ("namespace",), registry=registry)
-        self.lateness = Histogram("cronman_namespace_fire_lateness_seconds",
-                                  "Start of a run's first attempt minus its due time, per "
-                                  "namespace (bounded)", ("namespace",),
-                                  buckets=LATENESS_BUCKETS, registry=registry)
+        # Bumped on the event loop (lock-free tallies); the label choice takes a lock.
+        self.fires = Tally("cronman_namespace_fires", "Runs dispatched (first attempts), "
+                           "per namespace (bounded: see CRONMAN_METRICS_MAX_NAMESPACES)",
+                           ("namespace",), registry=registry)
+        self.failures = Tally("cronman_namespace_failures",
+                              "Runs that ended failed or lost, per namespace (bounded)",
+                              ("namespace",), registry=registry)
+        self.lateness = Spread("cronman_namespace_fire_lateness_seconds",
+                               "Start of a run's first attempt minus its due time, per "
+                               "namespace (bounded)", ("namespace",),
+                               buckets=LATENESS_BUCKETS, registry=registry)
 
     @classmethod
     def from_env(cls, registry: CollectorRegistry | None) -> NamespaceSeries:

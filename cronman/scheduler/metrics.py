@@ -24,6 +24,7 @@ from prometheus_client import (
 
 from cronman.observability.gc_pauses import GC_PAUSE_BUCKETS
 from cronman.observability.namespace_series import NamespaceSeries
+from cronman.observability.tallies import Spread, Tally
 
 LATENESS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                     10.0, 30.0, 60.0)
@@ -35,15 +36,16 @@ class NodeMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = REGISTRY) -> None:
         r = registry
-        self.fires = Counter("cronman_fires", "Runs dispatched (first attempts), by origin",
-                             ("origin",), registry=r)
-        self.attempts = Counter("cronman_attempts", "Attempts delivered to targets, by outcome",
-                                ("outcome",), registry=r)
-        self.runs_finished = Counter("cronman_runs_finished", "Runs that reached a final status",
-                                     ("status",), registry=r)
-        self.lateness = Histogram("cronman_fire_lateness_seconds",
-                                  "Start of a run's first attempt minus its due time",
-                                  buckets=LATENESS_BUCKETS, registry=r)
+        # Bumped for every fire, on the event loop: lock-free tallies.
+        self.fires = Tally("cronman_fires", "Runs dispatched (first attempts), by origin",
+                           ("origin",), registry=r)
+        self.attempts = Tally("cronman_attempts", "Attempts delivered to targets, by outcome",
+                              ("outcome",), registry=r)
+        self.runs_finished = Tally("cronman_runs_finished", "Runs that reached a final status",
+                                   ("status",), registry=r)
+        self.lateness = Spread("cronman_fire_lateness_seconds",
+                               "Start of a run's first attempt minus its due time",
+                               buckets=LATENESS_BUCKETS, registry=r)
         self.lock_wins = Counter("cronman_lock_wins", "Fire locks won in the coordinator",
                                  registry=r)
         self.lock_losses = Counter("cronman_lock_losses",
