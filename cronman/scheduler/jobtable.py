@@ -469,26 +469,28 @@ class JobTable:
         fires, self._fires = self._fires, []
         cursors, self._cursors = self._cursors, []
         heap = self.heap
+        jobs = self.jobs
         while limit is None or len(fires) < limit:
-            popped = heap.pop_due(until_ms, self._live, 1, ahead_ms)
+            popped = heap.pop_due(until_ms, self._live,
+                                  None if limit is None else limit - len(fires), ahead_ms)
             if not popped:
                 break
-            due_ms, _, job_id, fire_ms, _ = popped[0]
-            st = self.jobs[job_id]
-            late = now_ms - due_ms
-            if late > MISFIRE_TOLERANCE_MS and late > st.grace_ms:
-                st.cursor_ms = fire_ms - 1
-                self._catch_up(st, fire_ms - 1, now_ms, now_ms)
-                self._push_next(st, max(st.cursor_ms, now_ms))
-                fires.extend(self._fires)
-                cursors.extend(self._cursors)
-                self._fires, self._cursors = [], []
-                continue
-            fires.append(Fire(job=self.job(st), fire_ms=fire_ms, due_ms=due_ms,
-                              skipped_before=st.skipped_pending, primary=self._primary(st)))
-            st.skipped_pending = 0
-            st.cursor_ms = fire_ms
-            self._push_next(st, fire_ms)
+            for due_ms, _, job_id, fire_ms, _ in popped:
+                st = jobs[job_id]
+                late = now_ms - due_ms
+                if late > MISFIRE_TOLERANCE_MS and late > st.grace_ms:
+                    st.cursor_ms = fire_ms - 1
+                    self._catch_up(st, fire_ms - 1, now_ms, now_ms)
+                    self._push_next(st, max(st.cursor_ms, now_ms))
+                    fires.extend(self._fires)
+                    cursors.extend(self._cursors)
+                    self._fires, self._cursors = [], []
+                    continue
+                fires.append(Fire(self.job(st), fire_ms, due_ms, st.skipped_pending,
+                                  primary=self._primary(st)))
+                st.skipped_pending = 0
+                st.cursor_ms = fire_ms
+                self._push_next(st, fire_ms)
         if len(self.heap) > 2 * len(self.jobs) + 1024:
             self.heap.compact(self._live)
         return fires, cursors
