@@ -85,12 +85,19 @@ class OutcomeMark:
                    next_attempt_ms=_ms(u.next_attempt_at))
 
     def encode(self) -> str:
-        fields = {"s": self.status, "a": self.attempt, "n": self.node_id,
-                  "t0": self.started_ms, "t1": self.finished_ms, "l": self.lateness_ms,
-                  "d": self.duration_ms, "r": self.result, "e": self.error,
-                  "nx": self.next_attempt_ms}
-        return orjson.dumps({k: v for k, v in fields.items() if v is not None and v != ""},
-                            default=str).decode()
+        return _encode(self.status, self.attempt, self.node_id, self.started_ms,
+                       self.finished_ms, self.lateness_ms, self.duration_ms, self.result,
+                       self.error, self.next_attempt_ms)
+
+    @staticmethod
+    def encode_update(u: RunUpdate, node_id: str) -> str:
+        """``of_update(u, node_id).encode()``, without the mark in between
+        (it runs for every attempt)."""
+        return _encode(u.status, u.attempt or 0, node_id, _ms(u.started_at),
+                       _ms(u.finished_at), u.lateness_ms, u.duration_ms,
+                       _small_result(u.result),
+                       None if u.error is None else u.error[:MAX_ERROR_CHARS],
+                       _ms(u.next_attempt_at))
 
     @classmethod
     def decode(cls, text: str) -> OutcomeMark | None:
@@ -146,8 +153,7 @@ class OutcomeMarker:
 
     def add(self, u: RunUpdate) -> None:
         """Queue the mark of ``u`` (an attempt's end: a final or ``retrying`` update)."""
-        mark = OutcomeMark.of_update(u, self.node_id)
-        self._pending[u.id] = (mark.attempt, mark.encode())
+        self._pending[u.id] = (u.attempt or 0, OutcomeMark.encode_update(u, self.node_id))
         if self._handle is None and self._in_flight is None:
             self._handle = self._running_loop().call_later(self.delay, self._send)
 
@@ -201,6 +207,19 @@ class OutcomeMarker:
             self._handle = None
         if self._in_flight is not None:
             self._in_flight.cancel()
+
+
+def _encode(status: str, attempt: int, node_id: str, started_ms: int | None,
+            finished_ms: int | None, lateness_ms: int | None, duration_ms: int | None,
+            result: dict[str, Any] | None, error: str | None,
+            next_attempt_ms: int | None) -> str:
+    fields: dict[str, Any] = {"s": status, "a": attempt}
+    for key, value in (("n", node_id), ("t0", started_ms), ("t1", finished_ms),
+                       ("l", lateness_ms), ("d", duration_ms), ("r", result), ("e", error),
+                       ("nx", next_attempt_ms)):
+        if value is not None and value != "":
+            fields[key] = value
+    return orjson.dumps(fields, default=str).decode()
 
 
 def _ms(t: datetime | None) -> int | None:

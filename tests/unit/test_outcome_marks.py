@@ -67,6 +67,16 @@ def test_long_errors_and_results_are_cut_to_a_snippet():
     assert len(mark.encode()) < 1000
 
 
+@pytest.mark.parametrize("u", [
+    finished(), finished(status="retrying", attempt=2, result=None, error="HTTP 503",
+                         next_attempt_at=T0 + timedelta(seconds=4), finished_at=None),
+    finished(status="failed", error="x" * 10_000, result={"logs_tail": "z" * 5000}),
+    RunUpdate(id="run-1", scheduled_for=T0, status="skipped", error=""),
+])
+def test_the_marker_encodes_an_update_as_its_mark_would(u):
+    assert OutcomeMark.encode_update(u, "n1") == OutcomeMark.of_update(u, "n1").encode()
+
+
 @pytest.mark.parametrize("text", ["", "{", "[]", '{"s": "succeeded"}', '{"a": 1}',
                                   '{"s": "succeeded", "a": "one"}', '"succeeded"'])
 def test_unreadable_marks_decode_to_none(text):
