@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import socket
 import ssl
 import time
@@ -66,6 +67,8 @@ PREPARED_CACHE_SIZE = 8192
 SCHEDULED_TEXT_CACHE_SIZE = 4096
 USER_AGENT = "cronman/0.1"
 DEFAULT_HEADERS = {"User-Agent": USER_AGENT, "Accept": "*/*"}
+# Job and run ids are UUIDs; anything else is refused before it reaches a header.
+_SAFE_VALUE = re.compile(r"[0-9A-Za-z._:-]{1,128}")
 
 
 class _Prepared:
@@ -160,18 +163,21 @@ class HttpTarget:
         if prepared.refusal is not None:
             return Outcome(False, error=prepared.refusal, retryable=False)
 
-        headers = [
-            ("Cronman-Job-Id", delivery.job_id),
-            ("Cronman-Run-Id", delivery.run_id),
-            ("Cronman-Scheduled-For", self._format_scheduled_for(delivery.scheduled_for)),
-            ("Cronman-Attempt", str(delivery.attempt)),
-        ]
+        job_id, run_id = delivery.job_id, delivery.run_id
+        if not (_SAFE_VALUE.fullmatch(job_id) and _SAFE_VALUE.fullmatch(run_id)):
+            return Outcome(False, error="invalid job or run id for a header", retryable=False)
+        # Encoded here at once: ids checked above, a time and a number.
+        lines = (f"Cronman-Job-Id: {job_id}\r\nCronman-Run-Id: {run_id}\r\n"
+                 f"Cronman-Scheduled-For: {self._format_scheduled_for(delivery.scheduled_for)}"
+                 f"\r\nCronman-Attempt: {int(delivery.attempt)}\r\n").encode()
+        headers: tuple[tuple[str, str], ...] = ()
         if self._signer is not None:
-            headers.append(("Cronman-Signature", self._signer(prepared.body, int(time.time()))))
+            headers = (("Cronman-Signature", self._signer(prepared.body, int(time.time()))),)
 
         client = self._client.get(self._open_client)
         try:
-            response = await client.request(prepared.request, headers, timeout=prepared.timeout)
+            response = await client.request(prepared.request, headers, timeout=prepared.timeout,
+                                            lines=lines)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -62,14 +62,17 @@ class HttpClient:
         headers: Iterable[tuple[str, str]] = (),
         *,
         timeout: float,
+        lines: bytes = b"",
     ) -> Response:
-        """Send ``request`` with ``headers`` added; the answer, or an ``HttpClientError``.
+        """Send ``request`` with ``headers`` added (and ``lines``, header lines
+        encoded by the caller: ``PreparedRequest.render``); the answer, or an
+        ``HttpClientError``.
 
         ``timeout`` covers everything: waiting for a pooled connection,
         connecting, sending and reading the answer. A pooled connection found
         closed before anything was written is replaced by a fresh one, once.
         """
-        data = request.render(headers)
+        data = request.render(headers, lines)
         loop = self.loop
         deadline = loop.time() + timeout
         pool = self.pool

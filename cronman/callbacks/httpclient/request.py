@@ -140,6 +140,9 @@ class PreparedRequest:
         self._fixed = b"".join(lines)
         self._tail = b"\r\n" + (body or b"")
 
-    def render(self, headers: Iterable[tuple[str, str]] = ()) -> bytes:
-        """The request's bytes with ``headers`` (per-call) added."""
-        return b"".join((self._fixed, *(header_line(n, v) for n, v in headers), self._tail))
+    def render(self, headers: Iterable[tuple[str, str]] = (), lines: bytes = b"") -> bytes:
+        """The request's bytes with ``headers`` (per-call) added, and ``lines``:
+        header lines the caller encoded itself from values that cannot break
+        the framing (``name: value\r\n`` each; not checked here)."""
+        return b"".join((self._fixed, lines, *(header_line(n, v) for n, v in headers),
+                         self._tail))
