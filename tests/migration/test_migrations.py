@@ -102,6 +102,18 @@ def test_postgres_partitions_and_sequence(fresh_pg_url):
     assert seq == 1
 
 
+def test_jobs_leave_room_for_their_cursor_updates(fresh_pg_url):
+    upgrade(fresh_pg_url)
+    engine = create_engine(fresh_pg_url)
+    try:
+        with engine.connect() as conn:
+            options = conn.execute(text("SELECT reloptions FROM pg_class "
+                                        "WHERE relname = 'jobs'")).scalar_one()
+    finally:
+        engine.dispose()
+    assert options == ["fillfactor=80"]
+
+
 def _upgrade_quietly(url: str, out) -> None:
     try:
         upgrade(url)
