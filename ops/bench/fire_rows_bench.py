@@ -7,7 +7,8 @@ through the fence), its job's cursor (an UPDATE of ``jobs``) and its result
 in batches of ``--batch`` like a node at ``--jobs`` fires/s, for
 ``--seconds`` of fire times each, and reads the CPU of the database's
 server backends from /proc before and after: microseconds of PostgreSQL CPU
-per row, and wall time per row on the client's side.
+per row, and the client's CPU (this process: building the statements'
+arguments, the driver) and wall time per row.
 
     .venv/bin/python ops/bench/fire_rows_bench.py --rounds 3
     .venv/bin/python ops/bench/fire_rows_bench.py --fillfactor 100   # jobs as before 0008
@@ -85,46 +86,53 @@ def main() -> None:
                         attempt=1, node_id="n1", claimed_at=now, lease_expires_at=now + lease)
                     for j in ids]
 
-        def claim(runs: list[Run]) -> None:
-            store.runs.claim_runs(runs)
-
-        def cursor(runs: list[Run]) -> None:
-            store.runs.claim_runs([], [(r.job_id, r.scheduled_for, 0) for r in runs])
-
-        def result(runs: list[Run]) -> None:
+        def updates_of(runs: list[Run]) -> list[RunUpdate]:
             now = utcnow()
-            store.runs.write_run_updates(
-                [RunUpdate(id=r.id, scheduled_for=r.scheduled_for, status="succeeded",
-                           attempt=1, started_at=r.claimed_at, finished_at=now,
-                           lateness_ms=1, duration_ms=2, result={"http_status": 204})
-                 for r in runs], "n1")
+            return [RunUpdate(id=r.id, scheduled_for=r.scheduled_for, status="succeeded",
+                              attempt=1, started_at=r.claimed_at, finished_at=now,
+                              lateness_ms=1, duration_ms=2, result={"http_status": 204})
+                    for r in runs]
 
-        drive: dict[str, Callable[[list[Run]], None]] = {
+        # What each kind hands the store per batch (made before the clock runs).
+        def claim(runs: list[Run]) -> Callable[[], object]:
+            return lambda: store.runs.claim_runs(runs)
+
+        def cursor(runs: list[Run]) -> Callable[[], object]:
+            cursors = [(r.job_id, r.scheduled_for, 0) for r in runs]
+            return lambda: store.runs.claim_runs([], cursors)
+
+        def result(runs: list[Run]) -> Callable[[], object]:
+            updates = updates_of(runs)
+            return lambda: store.runs.write_run_updates(updates, "n1")
+
+        drive: dict[str, Callable[[list[Run]], Callable[[], object]]] = {
             "claim": claim, "cursor": cursor, "result": result}
         # Warm up: connections made, statements prepared.
         first = runs_at(0)
-        claim(first)
-        cursor(first)
-        result(first)
-        figures: dict[str, list[tuple[float, float]]] = {k: [] for k in KINDS}
+        for kind in KINDS:
+            drive[kind](first)()
+        figures: dict[str, list[tuple[float, float, float]]] = {k: [] for k in KINDS}
         second = 1
         for _ in range(args.rounds):
             claimed_from = second
             for kind in KINDS:
                 if kind == "result":
                     second = claimed_from  # the rows the claim phase made
+                calls = [drive[kind](runs[i:i + args.batch])
+                         for s in range(second, second + args.seconds)
+                         for runs in [runs_at(s)]
+                         for i in range(0, len(runs), args.batch)]
+                rows = args.seconds * len(ids)
                 pids = backends.pids()
                 cpu0 = _cpu(pids)
+                client0 = time.process_time()
                 wall0 = time.perf_counter()
-                rows = 0
-                for s in range(second, second + args.seconds):
-                    runs = runs_at(s)
-                    for i in range(0, len(runs), args.batch):
-                        drive[kind](runs[i:i + args.batch])
-                        rows += len(runs[i:i + args.batch])
+                for call in calls:
+                    call()
                 wall = time.perf_counter() - wall0
+                client = time.process_time() - client0
                 cpu = _cpu(pids) - cpu0
-                figures[kind].append((cpu * 1e6 / rows, wall * 1e6 / rows))
+                figures[kind].append((cpu * 1e6 / rows, client * 1e6 / rows, wall * 1e6 / rows))
                 second += args.seconds
             second = claimed_from + 2 * args.seconds
         store.close()
@@ -134,12 +142,12 @@ def main() -> None:
     print(f"{args.jobs} jobs, batches of {args.batch}, {args.seconds} s of fire times per "
           f"kind, {args.rounds} round(s); jobs fillfactor "
           f"{args.fillfactor if args.fillfactor is not None else 'as migrated'}")
-    print("| row write | PostgreSQL CPU µs/row | client wall µs/row |")
-    print("| --- | ---: | ---: |")
+    print("| row write | PostgreSQL CPU µs/row | client CPU µs/row | wall µs/row |")
+    print("| --- | ---: | ---: | ---: |")
     for kind in KINDS:
-        cpu_us = statistics.median(c for c, _ in figures[kind])
-        wall_us = statistics.median(w for _, w in figures[kind])
-        print(f"| {kind} | {cpu_us:.1f} | {wall_us:.1f} |")
+        pg_us, client_us, wall_us = (statistics.median(f[i] for f in figures[kind])
+                                     for i in range(3))
+        print(f"| {kind} | {pg_us:.1f} | {client_us:.1f} | {wall_us:.1f} |")
 
 
 def _cpu(pids: list[int]) -> float:
