@@ -200,9 +200,11 @@ def test_forbid_skips_fires_while_the_previous_run_is_in_flight(env):
 
 def test_replace_stops_the_previous_run(env):
     env.wait(lambda: len(env.arrivals("replace")) >= 3, 10, "3 replace arrivals")
+    # The replaced runs' rows are written in the node's next result batch.
+    env.wait(lambda: sum(r["status"] == "failed" for r in env.runs("replace")) >= 2, 5,
+             "2 replaced runs written")
     runs = env.runs("replace")
     replaced = [r for r in runs if r["status"] == "failed"]
-    assert len(replaced) >= 2, runs
     by_id = {r["id"]: r for r in runs}
     for r in replaced:
         assert r["error"].startswith("replaced by run ")
