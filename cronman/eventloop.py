@@ -90,3 +90,56 @@ class PerLoop(Generic[T]):
         value, binding = self._value, self._binding
         self._value = self._binding = None
         return value, value is not None and binding is not None and binding.here()
+
+
+class Wakeup:
+    """A flag that one task at a time waits on, with a timeout.
+
+    What ``asyncio.wait_for(event.wait(), timeout)`` does for the node's
+    polling loops (the claimer, the standby, the result writer), without the
+    task, the cancellation and the running-loop look-ups that costs per wait:
+    one future and one timer. ``set`` and ``clear`` are for the loop's thread
+    (as ``asyncio.Event``'s are).
+    """
+
+    __slots__ = ("_set", "_waiter", "_loop")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._loop: PerLoop[asyncio.AbstractEventLoop] = PerLoop()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        self._set = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def clear(self) -> None:
+        self._set = False
+
+    async def wait(self, timeout: float | None = None) -> bool:
+        """Until set, or ``timeout`` seconds passed; whether it is set."""
+        if self._set:
+            return True
+        if self._waiter is not None:
+            raise RuntimeError("a Wakeup is waited on by one task at a time")
+        loop = self._loop.get(asyncio.get_running_loop)
+        waiter = self._waiter = loop.create_future()
+        timer = None if timeout is None else loop.call_later(max(0.0, timeout), wake, waiter)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+        return self._set
+
+
+def wake(waiter: asyncio.Future[None]) -> None:
+    """Resolve ``waiter`` (with None) unless it is done already."""
+    if not waiter.done():
+        waiter.set_result(None)

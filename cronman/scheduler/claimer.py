@@ -12,13 +12,13 @@ on standby (``takeover``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
 from functools import partial
 
 from cronman.coordination.base import Coordinator
+from cronman.eventloop import Wakeup
 from cronman.scheduler.active import ActiveRun
 from cronman.scheduler.claims import LOCK_TTL_MS, ClaimResult, Cursor, Fire, claim_batch
 from cronman.scheduler.clock import ReferenceClock
@@ -91,7 +91,7 @@ class Claimer:
         # The oldest due time of the fires being popped, claimed or handed over.
         self.claiming_due: int | None = None
         self.extra_lead_ms = 0  # how much further ahead raised priorities are claimed
-        self._wake = asyncio.Event()
+        self._wake = Wakeup()
         self._ratelog = RateLimitedLog(log)
 
     def wake(self) -> None:
@@ -111,8 +111,7 @@ class Claimer:
                 wait_ms = wake_at - now
             if wait_ms > 0:
                 self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), wait_ms / 1000.0)
+                await self._wake.wait(wait_ms / 1000.0)
                 continue
             last_round = now
             extra = self.extra_lead_ms

@@ -25,6 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
+from cronman.eventloop import PerLoop, wake
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -35,6 +37,8 @@ class Lifecycle:
     def __init__(self) -> None:
         self._stop = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._sleepers: set[asyncio.Future[None]] = set()
+        self._sleep_loop: PerLoop[asyncio.AbstractEventLoop] = PerLoop()
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """The loop the node runs on (``request_stop`` reaches it from any thread)."""
@@ -57,24 +61,34 @@ class Lifecycle:
     def stop(self) -> None:
         """Stop (on the loop)."""
         self._stop.set()
+        for sleeper in list(self._sleepers):
+            wake(sleeper)
 
     def request_stop(self) -> None:
         """Stop, from any thread."""
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._stop.set)
+                loop.call_soon_threadsafe(self.stop)
 
     async def wait(self) -> None:
         """Until the node stops."""
         await self._stop.wait()
 
     async def sleep(self, seconds: float) -> bool:
-        """Sleep unless stopping; True when the node is stopping."""
+        """Sleep unless stopping; True when the node is stopping. (One future
+        and one timer: the node's periodic loops sleep many times a second.)"""
         if self._stop.is_set():
             return True
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), timeout=max(0.0, seconds))
+        loop = self._sleep_loop.get(asyncio.get_running_loop)
+        sleeper = loop.create_future()
+        timer = loop.call_later(max(0.0, seconds), wake, sleeper)
+        self._sleepers.add(sleeper)
+        try:
+            await sleeper
+        finally:
+            timer.cancel()
+            self._sleepers.discard(sleeper)
         return self._stop.is_set()
 
     async def forever(self, name: str, fn: Callable[[], Awaitable[None]]) -> None:

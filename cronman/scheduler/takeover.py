@@ -13,8 +13,6 @@ them to the lease sweeper; a busy one keeps its fires; and the coordinator
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import heapq
 import logging
 from collections import deque
@@ -25,6 +23,7 @@ from functools import partial
 
 from cronman.coordination.base import Coordinator
 from cronman.errors import CoordinatorUnavailable, StoreUnavailable
+from cronman.eventloop import Wakeup
 from cronman.scheduler import policies
 from cronman.scheduler.active import ActiveRun
 from cronman.scheduler.claims import LOCK_TTL_MS, Fire, take_over_batch
@@ -147,7 +146,7 @@ class Standby:
         self._deferred: dict[str, deque[Watched]] = {}  # by first owner, in due order
         self._rechecks: list[tuple[int, int, Watched]] = []  # heap: (check at, seq, watched)
         self._seq = 0
-        self._wake = asyncio.Event()
+        self._wake = Wakeup()
         self._ratelog = RateLimitedLog(log)
 
     @property
@@ -190,8 +189,7 @@ class Standby:
     async def run(self) -> None:
         while not self._lifecycle.stopping:
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), SCAN_INTERVAL)
+            await self._wake.wait(SCAN_INTERVAL)
             if self._lifecycle.stopping:
                 return
             await self.scan()

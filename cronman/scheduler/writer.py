@@ -52,6 +52,7 @@ from concurrent.futures import Executor
 from datetime import datetime, timedelta
 
 from cronman.errors import StoreUnavailable
+from cronman.eventloop import Wakeup
 from cronman.models import Run, RunUpdate
 from cronman.scheduler.clock import ReferenceClock
 from cronman.scheduler.lifecycle import Lifecycle
@@ -109,7 +110,7 @@ class ResultWriter:
         self._cursors: list[tuple[str, datetime, int]] = []
         self._unreachable: list[Run] = []
         self._foreign: dict[str, float] = {}  # run ids found to belong to a double fire
-        self._wake: asyncio.Event | None = None
+        self._wake: Wakeup | None = None
         self._db_back = asyncio.Event()  # set when a database call succeeds after failures
         self._lock = asyncio.Lock()
         self._db_ok_since: float | None = time.monotonic()
@@ -252,12 +253,9 @@ class ResultWriter:
 
     async def run(self, lifecycle: Lifecycle) -> None:
         """Flush periodically until the node stops (the caller then calls ``drain``)."""
-        self._wake = asyncio.Event()
+        self._wake = Wakeup()
         while not lifecycle.stopping:
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=self.flush_interval)
-            except TimeoutError:
-                pass
+            await self._wake.wait(self.flush_interval)
             self._wake.clear()
             if lifecycle.stopping:
                 break
