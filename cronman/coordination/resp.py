@@ -66,7 +66,15 @@ def resp_settings(url: str, *, connect_timeout: float,
 
 
 def pack(args: Sequence[Any]) -> bytes:
-    """One command in the Redis protocol."""
+    """One command in the Redis protocol (hiredis's encoder, in C, for the
+    usual strings, numbers and bytes)."""
+    try:
+        return cast(bytes, hiredis.pack_command(tuple(args)))
+    except TypeError:
+        return _pack(args)
+
+
+def _pack(args: Sequence[Any]) -> bytes:
     parts = [b"*%d\r\n" % len(args)]
     for a in args:
         if isinstance(a, str):
