@@ -13,7 +13,6 @@ from datetime import datetime
 
 from cronman.models import Run
 from cronman.store.base import Fenced
-from cronman.store.codec import run_values
 from cronman.store.engine import Database, Tx
 from cronman.store.run_bulk import advance_cursors, insert_runs
 from cronman.timeutil import from_ms
@@ -31,14 +30,13 @@ class RunClaims:
         """See ``RunStore.claim_runs``."""
         if not runs and not cursors:
             return Fenced()
-        rows = [run_values(r) for r in runs]
 
         def fn(tx: Tx) -> Fenced:
-            keep, advance, early = rows, cursors, set[str]()
+            keep, advance, early = runs, cursors, set[str]()
             if max_ahead_ms is not None:
                 limit = from_ms(tx.now_ms() + max_ahead_ms)
-                keep = [r for r in rows if r["scheduled_for"] <= limit]
-                early = {r["id"] for r in rows if r["scheduled_for"] > limit}
+                keep = [r for r in runs if r.scheduled_for <= limit]
+                early = {r.id for r in runs if r.scheduled_for > limit}
                 advance = [c for c in cursors if c[1] <= limit]
             inserted = insert_runs(tx, keep) if keep else set()
             if advance:

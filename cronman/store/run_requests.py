@@ -18,7 +18,7 @@ from cronman.ids import run_id_for
 from cronman.models import Job, Run
 from cronman.store import history
 from cronman.store.base import RUNS_REQUESTED
-from cronman.store.codec import run_from_row, run_values
+from cronman.store.codec import run_from_row
 from cronman.store.engine import Database, Tx
 from cronman.store.history import ChangeContext
 from cronman.store.run_bulk import insert_runs
@@ -46,7 +46,7 @@ class RunRequests:
                   attempt=0, node_id=None, origin="trigger", claimed_at=utcnow())
 
         def fn(tx: Tx) -> None:
-            if not insert_runs(tx, [run_values(run)]):
+            if not insert_runs(tx, [run]):
                 raise Conflict(f"job {job.id} already has a run scheduled for this time",
                                field="at")
             history.requested(tx, change, job.id, {"run_id": run.id,
@@ -102,9 +102,9 @@ class RunRequests:
             except StoreUnavailable as exc:  # the rows then go to the default partition
                 log.warning("backfill: could not create partitions: %s", exc)
         now = utcnow()
-        rows = [run_values(Run(id=run_id_for(job.id, t), job_id=job.id, scheduled_for=t,
-                               status="claimed", attempt=0, node_id=None, origin="backfill",
-                               claimed_at=now)) for t in times]
+        rows = [Run(id=run_id_for(job.id, t), job_id=job.id, scheduled_for=t,
+                    status="claimed", attempt=0, node_id=None, origin="backfill",
+                    claimed_at=now) for t in times]
 
         def fn(tx: Tx) -> int:
             count = len(insert_runs(tx, rows))

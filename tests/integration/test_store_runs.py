@@ -33,6 +33,28 @@ def test_claim_is_a_fence(store, job):
     assert store.runs.claim_runs([]) == set()
 
 
+def test_a_batch_of_claims_and_a_mixed_batch_store_the_same_rows(store, job):
+    """A node's batch of claims goes in by a narrower statement than other
+    runs (one claim time, lease and node for all): the rows read back alike."""
+    t0 = base_time()
+    claimed_at = t0 - timedelta(seconds=1)
+
+    def claim(t, **fields):
+        return make_run(job.id, t, attempt=1, origin="schedule", **fields)
+
+    same = [claim(t0 + timedelta(seconds=i), skipped_before=i) for i in range(3)]
+    for r in same:
+        r.claimed_at, r.lease_expires_at = claimed_at, claimed_at + timedelta(seconds=30)
+    mixed = [claim(t0 + timedelta(seconds=10 + i), skipped_before=i) for i in range(3)]
+    for r in mixed:
+        r.claimed_at, r.lease_expires_at = claimed_at, claimed_at + timedelta(seconds=30)
+    mixed[1].started_at = claimed_at  # a run under way: the general statement
+    assert store.runs.claim_runs(same) == {r.id for r in same}
+    assert store.runs.claim_runs(mixed) == {r.id for r in mixed}
+    for r in same + mixed:
+        assert store.runs.get_run(r.id) == r
+
+
 def test_claim_advances_the_job_cursor_never_backwards(store, job):
     t0 = base_time()
     store.runs.claim_runs([make_run(job.id, t0)], [(job.id, t0, 3)])
