@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from cronman.callbacks.base import Delivery, Outcome, Target
@@ -67,13 +67,18 @@ class TargetRegistry(Mapping[str, Target]):
 
     async def deliver(self, delivery: Delivery) -> Outcome:
         """Fire one attempt through the target of its kind; never raises for a delivery failure."""
+        return await self.route(delivery)
+
+    def route(self, delivery: Delivery) -> Awaitable[Outcome]:
+        """``deliver``, not yet awaited: the target's own coroutine (the
+        dispatcher awaits it without a frame of this registry in between)."""
         kind = delivery.target.get("kind")
         target = self._targets.get(kind) if isinstance(kind, str) else None
         if target is None:
             error = (NO_AGENT_ERROR if kind == TargetKind.CONTAINER
                      else f"target kind {kind!r} is not available on this node")
-            return Outcome(False, error=error, retryable=False)
-        return await target.deliver(delivery)
+            return _answer(Outcome(False, error=error, retryable=False))
+        return target.deliver(delivery)
 
     def hand_back(self) -> None:
         """The node stops: targets whose work outlives it leave it running
@@ -90,6 +95,10 @@ class TargetRegistry(Mapping[str, Target]):
         """Close every target (their sessions, clients and thread pools)."""
         for target in list(self._targets.values()):
             await target.close()
+
+
+async def _answer(outcome: Outcome) -> Outcome:
+    return outcome
 
 
 def build_targets(

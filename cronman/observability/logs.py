@@ -52,6 +52,13 @@ def bind(**fields: Any) -> None:
     _context.set({k: v for k, v in fields.items() if v is not None} or None)
 
 
+def bind_run(node_id: str, job_id: str, run_id: str, namespace: str) -> None:
+    """``bind`` of a run's fields (the dispatcher's, once per attempt: no
+    keyword dict to filter)."""
+    _context.set({"node_id": node_id, "job_id": job_id, "run_id": run_id,
+                  "namespace": namespace})
+
+
 class ContextFilter(logging.Filter):
     """Puts the bound and process fields on each record (its own ``extra`` wins)."""
 

@@ -31,7 +31,7 @@ class ActiveRun:
     status: str = RunStatus.CLAIMED.value
     running_written: bool = False
     in_attempt: bool = False
-    attempt_started: datetime | None = None
+    attempt_started_ms: int | None = None  # reference ms of the attempt under way's start
     task: asyncio.Task[None] | None = None
     handle: asyncio.TimerHandle | None = None
     pending_claim: bool = False  # its row waits in the writer (database was down)

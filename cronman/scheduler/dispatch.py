@@ -46,7 +46,7 @@ from cronman.scheduler.metrics import MinuteCounter, NodeMetrics
 from cronman.scheduler.start_marks import StartMarkBatcher, StartMarker
 from cronman.scheduler.waitqueue import FairQueue
 from cronman.scheduler.writer import ResultWriter
-from cronman.timeutil import to_ms
+from cronman.timeutil import from_ms
 from cronman.vocabulary import GATED_ORIGINS, ConcurrencyPolicy, RunStatus
 
 log = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ class Dispatcher:
             return
         self.writer.reclaim(ar.run_id)
         self.active[ar.run_id] = ar
-        if ar.attempt_started is None:
+        if ar.attempt_started_ms is None:
             self._seq += 1
             heapq.heappush(self._unstarted, (ar.due_ms, self._seq, ar))
         self.by_job.setdefault(ar.job.id, {})[ar.run_id] = ar
@@ -135,7 +135,7 @@ class Dispatcher:
         heap = self._unstarted
         # A run waiting for its upstream jobs has been come through: it is
         # marked started, and may wait for hours.
-        while heap and (heap[0][2].done or heap[0][2].attempt_started is not None
+        while heap and (heap[0][2].done or heap[0][2].attempt_started_ms is not None
                         or heap[0][2].waiting):
             heapq.heappop(heap)
         return heap[0][0] if heap else None
@@ -196,7 +196,7 @@ class Dispatcher:
         ar.handle = None
         if ar.done:
             return
-        if ar.attempt_started is None:
+        if ar.attempt_started_ms is None:
             # Only a step of the clock (or of its offset) backwards makes this true.
             early = (ar.due_ms - self.clock.now_ms()) / 1000.0
             if early > 0:
@@ -219,7 +219,7 @@ class Dispatcher:
                 self._finish(ar, RunStatus.SKIPPED, error=skip.error)
                 self._queue_mark(ar)  # handled (skipped): no replica takes it over
                 return
-        if ar.attempt_started is None and ar.started_at is None and ar.origin in GATED_ORIGINS:
+        if ar.attempt_started_ms is None and ar.started_at is None and ar.origin in GATED_ORIGINS:
             if not self._concurrency_allows(ar):
                 self._queue_mark(ar)
                 return
@@ -319,11 +319,11 @@ class Dispatcher:
         self.starts += 1
         ar.in_attempt = True
         ar.status = "running"
-        now = self.clock.now()
-        ar.attempt_started = now
+        now_ms = self.clock.now_ms()
+        ar.attempt_started_ms = now_ms
         if ar.started_at is None:
-            ar.started_at = now
-            ar.lateness_ms = to_ms(now) - ar.due_ms
+            ar.started_at = from_ms(now_ms)
+            ar.lateness_ms = now_ms - ar.due_ms
             self._lateness.observe(max(0, ar.lateness_ms) / 1000.0)
             self.metrics.namespaces.fired(ar.job.namespace, ar.lateness_ms / 1000.0)
             self.metrics.fires.labels(ar.origin).inc()
@@ -337,16 +337,24 @@ class Dispatcher:
 
     async def _attempt(self, ar: ActiveRun) -> None:
         # This task's log records carry the run (it runs in a context of its own).
-        logs.bind(node_id=self.node_id, job_id=ar.job.id, run_id=ar.run_id,
-                  namespace=ar.job.namespace)
+        job = ar.job
+        logs.bind_run(self.node_id, job.id, ar.run_id, job.namespace)
         try:
-            outcome = await self._deliver(ar)
+            # The target's coroutine is awaited here directly (no frame in
+            # between: it is resumed twice per fire).
+            outcome = await self.targets.route(Delivery(
+                job_id=job.id, run_id=ar.run_id, scheduled_for=ar.scheduled_for,
+                attempt=ar.attempt, target=job.target, namespace=job.namespace,
+                job_name=job.name, priority=job.priority))
         except asyncio.CancelledError:
             if not ar.timed_out:
                 self._release(ar)
                 raise
             outcome = Outcome(ok=False, error=f"target gave no answer within "
-                                              f"{timeout_of(ar.job.target) + TIMEOUT_MARGIN:g} s")
+                                              f"{timeout_of(job.target) + TIMEOUT_MARGIN:g} s")
+        except Exception as exc:  # a target must not raise; if it does, the run still ends
+            log.exception("target %s raised for run %s", job.target.get("kind"), ar.run_id)
+            outcome = Outcome(ok=False, error=f"target error: {exc!r}")
         self._release(ar)
         if ar.done:
             return
@@ -370,18 +378,6 @@ class Dispatcher:
                 ar.task.cancel()
         if self.running:
             self._watchdog = loop.call_later(WATCHDOG_INTERVAL, self._watch)
-
-    async def _deliver(self, ar: ActiveRun) -> Outcome:
-        delivery = Delivery(job_id=ar.job.id, run_id=ar.run_id, scheduled_for=ar.scheduled_for,
-                            attempt=ar.attempt, target=ar.job.target, namespace=ar.job.namespace,
-                            job_name=ar.job.name, priority=ar.job.priority)
-        try:
-            return await self.targets.deliver(delivery)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a target must not raise; if it does, the run still ends
-            log.exception("target %s raised for run %s", ar.job.target.get("kind"), ar.run_id)
-            return Outcome(ok=False, error=f"target error: {exc!r}")
 
     def _release(self, ar: ActiveRun) -> None:
         if not ar.in_attempt:

@@ -25,7 +25,7 @@ from cronman.scheduler.dead_letters import DeadLetters
 from cronman.scheduler.metrics import NodeMetrics
 from cronman.scheduler.ratelog import RateLimitedLog
 from cronman.scheduler.writer import ResultWriter
-from cronman.timeutil import to_ms
+from cronman.timeutil import from_ms, to_ms
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +58,10 @@ class RunFinisher:
     def after_attempt(self, ar: ActiveRun, outcome: Outcome, *, accepting: bool) -> int | None:
         """Record how ``ar``'s attempt ended. Returns when (reference ms) its
         next attempt is due, or None when there is none to schedule here."""
-        now = self._clock.now()
-        duration = _ms_between(ar.attempt_started, now)
+        now_ms = self._clock.now_ms()
+        now = from_ms(now_ms)
+        started = ar.attempt_started_ms
+        duration = None if started is None else now_ms - started
         if outcome.ok:
             self._attempts_ok.inc()
             self.finish(ar, "succeeded", result=outcome.result or None, duration_ms=duration,
@@ -136,9 +138,3 @@ class RunFinisher:
                 started_at=ar.started_at, finished_at=now, lateness_ms=ar.lateness_ms,
                 duration_ms=duration_ms, result=result, error=error,
                 skipped_before=ar.skipped_before, gate=ar.gate))
-
-
-def _ms_between(a: datetime | None, b: datetime) -> int | None:
-    if a is None:
-        return None
-    return to_ms(b) - to_ms(a)

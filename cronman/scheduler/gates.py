@@ -91,7 +91,7 @@ class GateVerdict:
 def gated(ar: ActiveRun) -> bool:
     """Whether the run passes the gates: a first attempt of a schedule's fire
     or of a trigger's run (manual runs do not)."""
-    return (ar.origin in GATED_ORIGINS and ar.attempt_started is None
+    return (ar.origin in GATED_ORIGINS and ar.attempt_started_ms is None
             and ar.started_at is None)
 
 

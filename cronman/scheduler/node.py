@@ -365,7 +365,7 @@ class SchedulerNode:
         # way may finish; runs waiting for a retry are handed back at once.
         drain_until = begun + DRAIN_SECONDS
         while time.monotonic() < drain_until:
-            if not any(ar.in_attempt or (ar.attempt_started is None and not ar.waiting)
+            if not any(ar.in_attempt or (ar.attempt_started_ms is None and not ar.waiting)
                        for ar in self.dispatcher.active.values()):
                 break
             await asyncio.sleep(0.05)
