@@ -62,11 +62,6 @@ TARGET_CACHE_MAX = 4096
 # on each of its owners; bounded, so a table of a million jobs firing rarely
 # costs no more than building each as it fires.
 JOB_CACHE_MAX = 16_384
-# When each held job's state came in is remembered this long (reference ms),
-# for at most this many jobs; the others are known only to be older than the
-# table's floor (a bulk change, such as a gain, moves the floor instead).
-APPLIED_MEMORY_MS = 60_000
-APPLIED_MAX = 10_000
 
 
 class JobTable:
@@ -90,10 +85,6 @@ class JobTable:
         self._times: dict[tuple[Any, ...], Times] = {}  # parsed schedules shared by jobs
         self._targets: dict[str, dict[str, Any]] = {}  # decoded targets, bounded
         self._built: dict[str, tuple[JobState, Job]] = {}  # jobs built for fires, bounded
-        # When the held state of recently changed jobs came in (reference ms,
-        # oldest first), and a time by which every other held state was here.
-        self._applied: dict[str, int] = {}
-        self._applied_floor: int | None = None  # None: the first load is not done
 
     # -- queries ----------------------------------------------------------
 
@@ -120,40 +111,6 @@ class JobTable:
             self._built.clear()
         self._built[st.id] = (st, job)
         return job
-
-    def applied_ms(self, job_id: str) -> int | None:
-        """A reference time by which this table held the state of ``job_id``
-        it holds now (it came in then or earlier); None before the first
-        load is done."""
-        at = self._applied.get(job_id)
-        return self._applied_floor if at is None else at
-
-    def mark_loaded(self, now_ms: int) -> None:
-        """The first load is done (``now_ms``): every state held came in by then."""
-        if self._applied_floor is None:
-            self._applied_floor = now_ms
-
-    def _note_applied(self, job_id: str, now_ms: int) -> None:
-        """A new state of ``job_id`` came in at ``now_ms``."""
-        floor = self._applied_floor
-        if floor is None:
-            return  # the first load: the floor, once set, covers its states
-        applied = self._applied
-        applied.pop(job_id, None)
-        if len(applied) >= APPLIED_MAX:
-            applied.clear()
-            self._applied_floor = max(floor, now_ms)
-            return
-        applied[job_id] = now_ms
-        horizon = now_ms - APPLIED_MEMORY_MS
-        while applied:
-            oldest = next(iter(applied))
-            at = applied[oldest]
-            if at > horizon:
-                break
-            del applied[oldest]
-            floor = max(floor, at)
-        self._applied_floor = floor
 
     def held_version(self, job_id: str) -> tuple[int, bool] | None:
         """(version, paused) of a held job, or None."""
@@ -231,10 +188,8 @@ class JobTable:
             if new is not None:
                 self._admit(new, None if last_fire_at is None else to_ms(last_fire_at),
                             created_at, now_ms)
-                self._note_applied(job_id, now_ms)
         elif version != st.version or paused != st.paused:
             self._change(st, build(), now_ms)
-            self._note_applied(job_id, now_ms)
         return True
 
     def _state_from_row(self, row: JobRow, h: int) -> JobState | None:
@@ -502,7 +457,6 @@ class JobTable:
         self.others.pop(st.id, None)
         st.skipped_pending = skipped_pending
         self._admit(st, last_fire_ms, prepared.created_at, now_ms)
-        self._note_applied(st.id, now_ms)
         return True
 
     # -- the heap ---------------------------------------------------------

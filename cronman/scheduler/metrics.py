@@ -46,11 +46,6 @@ class NodeMetrics:
         self.lateness = Spread("cronman_fire_lateness_seconds",
                                "Start of a run's first attempt minus its due time",
                                buckets=LATENESS_BUCKETS, registry=r)
-        self.standby_fires = Tally(
-            "cronman_standby_fires", "Fires watched as a job's second owner that its first "
-            "owner came through, by how they were settled: vouched (the first owner's job "
-            "table held the job: nothing to ask) or checked (the coordinator was asked "
-            "whether anybody claimed them)", ("outcome",), registry=r)
         self.lock_wins = Counter("cronman_lock_wins", "Fire locks won in the coordinator",
                                  registry=r)
         self.lock_losses = Counter("cronman_lock_losses",

@@ -120,7 +120,6 @@ class SchedulerNode:
                              peers=lambda: self.membership.members, metrics=m)
         self.standby = Standby(node_id, coordinator, store.runs, self.dispatcher, self.writer,
                                self.pulser, view=lambda: self.table.view_key,
-                               applied=self.table.applied_ms,
                                lease_seconds=lease, clock=clock, pool=pools.claim,
                                lifecycle=life, metrics=m, takeover_after=takeover_after,
                                claim_lead=claim_lead)
@@ -145,7 +144,7 @@ class SchedulerNode:
                                      listener=self.sync)
         self._stall = StallWatch()
         self.gc_pauses = GcPauseWatch(m.gc_pauses)
-        self._snapshot: tuple[str, bool, int, int | None] = (self.table.view_key, False, 0, None)
+        self._snapshot: tuple[str, bool, int] = (self.table.view_key, False, 0)
         self._load: dict[str, Any] = {"state": "ok", "backlog": 0, "behind_s": 0.0,
                                       "saturation": 0.0}
         self.database_clock = DatabaseClockProbe(clock, store.server_time_ms, pools.misc, life)
@@ -277,7 +276,7 @@ class SchedulerNode:
                                self.claimer.claiming_due, self.table.oldest_pending_due())
                    if d is not None]
             self._snapshot = (self.table.view_key, self.claiming and self.sync.settled,
-                              min([now, *due]) - 1 if due else now - 1, self.sync.synced_ms)
+                              min([now, *due]) - 1 if due else now - 1)
             self._measure_load(now, min(due) if due else None)
             self.gc_pauses.flush()
 
@@ -303,13 +302,12 @@ class SchedulerNode:
     def _progress(self) -> Progress:
         """What this node's pulse says of it (on the pulse thread): the loop's
         last snapshot, and whether its dispatch still moves."""
-        view, ready, through, synced = self._snapshot
+        view, ready, through = self._snapshot
         d = self.dispatcher
         stalled = self._stall.stalled(
             through, self.clock.now_ms(), starts=d.starts,
             saturated=d.running >= d.max_in_flight, held=len(d.active))
-        return Progress(view=view, ready=ready, through_ms=through, stalled=stalled,
-                        synced_ms=synced)
+        return Progress(view=view, ready=ready, through_ms=through, stalled=stalled)
 
     def readiness(self) -> tuple[bool, dict[str, str]]:
         """Whether this node does its share now, and each check's answer:

@@ -16,11 +16,7 @@ last reading.
 A pulse carries the node's *through* time: every fire it holds that was due
 at or before it has been started (or ended otherwise). Fires a second owner
 noted that are not later than its primary's through time need no watching
-any more. It also carries the node's *synced* time: every job change
-committed before it is in its job table. A second owner whose state of a job
-came in before its primary's synced time knows the primary held the job too,
-so it settles that job's fires without asking the coordinator whether
-anybody claimed them (``takeover.Standby``).
+any more.
 
 Each pulse round trip is also a sample of the cluster's reference clock
 (``clock``).
@@ -85,23 +81,15 @@ class Progress:
     ready: bool  # loaded, reconciled, clock within bounds: it claims its fires
     through_ms: int  # every held fire due by then has been started
     stalled: bool  # its dispatch has not moved for a while though fires are due
-    # Every job change committed before this (reference ms) is in its job
-    # table (``JobSync.synced_ms``); None: not known (loading, or a node of
-    # a version that does not say).
-    synced_ms: int | None = None
 
     def encode(self) -> str:
-        synced = "" if self.synced_ms is None else str(self.synced_ms)
-        return f"{self.view}|{int(self.ready)}|{self.through_ms}|{int(self.stalled)}|{synced}"
+        return f"{self.view}|{int(self.ready)}|{self.through_ms}|{int(self.stalled)}"
 
     @classmethod
     def decode(cls, text: str) -> Progress | None:
-        """A pulse's progress (an older node's four fields too; fields a
-        newer node adds after these are left alone)."""
         try:
-            view, ready, through, stalled, *rest = text.split("|")
-            synced = int(rest[0]) if rest and rest[0] else None
-            return cls(view, ready == "1", int(through), stalled == "1", synced)
+            view, ready, through, stalled = text.split("|")
+            return cls(view, ready == "1", int(through), stalled == "1")
         except ValueError:
             return None
 

@@ -101,7 +101,6 @@ class JobSync:
         self._reconcile_from = time.monotonic()  # when the gained jobs waiting came
         self._watermarks: deque[tuple[float, int]] = deque()
         self._watermark = 0
-        self.synced_ms: int | None = None  # see ``synced_ms`` below
         self._feed_stop = threading.Event()
         self._feed_thread: threading.Thread | None = None
         self._ratelog = RateLimitedLog(log)
@@ -150,7 +149,6 @@ class JobSync:
                 delay = min(10.0, delay * 2)
 
     async def _load_all(self) -> None:
-        started_ms = self._clock.now_ms()
         self._watermark = await self._pool(self._jobs.current_change_seq)
         batches: Iterator[list[JobRow]] = self._jobs.iter_live_job_rows(LOAD_BATCH)
         total = 0
@@ -165,19 +163,7 @@ class JobSync:
             total += len(batch)
             await self._apply(batch)
         self._watermarks.append((time.monotonic(), self._watermark))
-        if not self._lifecycle.stopping:
-            self._synced(started_ms)
-            self.table.mark_loaded(self._clock.now_ms())
         log.info("loaded %d live jobs", total)
-
-    def _synced(self, started_ms: int) -> None:
-        """Every job change committed before ``started_ms`` is in the table
-        now: a read that started then (the first load, or a poll, whose
-        overlap re-reads changes committed out of order) has been applied.
-        Published in the pulses (``Progress.synced_ms``): a second owner
-        trusts this node with the fires of jobs it has held since before."""
-        if self.synced_ms is None or started_ms > self.synced_ms:
-            self.synced_ms = started_ms
 
     # -- the feed ---------------------------------------------------------
 
@@ -318,7 +304,6 @@ class JobSync:
         """Re-read changes from the watermark as it was ``WATERMARK_OVERLAP``
         seconds ago."""
         mono = time.monotonic()
-        started_ms = self._clock.now_ms()
         low = self._watermarks[0][1] if self._watermarks else 0
         for at, mark in self._watermarks:
             if at > mono - WATERMARK_OVERLAP:
@@ -340,7 +325,6 @@ class JobSync:
         self._watermarks.append((mono, self._watermark))
         while len(self._watermarks) > 1 and self._watermarks[1][0] <= mono - WATERMARK_OVERLAP:
             self._watermarks.popleft()
-        self._synced(started_ms)
 
     async def _apply(self, rows: Sequence[JobRow]) -> None:
         """Load ``rows`` into the table, a chunk per loop iteration."""

@@ -50,9 +50,6 @@ EARLY_BOUND_MS = 50
 SCAN_INTERVAL = 0.1  # seconds between looks at the watched fires (pulses wake it sooner)
 RECHECK_MS = 200  # a fire whose holder is alive is looked at again after this, doubling
 RECHECK_MAX_MS = 2000
-# A first owner's synced time must pass when this node's state of a job came
-# in by this much (both reference times: nodes' clocks agree far closer).
-VOUCH_MARGIN_MS = 1000
 WATCH_MAX_MS = 120_000  # past this, a fire still held unstarted is the lease sweeper's
 
 
@@ -114,14 +111,11 @@ class Standby:
 
     - *Deferred* fires: this node is their job's second owner and the first
       owner was in charge when they fell due (``Pulser.in_charge``). They
-      cost no coordinator call while that owner's pulses show it has not
-      come through them yet. Once it has, a fire is dropped when the owner's
-      pulse vouches that it held the job as this node does (its job table
-      synced past when this node's state of the job came in: ``_vouched``);
-      otherwise it is looked at once (``take_over_fires`` with
-      ``claim_absent``: a fire nobody claimed -- the owner did not know the
-      job yet -- is claimed here). When the owner is gone or stalled, every
-      deferred fire due soon is taken over at once.
+      cost no coordinator call while that owner's pulses show it came
+      through them; the ones it has come through are looked at once
+      (``take_over_fires`` with ``claim_absent``: a fire nobody claimed -- the
+      owner did not know the job yet -- is claimed here). When the owner is
+      gone or stalled, every deferred fire due soon is taken over at once.
     - *Race* fires: this node claimed them and lost the lock to another
       holder; looked at ``takeover_after`` past their due time.
 
@@ -133,7 +127,6 @@ class Standby:
     def __init__(self, node_id: str, coordinator: Coordinator, runs: RunStore,
                  dispatcher: Dispatcher, writer: ResultWriter, pulses: Pulser, *,
                  view: Callable[[], str], lease_seconds: float, clock: ReferenceClock,
-                 applied: Callable[[str], int | None] = lambda job_id: None,
                  pool: Pool, lifecycle: Lifecycle, metrics: NodeMetrics,
                  takeover_after: float = TAKEOVER_AFTER, claim_lead: float = 0.5) -> None:
         self.node_id = node_id
@@ -143,7 +136,6 @@ class Standby:
         self._writer = writer
         self._pulses = pulses
         self._view = view
-        self._applied = applied
         self._lease_seconds = lease_seconds
         self._clock = clock
         self._pool = pool
@@ -155,8 +147,6 @@ class Standby:
         self._rechecks: list[tuple[int, int, Watched]] = []  # heap: (check at, seq, watched)
         self._seq = 0
         self._wake = Wakeup()
-        self._vouched_fires = metrics.standby_fires.labels("vouched")
-        self._checked_fires = metrics.standby_fires.labels("checked")
         self._ratelog = RateLimitedLog(log)
 
     @property
@@ -209,23 +199,14 @@ class Standby:
         now = self._clock.now_ms()
         view = self._view()
         batches: dict[tuple[bool, str], list[Watched]] = {}
-        vouched = 0
         for primary, q in list(self._deferred.items()):
-            reason, limit, synced = self._limit(primary, view, now)
+            reason, limit = self._limit(primary, view, now)
             while q and (q[0].fire.due_ms <= limit if reason == "in_charge"
                          else q[0].check_at <= limit):
                 w = q.popleft()
                 if self._expired(w, now):
                     continue
-                if synced is not None and self._vouched(w.fire, synced):
-                    vouched += 1
-                    continue
                 batches.setdefault((True, reason), []).append(w)
-        if vouched:
-            self._vouched_fires.inc(vouched)
-        checked = len(batches.get((True, "in_charge"), ()))
-        if checked:
-            self._checked_fires.inc(checked)
             if not q:
                 del self._deferred[primary]
         while self._rechecks and self._rechecks[0][0] <= now:
@@ -237,31 +218,20 @@ class Standby:
                 await self._take_over(watched[start:start + MAX_TAKEOVER_BATCH],
                                       claim_absent, reason)
 
-    def _limit(self, primary: str, view: str, now: int) -> tuple[str, int, int | None]:
+    def _limit(self, primary: str, view: str, now: int) -> tuple[str, int]:
         """Why and up to where a first owner's deferred fires are looked at:
         through its progress while it is in charge, at once when it is gone
-        or stalled, ``takeover_after`` past due otherwise; and, while it is
-        in charge, the time its job table is synced to (or None)."""
+        or stalled, ``takeover_after`` past due otherwise."""
         p = self._pulses.progress_of(primary)
         if p is not None and p.ready and not p.stalled and p.view == view:
-            return "in_charge", p.through_ms, p.synced_ms
+            return "in_charge", p.through_ms
         if not self._pulses.known:
-            return "unknown", now, None
+            return "unknown", now
         if p is None:
-            return "gone", now + self._claim_lead_ms + self.takeover_after_ms, None
+            return "gone", now + self._claim_lead_ms + self.takeover_after_ms
         if p.stalled:
-            return "stalled", now + self._claim_lead_ms + self.takeover_after_ms, None
-        return "not_ready", now, None
-
-    def _vouched(self, fire: Fire, synced_ms: int) -> bool:
-        """Whether the fire's first owner, in charge and through it, certainly
-        held its job as this node does: its job table holds every change
-        committed before ``synced_ms``, and this node's state of the job came
-        in well before that. Then it claimed the fire (or let it go by its
-        misfire policy) and nothing needs looking at; otherwise the
-        coordinator is asked whether anybody claimed it."""
-        applied = self._applied(fire.job.id)
-        return applied is not None and synced_ms - VOUCH_MARGIN_MS >= applied
+            return "stalled", now + self._claim_lead_ms + self.takeover_after_ms
+        return "not_ready", now
 
     def _expired(self, w: Watched, now: int) -> bool:
         """A fire watched too long, or older than its grace, is left to its

@@ -319,39 +319,3 @@ def test_jobs_prepared_ahead_of_a_gain_are_held_only_while_current(tmp_path):
         assert table.admit_prepared(p, version, False, None, 0, now) == (job_id != stale)
     assert expected - {stale} <= set(table.jobs) and stale not in table.jobs
     assert table.heap.peek_due() is not None
-
-
-def test_the_table_tells_by_when_it_held_each_jobs_state():
-    t = JobTable("n1", 1)
-    job = make_job()
-    t.load(job, T0 + 600)
-    assert t.applied_ms("job-1") is None  # the first load is not done: nothing vouched
-    t.mark_loaded(T0 + 700)
-    assert t.applied_ms("job-1") == T0 + 700
-    t.mark_loaded(T0 + 9_000)  # once only
-    t.load(job, T0 + 800)  # the same state again: nothing new came in
-    assert t.applied_ms("job-1") == T0 + 700
-    t.load(replace(job, version=2), T0 + 900)
-    t.load(make_job("job-2"), T0 + 950)
-    assert (t.applied_ms("job-1"), t.applied_ms("job-2")) == (T0 + 900, T0 + 950)
-    t.load(replace(job, version=3, paused=True), T0 + 1000)
-    assert t.applied_ms("job-1") == T0 + 1000
-    assert t.applied_ms("job-3") == T0 + 700  # not held: the floor (never asked in use)
-
-
-def test_forgotten_times_are_covered_by_a_floor_that_only_moves_later():
-    from cronman.scheduler import jobtable
-
-    t = JobTable("n1", 1)
-    t.mark_loaded(T0)
-    t.load(make_job("a"), T0 + 1_000)
-    t.load(make_job("b"), T0 + 2_000)
-    # A minute later, a's time is dropped and the floor covers it; b's stays.
-    t.load(make_job("c"), T0 + 1_000 + jobtable.APPLIED_MEMORY_MS + 500)
-    assert t.applied_ms("a") == T0 + 1_000  # the floor: a's own time
-    assert t.applied_ms("b") == T0 + 2_000
-    # Too many to remember: every state counts as come in now.
-    now = T0 + 200_000
-    for i in range(jobtable.APPLIED_MAX + 1):
-        t.load(make_job(f"many-{i}"), now)
-    assert t.applied_ms("b") == now and t.applied_ms("many-0") == now

@@ -102,14 +102,3 @@ def test_a_peer_is_stale_past_the_bound_plus_the_slowest_recent_round_trip(setup
     fake_time.now += RTT_WINDOW_S
     pulser.pulse_once()
     assert pulser.progress_of("b") is None
-
-
-def test_progress_carries_the_synced_time_and_reads_older_and_newer_pulses():
-    p = Progress("v1", True, 1_800_000_000_123, False, synced_ms=1_800_000_000_000)
-    assert Progress.decode(p.encode()) == p
-    unknown = Progress("v1", True, 5, True)
-    assert Progress.decode(unknown.encode()) == unknown and unknown.synced_ms is None
-    # A node of an earlier version says four things; a later one may say more.
-    assert Progress.decode("v1|1|5|0") == Progress("v1", True, 5, False, None)
-    assert Progress.decode("v1|1|5|0|7|more") == Progress("v1", True, 5, False, 7)
-    assert Progress.decode("v1|1|5") is None and Progress.decode("v1|1|x|0") is None
