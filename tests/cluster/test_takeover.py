@@ -426,3 +426,95 @@ def test_expired_runs_of_live_nodes_are_spared_for_a_while(store):
     assert {r.id for r in taken} == {dead.id, stale.id}
     # Without the membership (no Redis), every expired run is taken.
     assert [r.id for r in store.runs.take_expired_runs("sweeper", now, until, 10)] == [live.id]
+
+
+class SyncStuckAfterStart:
+    """A node's store whose job sync stops learning anything once ``stuck``
+    is set: its announcements never come and its polls hang (a node whose
+    sync is stuck: it goes on firing the jobs it holds)."""
+
+    def __init__(self, store) -> None:
+        self._store = store
+        self.stuck = threading.Event()
+        self.released = threading.Event()
+        outer = self
+
+        class Jobs:
+            def jobs_changed_since(self, *args, **kwargs):
+                if outer.stuck.is_set():
+                    outer.released.wait(30)
+                return store.jobs.jobs_changed_since(*args, **kwargs)
+
+            def live_job_rows(self, *args, **kwargs):
+                if outer.stuck.is_set():
+                    outer.released.wait(30)
+                return store.jobs.live_job_rows(*args, **kwargs)
+
+            def __getattr__(self, name):
+                return getattr(store.jobs, name)
+
+        self.jobs = Jobs()
+
+    def feed(self):
+        inner = self._store.feed()
+        outer = self
+
+        class Feed:
+            def wait(self, timeout):
+                ids = inner.wait(timeout)
+                return [] if outer.stuck.is_set() else ids
+
+            def close(self):
+                inner.close()
+
+        return Feed()
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+def test_a_job_its_stuck_first_owner_never_heard_of_is_fired_by_the_second(tmp_path):
+    """The first owner's sync is stuck when new jobs are made: it goes on
+    pulsing, ready and in charge, firing the jobs it holds; the second owner
+    asks the coordinator about the new jobs' fires it came through and
+    claims what nobody did -- each fire once, about on time."""
+    db = f"sqlite:///{tmp_path / 'cronman.db'}"
+    upgrade(db)
+    store = open_store(db)
+    stuck_store = SyncStuckAfterStart(store)
+    coord = InProcessCoordinator(ttl=2.0)
+    a_t, b_t = RecordingTarget("http"), RecordingTarget("http")
+    a = _node(db, stuck_store, coord, "a", a_t)
+    b = _node(db, open_store(db), coord.handle(), "b", b_t)
+    created: list = []
+    held_by_a: set[str] = set()
+
+    async def main():
+        tasks = [asyncio.create_task(n.main()) for n in (a, b)]
+        try:
+            await asyncio.sleep(1.5)
+            stuck_store.stuck.set()
+            await asyncio.sleep(0.3)  # a read of a's under way when it got stuck is done
+            created.extend(await asyncio.to_thread(store.jobs.create_jobs, [
+                job_spec(f"new{i}", schedule={"kind": "interval", "every": 1})
+                for i in range(12)]))
+            await asyncio.sleep(4.0)
+            held_by_a.update(j.id for j in created if j.id in a.table.jobs)
+        finally:
+            stuck_store.released.set()  # a learns of them now, while it stops
+            for n in (a, b):
+                n.request_stop()
+            await asyncio.wait_for(asyncio.gather(*tasks), 20)
+
+    asyncio.run(main())
+    # Jobs whose first owner is the stuck node: only the second can fire them.
+    theirs = {j.id for j in created if a.table.ownership.owners(j.id)[0] == "a"}
+    assert theirs and not held_by_a
+    got = [(r.delivery.job_id, to_ms(r.delivery.scheduled_for)) for t in (a_t, b_t)
+           for r in t.records if r.delivery.job_id in theirs]
+    assert len(got) == len(set(got)), Counter(got).most_common(3)
+    for job_id in theirs:
+        times = sorted(t for j, t in got if j == job_id)
+        assert len(times) >= 3, (job_id, times)  # every second, from shortly after creation
+    assert b.metrics.takeovers.labels("in_charge")._value.get() > 0
+    store.close()
