@@ -120,7 +120,8 @@ def array_literal(values: Sequence[Any], element_type: str) -> str:
     10 µs for a timestamp and 2 for a string here, several per fire. Texts
     (and JSON texts) are always quoted, so no value can read as NULL or
     break the list; timestamps are written as ISO 8601 (aware, so the
-    server reads them in UTC whatever its time zone); numbers as numbers.
+    server reads them in UTC whatever its time zone); numbers as integers
+    (a float rounded, as the server's cast would).
     """
     if element_type in _QUOTED_ELEMENTS:
         items = ["NULL" if v is None else
@@ -128,7 +129,8 @@ def array_literal(values: Sequence[Any], element_type: str) -> str:
     elif element_type == "timestamptz":
         items = ["NULL" if v is None else _iso(v) for v in values]
     elif element_type in _NUMBER_ELEMENTS:
-        items = ["NULL" if v is None else str(int(v)) for v in values]
+        items = ["NULL" if v is None else str(v if isinstance(v, int) else round(v))
+                 for v in values]
     else:
         raise ValueError(f"no array literal for elements of type {element_type}")
     return "{" + ",".join(items) + "}"

@@ -11,6 +11,7 @@ rows do not deadlock.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -266,9 +267,14 @@ def insert_runs(tx: Tx, runs: Sequence[Run]) -> set[str]:
 
 
 def _json_text(value: Any) -> str:
-    """A JSON value's text for a jsonb column (orjson: several times the
-    standard encoder's speed; its strings were made storable already)."""
-    return orjson.dumps(value).decode()
+    """A JSON value's text for a jsonb column: orjson (several times the
+    standard encoder's speed; strings were made storable already), or the
+    standard encoder for what orjson refuses (keys that are not strings,
+    integers past 64 bits, deep nesting), as before."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return json.dumps(value, default=str)
 
 
 def _claim_shaped(runs: Sequence[Run]) -> bool:

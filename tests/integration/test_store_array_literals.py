@@ -48,6 +48,10 @@ def test_json_texts_come_back_as_their_documents(conn):
     assert _back(conn, array_literal(texts, "jsonb"), "jsonb[]") == docs
 
 
+def test_a_float_given_for_an_integer_is_rounded_as_the_server_would(conn):
+    assert _back(conn, array_literal([1.4, 2.6, 3], "bigint"), "bigint[]") == [1, 3, 3]
+
+
 def test_naive_times_and_unknown_types_are_refused():
     with pytest.raises(ValueError, match="naive"):
         array_literal([datetime(2026, 1, 1)], "timestamptz")

@@ -55,6 +55,15 @@ def test_a_batch_of_claims_and_a_mixed_batch_store_the_same_rows(store, job):
         assert store.runs.get_run(r.id) == r
 
 
+def test_a_result_orjson_refuses_is_written_as_the_standard_encoder_would(store, job):
+    run = make_run(job.id, base_time())
+    store.runs.claim_runs([run])
+    odd = {1: "int key", "big": 2**70}
+    store.runs.write_run_updates([RunUpdate(id=run.id, scheduled_for=run.scheduled_for,
+                                            status="succeeded", attempt=1, result=odd)])
+    assert store.runs.get_run(run.id).result == {"1": "int key", "big": 2**70}
+
+
 def test_claim_advances_the_job_cursor_never_backwards(store, job):
     t0 = base_time()
     store.runs.claim_runs([make_run(job.id, t0)], [(job.id, t0, 3)])
