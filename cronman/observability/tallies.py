@@ -12,7 +12,7 @@ same names, labels and types as prometheus_client's own.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry
@@ -52,22 +52,29 @@ C = TypeVar("C", "TallyChild", "SpreadChild")
 
 
 class _Family(Collector, Generic[C]):
-    _children: dict[tuple[str, ...], C]
-
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str],
                  registry: CollectorRegistry | None) -> None:
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
+        self._children: dict[tuple[str, ...], C] = {}
+        self._lookup: dict[tuple[object, ...], C] = {}
+        self._unlabelled: C | None = None if self.labelnames else self._new_series()
         if registry is not None:
             registry.register(self)
 
-    def _series(self, values: tuple[object, ...], make: Callable[[], C]) -> C:
+    def labels(self, *values: object) -> C:
         """The series of ``values`` (as label strings), made on first use."""
-        key = tuple(str(v) for v in values)
-        if len(key) != len(self.labelnames):
-            raise ValueError(f"{self.name}: expected labels {self.labelnames}, got {key}")
-        return self._children.setdefault(key, make())
+        child = self._lookup.get(values)
+        if child is None:
+            key = tuple(str(v) for v in values)
+            if len(key) != len(self.labelnames):
+                raise ValueError(f"{self.name}: expected labels {self.labelnames}, got {key}")
+            child = self._lookup[values] = self._children.setdefault(key, self._new_series())
+        return child
+
+    def _new_series(self) -> C:
+        raise NotImplementedError
 
     def describe(self) -> list[Metric]:
         """The family without samples: the registry refuses a name taken twice."""
@@ -84,15 +91,9 @@ class Tally(_Family[TallyChild]):
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = (), *,
                  registry: CollectorRegistry | None) -> None:
         super().__init__(name, documentation, labelnames, registry)
-        self._children: dict[tuple[str, ...], TallyChild] = {}
-        self._lookup: dict[tuple[object, ...], TallyChild] = {}
-        self._unlabelled = TallyChild() if not self.labelnames else None
 
-    def labels(self, *values: str) -> TallyChild:
-        child = self._lookup.get(values)
-        if child is None:
-            child = self._lookup[values] = self._series(values, TallyChild)
-        return child
+    def _new_series(self) -> TallyChild:
+        return TallyChild()
 
     def inc(self, amount: float = 1) -> None:
         assert self._unlabelled is not None, f"{self.name} has labels"
@@ -116,18 +117,11 @@ class Spread(_Family[SpreadChild]):
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = (), *,
                  buckets: Sequence[float], registry: CollectorRegistry | None) -> None:
-        super().__init__(name, documentation, labelnames, registry)
         self._bounds = tuple(sorted(float(b) for b in buckets if b != float("inf")))
-        self._children: dict[tuple[str, ...], SpreadChild] = {}
-        self._lookup: dict[tuple[object, ...], SpreadChild] = {}
-        self._unlabelled = SpreadChild(self._bounds) if not self.labelnames else None
+        super().__init__(name, documentation, labelnames, registry)
 
-    def labels(self, *values: str) -> SpreadChild:
-        child = self._lookup.get(values)
-        if child is None:
-            child = self._lookup[values] = self._series(values,
-                                                        lambda: SpreadChild(self._bounds))
-        return child
+    def _new_series(self) -> SpreadChild:
+        return SpreadChild(self._bounds)
 
     def observe(self, value: float) -> None:
         assert self._unlabelled is not None, f"{self.name} has labels"
