@@ -149,7 +149,7 @@ class JobSync:
                 delay = min(10.0, delay * 2)
 
     async def _load_all(self) -> None:
-        self._watermark = await self._pool(self._jobs.current_change_seq)
+        start = self._watermark = await self._pool(self._jobs.current_change_seq)
         batches: Iterator[list[JobRow]] = self._jobs.iter_live_job_rows(LOAD_BATCH)
         total = 0
         loop = asyncio.get_running_loop()
@@ -162,7 +162,10 @@ class JobSync:
             pending = loop.create_task(self._pool(next, batches, None))
             total += len(batch)
             await self._apply(batch)
-        self._watermarks.append((time.monotonic(), self._watermark))
+        # Poll from where the load began, not from the largest change_seq it
+        # read: a job read early may have changed (a smaller change_seq)
+        # after the load's read of it, or before a later page was read.
+        self._watermarks.append((time.monotonic(), start))
         log.info("loaded %d live jobs", total)
 
     # -- the feed ---------------------------------------------------------
