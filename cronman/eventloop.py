@@ -129,13 +129,10 @@ class Wakeup:
             raise RuntimeError("a Wakeup is waited on by one task at a time")
         loop = self._loop.get(asyncio.get_running_loop)
         waiter = self._waiter = loop.create_future()
-        timer = None if timeout is None else loop.call_later(max(0.0, timeout), wake, waiter)
         try:
-            await waiter
+            await wait_at_most(loop, waiter, timeout)
         finally:
             self._waiter = None
-            if timer is not None:
-                timer.cancel()
         return self._set
 
 
@@ -143,3 +140,15 @@ def wake(waiter: asyncio.Future[None]) -> None:
     """Resolve ``waiter`` (with None) unless it is done already."""
     if not waiter.done():
         waiter.set_result(None)
+
+
+async def wait_at_most(loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[None],
+                       timeout: float | None) -> None:
+    """Until ``waiter`` is resolved, or ``timeout`` seconds passed (None: no
+    bound), when it is resolved by ``wake``: one timer, no task."""
+    timer = None if timeout is None else loop.call_later(max(0.0, timeout), wake, waiter)
+    try:
+        await waiter
+    finally:
+        if timer is not None:
+            timer.cancel()

@@ -4,7 +4,8 @@
   normalisation (used by the API); importing this package does not import
   the HTTP client or boto3.
 - :func:`build_targets`: the :class:`TargetRegistry` a scheduler node's
-  dispatcher fires through (``await registry.deliver(delivery)``).
+  dispatcher fires through (``await registry.route(delivery)``; ``deliver``
+  is the same as a coroutine of its own).
 - One module per kind: :mod:`.http` (over the :mod:`.httpclient` package), :mod:`.sqs`, :mod:`.container` (runs
   handed to worker agents through an ``AgentDirectory``); :mod:`.recording` is the
   in-process twin for tests; :mod:`.signing` signs and verifies callbacks;

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
-from cronman.eventloop import PerLoop, wake
+from cronman.eventloop import PerLoop, wait_at_most, wake
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -82,12 +82,10 @@ class Lifecycle:
             return True
         loop = self._sleep_loop.get(asyncio.get_running_loop)
         sleeper = loop.create_future()
-        timer = loop.call_later(max(0.0, seconds), wake, sleeper)
         self._sleepers.add(sleeper)
         try:
-            await sleeper
+            await wait_at_most(loop, sleeper, seconds)
         finally:
-            timer.cancel()
             self._sleepers.discard(sleeper)
         return self._stop.is_set()
 
