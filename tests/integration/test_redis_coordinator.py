@@ -55,6 +55,14 @@ def make(settings) -> Iterator:
         coord.close()
 
 
+def _wait_gone(raw: redis.Redis, key: str, timeout: float = 10.0) -> None:
+    """Wait for ``key`` to expire: polled, so a loaded machine only makes it slower."""
+    deadline = time.monotonic() + timeout
+    while raw.exists(key) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not raw.exists(key)
+
+
 def info(node_id: str, **stats) -> NodeInfo:
     return NodeInfo(id=node_id, address=f"10.0.0.1:{node_id}", started_at=STARTED, stats=stats)
 
@@ -163,13 +171,17 @@ def test_holder_reclaims_and_others_lose(make):
         a.claim_fires(keys, 0)
 
 
-def test_lock_expires(make):
+def test_lock_expires(make, raw, settings):
+    # The TTL is long enough that a busy machine cannot let it lapse between
+    # two calls; the wait polls for the key's expiry rather than guessing it.
     a, b = make("a"), make("b")
-    assert a.claim_fires([("j", 10)], 300) == [True]
-    assert b.claim_fires([("j", 10)], 300) == [False]
-    time.sleep(0.4)
-    assert b.claim_fires([("j", 10)], 300) == [True]
-    assert a.claim_fires([("j", 10)], 300) == [False]
+    key = f"{settings.redis_key_prefix}:lock:j:10"
+    assert a.claim_fires([("j", 10)], 1500) == [True]
+    assert 0 < raw.pttl(key) <= 1500
+    assert b.claim_fires([("j", 10)], 1500) == [False]
+    _wait_gone(raw, key)
+    assert b.claim_fires([("j", 10)], 1500) == [True]
+    assert a.claim_fires([("j", 10)], 1500) == [False]
 
 
 def test_batches_larger_than_one_script_call(make):
@@ -193,9 +205,10 @@ def test_outcome_marks_keep_the_latest_attempt_and_expire(make, raw, settings):
         '{"s":"succeeded","a":2}', "failed|1", None]
     assert raw.get(f"{p}:outcome:run-1") == '2|{"s":"succeeded","a":2}'
     assert 4000 < raw.pttl(f"{p}:outcome:run-2") <= 5000
-    a.mark_outcomes([("run-3", 1, "short")], 200)
+    a.mark_outcomes([("run-3", 1, "short")], 1000)
     assert a.read_outcomes(["run-3"]) == ["short"]
-    time.sleep(0.3)
+    assert 0 < raw.pttl(f"{p}:outcome:run-3") <= 1000
+    _wait_gone(raw, f"{p}:outcome:run-3")
     assert a.read_outcomes(["run-3"]) == [None]
     a.mark_outcomes([], 1000)
     assert a.read_outcomes([]) == []
