@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from functools import partial
 
@@ -44,15 +45,17 @@ MAX_CLAIM_BATCH = 5000
 # attempt): with 500 a turn, the loop's lag reached p99 100-160 ms under 3x
 # overload (the overload bench).
 LOOP_CHUNK = 100
-# A node that is behind (a batch claimed more than BEHIND_MS after its oldest
-# fire's due time: overdue when popped, or slow to claim) claims the fires of
-# jobs above the default priority further ahead: by twice its last batch's
-# time, at most MAX_EXTRA_LEAD_MS more. Due fires are taken highest priority
-# first, but one that falls due while a batch is being claimed waits for it;
-# claimed ahead, it leaves on time while the default-priority backlog absorbs
-# the lateness. (Smaller batches would shorten the wait too, but cost
-# throughput: a starved node's batch takes about as long whatever its size.)
-BEHIND_MS = 100
+# The fires of jobs above the default priority are claimed further ahead: by
+# twice the longest of the last PACE_ROUNDS batches' times, at most
+# MAX_EXTRA_LEAD_MS more. Due fires are taken highest priority first, but one
+# that falls due while a batch is being claimed waits for it; claimed ahead, it
+# leaves on time while the default-priority backlog absorbs the lateness. (On
+# a node that is not behind a batch takes milliseconds, and so does the extra
+# lead. Keyed on being behind instead, the lead fell to nothing after every
+# batch that happened to be on time, and the next, long one caught raised
+# fires out. Smaller batches would shorten the wait too, but cost throughput:
+# a starved node's batch takes about as long whatever its size.)
+PACE_ROUNDS = 8
 MAX_EXTRA_LEAD_MS = 5000
 # A claim further ahead of its fire time than the claim lead plus this (by the
 # coordinator's clock) is refused: this node's clock runs fast.
@@ -91,6 +94,7 @@ class Claimer:
         # The oldest due time of the fires being popped, claimed or handed over.
         self.claiming_due: int | None = None
         self.extra_lead_ms = 0  # how much further ahead raised priorities are claimed
+        self._round_ms: deque[int] = deque(maxlen=PACE_ROUNDS)  # the last batches' times
         self._wake = Wakeup()
         self._ratelog = RateLimitedLog(log)
 
@@ -122,14 +126,12 @@ class Claimer:
                     self._metrics.misfires_skipped.inc(skipped)
                 if not self._claiming():
                     continue  # skewed clock: the jobs' other owners fire them
-                oldest = min((f.due_ms for f in fires), default=now)
                 fires = self._defer(fires)
                 if fires or cursors:
                     await self.claim(fires, cursors, lead_ms=self.claim_lead_ms + extra)
             finally:
                 self.claiming_due = None
-            done = self._clock.now_ms()
-            self._pace(behind=done - oldest > BEHIND_MS, round_ms=done - now)
+            self._pace(round_ms=self._clock.now_ms() - now)
 
     async def _pop(self, now: int, extra: int) -> tuple[list[Fire], list[Cursor]]:
         """Up to ``MAX_CLAIM_BATCH`` due fires, popped ``LOOP_CHUNK`` at a time
@@ -158,9 +160,11 @@ class Claimer:
                 break  # the membership changed: claim these as popped, the rest next round
         return fires, cursors
 
-    def _pace(self, *, behind: bool, round_ms: int) -> None:
-        """While behind, claim raised priorities ahead by twice the last batch's time."""
-        extra = min(MAX_EXTRA_LEAD_MS, 2 * round_ms) if behind else 0
+    def _pace(self, *, round_ms: int) -> None:
+        """Claim raised priorities ahead by twice the longest recent batch's time."""
+        rounds = self._round_ms
+        rounds.append(round_ms)
+        extra = min(MAX_EXTRA_LEAD_MS, 2 * max(rounds))
         if extra != self.extra_lead_ms:
             self.extra_lead_ms = extra
             self._metrics.claim_extra_lead.set(extra / 1000.0)

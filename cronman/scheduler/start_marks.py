@@ -6,9 +6,11 @@ after its due time (its holder died); the mark is what keeps the two from
 both sending it. A call made for runs falling due also marks the runs due
 within ``MARK_AHEAD_MS`` after them: at a steady rate one marker call then
 serves several fires instead of one (a coordinator round trip per fire was
-the largest part of a node's CPU per fire). The price: a node killed right
-after such a call leaves those few fires marked and unsent, and the lease
-sweeper sends them when their lease runs out. Runs of ``at_most_once`` jobs
+the largest part of a node's CPU per fire). Runs above the default priority
+get a call of their own ``RAISED_MARK_AHEAD_MS`` before they fall due, so
+that on a busy node their timer finds the answer back. The price: a node
+killed right after such a call leaves those few fires marked and unsent, and
+the lease sweeper sends them when their lease runs out. Runs of ``at_most_once`` jobs
 are not marked ahead (the sweeper records such a run ``lost`` instead of
 sending it), nor are runs whose claim still waits in the writer (which node
 holds them is not settled). The start marker (``takeover.StartMarks``) answers once per
@@ -53,6 +55,11 @@ ANSWERS_PER_TURN = 64
 # Runs due this soon after a marker call goes out are marked in it too (well
 # under the coordinator's early bound, ``takeover.EARLY_BOUND_MS``).
 MARK_AHEAD_MS = 20
+# Runs above the default priority get a call of their own this long before
+# they fall due (under the early bound too): on a node that is behind, the
+# mark's round trip -- several long loop turns -- is then over by the time
+# their timer runs, instead of starting then.
+RAISED_MARK_AHEAD_MS = 40
 
 # Where a run's start mark stands (``ActiveRun.marking``).
 NOT_ASKED = 0
@@ -61,15 +68,24 @@ ASKED_AHEAD = 2  # in a marker call before its due time; its timer goes on with 
 
 
 class _Lane:
-    """Runs waiting for a marker call, and whether one is out for them."""
+    """Runs waiting for a marker call, and whether one is out for them.
 
-    __slots__ = ("batch", "marking", "upcoming")
+    ``ahead_ms``: how long before their due time upcoming runs are marked.
+    A lane that ``calls_ahead`` makes a call for them alone (a timer set for
+    its earliest); the other lane only adds them to calls made for runs due.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("batch", "marking", "upcoming", "ahead_ms", "calls_ahead", "timer", "timer_at")
+
+    def __init__(self, ahead_ms: int, *, calls_ahead: bool) -> None:
         self.batch: list[ActiveRun] = []
         self.marking = False
         # Runs waiting for their due time, to mark ahead: (due ms, seq, run).
         self.upcoming: list[tuple[int, int, ActiveRun]] = []
+        self.ahead_ms = ahead_ms
+        self.calls_ahead = calls_ahead
+        self.timer: asyncio.TimerHandle | None = None
+        self.timer_at = 0  # reference ms the timer is set for
 
 
 class StartMarkBatcher:
@@ -106,8 +122,8 @@ class StartMarkBatcher:
         self._proceed = proceed
         self._due = due
         self._let_go = let_go
-        self._raised = _Lane()  # runs above the default priority
-        self._rest = _Lane()
+        self._raised = _Lane(RAISED_MARK_AHEAD_MS, calls_ahead=True)  # above the default priority
+        self._rest = _Lane(MARK_AHEAD_MS, calls_ahead=False)
         self._seq = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ratelog = RateLimitedLog(log)
@@ -121,7 +137,10 @@ class StartMarkBatcher:
         if (ar.mark_start and not ar.pending_claim
                 and ar.job.delivery != DeliveryMode.AT_MOST_ONCE):
             self._seq += 1
-            heapq.heappush(self._lane(ar).upcoming, (ar.due_ms, self._seq, ar))
+            lane = self._lane(ar)
+            heapq.heappush(lane.upcoming, (ar.due_ms, self._seq, ar))
+            if lane.calls_ahead:
+                self._arm(lane)
 
     def add(self, ar: ActiveRun) -> None:
         """Mark ``ar`` started with the others of this loop turn, if it is to
@@ -135,22 +154,30 @@ class StartMarkBatcher:
         lane = self._lane(ar)
         lane.batch.append(ar)
         if not lane.marking:
-            # The task's first step runs after this turn's other callbacks: it
-            # takes every run added meanwhile (one loop turn sooner than a
-            # flush callback that would then start a task).
-            lane.marking = True
-            loop = self._loop
-            if loop is None:
-                loop = self._loop = asyncio.get_running_loop()
-            task = loop.create_task(self._mark(lane))
-            self._side_tasks.add(task)
-            task.add_done_callback(self._side_tasks.discard)
+            self._start_marking(lane)
+
+    def _start_marking(self, lane: _Lane) -> None:
+        # The task's first step runs after this turn's other callbacks: it
+        # takes every run added meanwhile (one loop turn sooner than a flush
+        # callback that would then start a task).
+        lane.marking = True
+        task = self._loop_now().create_task(self._mark(lane))
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+
+    def _loop_now(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
     async def _mark(self, lane: _Lane) -> None:
         try:
-            while lane.batch:
-                if lane.upcoming:
+            while True:
+                if lane.upcoming and (lane.batch or lane.calls_ahead):
                     self._take_upcoming(lane)
+                if not lane.batch:
+                    break
                 batch, lane.batch = lane.batch, []
                 try:
                     await self._mark_batch(batch)
@@ -159,11 +186,33 @@ class StartMarkBatcher:
                                   "unexpectedly", len(batch))
         finally:
             lane.marking = False
+            if lane.calls_ahead:
+                self._arm(lane)
+
+    def _arm(self, lane: _Lane) -> None:
+        """Set the lane's timer for its earliest upcoming run (a call out
+        sets it again when it is over)."""
+        if lane.marking or not lane.upcoming:
+            return
+        at = lane.upcoming[0][0] - lane.ahead_ms
+        if lane.timer is not None:
+            if lane.timer_at <= at:
+                return
+            lane.timer.cancel()
+        loop = self._loop_now()
+        lane.timer_at = at
+        delay = max(0.0, (at - self._clock.now_ms()) / 1000.0)
+        lane.timer = loop.call_at(loop.time() + delay, self._call_ahead, lane)
+
+    def _call_ahead(self, lane: _Lane) -> None:
+        lane.timer = None
+        if not lane.marking:
+            self._start_marking(lane)
 
     def _take_upcoming(self, lane: _Lane) -> None:
-        """Add the runs due within ``MARK_AHEAD_MS`` to the call going out."""
+        """Add the runs due within the lane's ``ahead_ms`` to the call going out."""
         upcoming = lane.upcoming
-        horizon = self._clock.now_ms() + MARK_AHEAD_MS
+        horizon = self._clock.now_ms() + lane.ahead_ms
         while upcoming and upcoming[0][0] <= horizon:
             ar = heapq.heappop(upcoming)[2]
             # Its timer still set: not due yet, not let go, not retried.

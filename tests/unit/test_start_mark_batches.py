@@ -25,11 +25,13 @@ from cronman.scheduler.dispatch import Dispatcher
 from cronman.scheduler.metrics import NodeMetrics
 from cronman.scheduler.start_marks import (
     MARK_AHEAD_MS,
+    RAISED_MARK_AHEAD_MS,
     START_GO,
     START_TAKEN,
     START_UNREACHABLE,
     StartMarker,
 )
+from cronman.scheduler.takeover import EARLY_BOUND_MS
 from cronman.scheduler.writer import ResultWriter
 from cronman.timeutil import to_ms
 from tests.support.store_data import job_spec
@@ -221,6 +223,40 @@ def test_a_run_marked_ahead_follows_the_answer(store) -> None:  # noqa: F811
     for job in (early, unsure):
         run_id = next(d.run_id for d in target.deliveries if d.job_id == job.id)
         assert len(marker.marked(run_id)) == 2  # ahead, then at its due time
+
+
+def test_raised_priorities_are_marked_ahead_by_a_call_of_their_own(store) -> None:  # noqa: F811
+    """A run above the default priority is marked ``RAISED_MARK_AHEAD_MS``
+    before its due time with no other run to carry it: its timer then sends
+    it without waiting for a round trip. Default-priority runs alone are
+    marked at their due time (with those due soon after)."""
+    low, high = store.jobs.create_jobs([job_spec("low"), job_spec("high", priority=10)])
+    target = RecordingTarget("http")
+    clock = ReferenceClock()
+    marker = AheadMarker(clock)
+
+    async def main() -> None:
+        async with marking_dispatcher(store, target, marker, 10) as d:
+            now = d.clock.now_ms()
+            for i, job in enumerate((high, high, low)):
+                due = now + 150 + 200 * i
+                d.add(ActiveRun.of_fire(Fire(job=job, fire_ms=due, due_ms=due),
+                                        mark_start=True))
+            await target.wait_for(3, timeout=10)
+            await d.wait_side_tasks(5)
+
+    asyncio.run(main())
+    assert len(marker.calls) == 3, marker.calls  # one call each: nothing to ride along with
+    by_run = {rid: ahead for call in marker.calls for rid, ahead in call}
+    for dl in target.deliveries:
+        ahead = by_run[dl.run_id]
+        if dl.job_id == high.id:
+            assert RAISED_MARK_AHEAD_MS - 15 <= ahead <= RAISED_MARK_AHEAD_MS, ahead
+            assert RAISED_MARK_AHEAD_MS < EARLY_BOUND_MS  # never refused as early
+        else:
+            assert ahead <= 0, ahead
+    for rec in target.records:  # marked ahead, sent at the due time, not before
+        assert rec.wall * 1000 >= to_ms(rec.delivery.scheduled_for) - 1
 
 
 class SlowAheadMarker(AheadMarker):
