@@ -56,6 +56,13 @@ async def marking_dispatcher(stored: Any, target: RecordingTarget, marker: Start
                          lease_seconds=30.0, jobs=NoneHeld(), start_marker=marker)
 
 
+def add_marked(d: Dispatcher, job: Any, due_ms: int, *, fire_ms: int | None = None,
+               **kw: Any) -> None:
+    """Hand ``d`` a claimed fire of ``job`` due at ``due_ms``, to be marked started."""
+    d.add(ActiveRun.of_fire(Fire(job=job, fire_ms=due_ms if fire_ms is None else fire_ms,
+                                 due_ms=due_ms), mark_start=True, **kw))
+
+
 class SlowMarker:
     """A marker that takes ``MARK_S`` per call, and counts the calls out at once."""
 
@@ -85,8 +92,7 @@ def test_runs_due_while_a_mark_is_out_go_in_the_next_call(store) -> None:  # noq
             first = d.clock.now_ms() + 20
             for i in range(RUNS):
                 due = first + i * SPACING_MS
-                d.add(ActiveRun.of_fire(Fire(job=job, fire_ms=due, due_ms=due),
-                                        mark_start=True))
+                add_marked(d, job, due)
             await target.wait_for(RUNS, timeout=30)
             await d.wait_side_tasks(5)
 
@@ -118,11 +124,9 @@ def test_a_raised_priority_does_not_wait_for_a_call_out_for_the_others(store) ->
         async with marking_dispatcher(store, target, marker, 100) as d:
             now = d.clock.now_ms()
             for i in range(50):  # their call is out for 500 ms...
-                d.add(ActiveRun.of_fire(Fire(job=low, fire_ms=now + i, due_ms=now + 20),
-                                        mark_start=True))
+                add_marked(d, low, now + 20, fire_ms=now + i)
             # ...when a raised-priority run falls due
-            d.add(ActiveRun.of_fire(Fire(job=high, fire_ms=now + 60, due_ms=now + 60),
-                                    mark_start=True))
+            add_marked(d, high, now + 60)
             await target.wait_for(51, timeout=10)
             await d.wait_side_tasks(5)
 
@@ -165,8 +169,7 @@ def test_a_call_for_runs_falling_due_also_marks_those_due_soon_after(store) -> N
             first = d.clock.now_ms() + 30
             for i in range(runs):
                 due = first + i * SPACING_MS
-                d.add(ActiveRun.of_fire(Fire(job=job, fire_ms=due, due_ms=due),
-                                        mark_start=True))
+                add_marked(d, job, due)
             await target.wait_for(runs, timeout=30)
             await d.wait_side_tasks(5)
 
@@ -206,11 +209,9 @@ def test_a_run_marked_ahead_follows_the_answer(store) -> None:  # noqa: F811
     async def main() -> None:
         async with marking_dispatcher(store, target, marker, 10) as d:
             now = d.clock.now_ms()
-            d.add(ActiveRun.of_fire(Fire(job=plain, fire_ms=now + 30, due_ms=now + 30),
-                                    mark_start=True))
+            add_marked(d, plain, now + 30)
             for job in (taken, early, unsure):
-                d.add(ActiveRun.of_fire(Fire(job=job, fire_ms=now + 40, due_ms=now + 40),
-                                        mark_start=True))
+                add_marked(d, job, now + 40)
             await target.wait_for(3, timeout=10)
             await asyncio.sleep(0.1)
             await d.wait_side_tasks(5)
@@ -240,8 +241,7 @@ def test_raised_priorities_are_marked_ahead_by_a_call_of_their_own(store) -> Non
             now = d.clock.now_ms()
             for i, job in enumerate((high, high, low)):
                 due = now + 150 + 200 * i
-                d.add(ActiveRun.of_fire(Fire(job=job, fire_ms=due, due_ms=due),
-                                        mark_start=True))
+                add_marked(d, job, due)
             await target.wait_for(3, timeout=10)
             await d.wait_side_tasks(5)
 
@@ -283,8 +283,7 @@ def test_a_run_falling_due_while_marked_ahead_goes_with_the_answer(store) -> Non
             first = d.clock.now_ms() + 30
             for i in range(runs):  # one every 4 ms: several fall due during each 50 ms call
                 due = first + 4 * i
-                d.add(ActiveRun.of_fire(Fire(job=job, fire_ms=due, due_ms=due),
-                                        mark_start=True))
+                add_marked(d, job, due)
             await target.wait_for(runs, timeout=10)
             await asyncio.sleep(0.05)
             await d.wait_side_tasks(5)
@@ -313,11 +312,9 @@ def test_at_most_once_and_unwritten_claims_are_not_marked_ahead(store) -> None: 
     async def main() -> None:
         async with marking_dispatcher(store, target, marker, 10) as d:
             now = d.clock.now_ms()
-            d.add(ActiveRun.of_fire(Fire(job=plain, fire_ms=now + 30, due_ms=now + 30),
-                                    mark_start=True))
+            add_marked(d, plain, now + 30)
             for job in (once, unwritten):
-                d.add(ActiveRun.of_fire(Fire(job=job, fire_ms=now + 40, due_ms=now + 40),
-                                        mark_start=True, pending_claim=job is unwritten))
+                add_marked(d, job, now + 40, pending_claim=job is unwritten)
             await target.wait_for(3, timeout=10)
             await d.wait_side_tasks(5)
 
@@ -350,8 +347,7 @@ def test_runs_whose_answer_was_not_carried_out_are_asked_again(store, spacing_ms
             first = d.clock.now_ms() + 30
             for i in range(runs):
                 due = first + i * spacing_ms
-                d.add(ActiveRun.of_fire(Fire(job=job, fire_ms=due + i, due_ms=due),
-                                        mark_start=True))
+                add_marked(d, job, due, fire_ms=due + i)
             await target.wait_for(runs, timeout=10)
             await asyncio.sleep(0.05)
             await d.wait_side_tasks(5)
