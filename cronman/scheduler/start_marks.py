@@ -166,6 +166,7 @@ class StartMarkBatcher:
         task.add_done_callback(self._side_tasks.discard)
 
     def _loop_now(self) -> asyncio.AbstractEventLoop:
+        """The loop the batcher runs on: the running one, remembered."""
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
@@ -268,7 +269,7 @@ class StartMarkBatcher:
         stopping): one marked ahead waits for its timer as if never asked; one
         due goes back to the dispatcher, which asks again (or, if it fails
         again, records the run failed)."""
-        loop = self._loop or asyncio.get_running_loop()
+        loop = self._loop_now()
         for ar in runs:
             due = ar.marking == ASKED_DUE
             ar.marking = NOT_ASKED
@@ -280,7 +281,7 @@ class StartMarkBatcher:
         self._ratelog.warning("early", "run %s of job %s is due in %d ms by the "
                               "cluster's clock: this node's clock runs fast; waiting",
                               ar.run_id, ar.job.id, due_in_ms)
-        loop = self._loop or asyncio.get_running_loop()
+        loop = self._loop_now()
         ar.handle = loop.call_later(max(0, due_in_ms) / 1000.0, self._due, ar)
 
     def _taken(self, ar: ActiveRun) -> None:

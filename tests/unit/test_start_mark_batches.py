@@ -63,6 +63,24 @@ def add_marked(d: Dispatcher, job: Any, due_ms: int, *, fire_ms: int | None = No
                                  due_ms=due_ms), mark_start=True, **kw))
 
 
+def run_marking(stored: Any, target: RecordingTarget, marker: StartMarker,
+                add: Callable[[Dispatcher, int], None], *, sent: int,
+                max_in_flight: int = 10, timeout: float = 10.0, settle: float = 0.0) -> None:
+    """Run a marking dispatcher: ``add(d, now_ms)`` hands it its fires; return
+    once ``sent`` were sent (then ``settle`` seconds more) and its side tasks
+    are done."""
+
+    async def main() -> None:
+        async with marking_dispatcher(stored, target, marker, max_in_flight) as d:
+            add(d, d.clock.now_ms())
+            await target.wait_for(sent, timeout=timeout)
+            if settle:
+                await asyncio.sleep(settle)
+            await d.wait_side_tasks(5)
+
+    asyncio.run(main())
+
+
 class SlowMarker:
     """A marker that takes ``MARK_S`` per call, and counts the calls out at once."""
 
@@ -87,16 +105,11 @@ def test_runs_due_while_a_mark_is_out_go_in_the_next_call(store) -> None:  # noq
     target = RecordingTarget("http")
     marker = SlowMarker()
 
-    async def main() -> None:
-        async with marking_dispatcher(store, target, marker, RUNS) as d:
-            first = d.clock.now_ms() + 20
-            for i in range(RUNS):
-                due = first + i * SPACING_MS
-                add_marked(d, job, due)
-            await target.wait_for(RUNS, timeout=30)
-            await d.wait_side_tasks(5)
+    def add(d: Dispatcher, now: int) -> None:
+        for i in range(RUNS):
+            add_marked(d, job, now + 20 + i * SPACING_MS)
 
-    asyncio.run(main())
+    run_marking(store, target, marker, add, sent=RUNS, max_in_flight=RUNS, timeout=30)
     assert sum(marker.batches) == RUNS  # every run marked once, none lost between calls
     assert marker.most_out == 1
     # 200 ms of due times at 50 ms a call: a handful of calls, not one per turn.
@@ -120,17 +133,13 @@ def test_a_raised_priority_does_not_wait_for_a_call_out_for_the_others(store) ->
     target = RecordingTarget("http")
     marker = LaneMarker()
 
-    async def main() -> None:
-        async with marking_dispatcher(store, target, marker, 100) as d:
-            now = d.clock.now_ms()
-            for i in range(50):  # their call is out for 500 ms...
-                add_marked(d, low, now + 20, fire_ms=now + i)
-            # ...when a raised-priority run falls due
-            add_marked(d, high, now + 60)
-            await target.wait_for(51, timeout=10)
-            await d.wait_side_tasks(5)
+    def add(d: Dispatcher, now: int) -> None:
+        for i in range(50):  # their call is out for 500 ms...
+            add_marked(d, low, now + 20, fire_ms=now + i)
+        # ...when a raised-priority run falls due
+        add_marked(d, high, now + 60)
 
-    asyncio.run(main())
+    run_marking(store, target, marker, add, sent=51, max_in_flight=100)
     assert (10,) in marker.calls  # a call of its own
     assert sorted(p for call in marker.calls for p in call) == [0] * 50 + [10]
     sent = [dl.priority for dl in target.deliveries]
@@ -164,16 +173,11 @@ def test_a_call_for_runs_falling_due_also_marks_those_due_soon_after(store) -> N
     marker = AheadMarker(clock)
     runs = 200
 
-    async def main() -> None:
-        async with marking_dispatcher(store, target, marker, runs) as d:
-            first = d.clock.now_ms() + 30
-            for i in range(runs):
-                due = first + i * SPACING_MS
-                add_marked(d, job, due)
-            await target.wait_for(runs, timeout=30)
-            await d.wait_side_tasks(5)
+    def add(d: Dispatcher, now: int) -> None:
+        for i in range(runs):
+            add_marked(d, job, now + 30 + i * SPACING_MS)
 
-    asyncio.run(main())
+    run_marking(store, target, marker, add, sent=runs, max_in_flight=runs, timeout=30)
     marked = [rid for call in marker.calls for rid, _ in call]
     assert sorted(marked) == sorted(r.delivery.run_id for r in target.records)
     assert len(set(marked)) == runs  # each run marked once
@@ -206,17 +210,12 @@ def test_a_run_marked_ahead_follows_the_answer(store) -> None:  # noqa: F811
 
     marker = AheadMarker(clock, answer)
 
-    async def main() -> None:
-        async with marking_dispatcher(store, target, marker, 10) as d:
-            now = d.clock.now_ms()
-            add_marked(d, plain, now + 30)
-            for job in (taken, early, unsure):
-                add_marked(d, job, now + 40)
-            await target.wait_for(3, timeout=10)
-            await asyncio.sleep(0.1)
-            await d.wait_side_tasks(5)
+    def add(d: Dispatcher, now: int) -> None:
+        add_marked(d, plain, now + 30)
+        for job in (taken, early, unsure):
+            add_marked(d, job, now + 40)
 
-    asyncio.run(main())
+    run_marking(store, target, marker, add, sent=3, settle=0.1)
     first_call = {rid for rid, _ in marker.calls[0]}
     assert len(first_call) == 4  # the three were marked ahead with the first
     sent = [d.job_id for d in target.deliveries]
@@ -236,16 +235,11 @@ def test_raised_priorities_are_marked_ahead_by_a_call_of_their_own(store) -> Non
     clock = ReferenceClock()
     marker = AheadMarker(clock)
 
-    async def main() -> None:
-        async with marking_dispatcher(store, target, marker, 10) as d:
-            now = d.clock.now_ms()
-            for i, job in enumerate((high, high, low)):
-                due = now + 150 + 200 * i
-                add_marked(d, job, due)
-            await target.wait_for(3, timeout=10)
-            await d.wait_side_tasks(5)
+    def add(d: Dispatcher, now: int) -> None:
+        for i, job in enumerate((high, high, low)):
+            add_marked(d, job, now + 150 + 200 * i)
 
-    asyncio.run(main())
+    run_marking(store, target, marker, add, sent=3)
     assert len(marker.calls) == 3, marker.calls  # one call each: nothing to ride along with
     by_run = {rid: ahead for call in marker.calls for rid, ahead in call}
     for dl in target.deliveries:
@@ -278,17 +272,11 @@ def test_a_run_falling_due_while_marked_ahead_goes_with_the_answer(store) -> Non
     marker = SlowAheadMarker(clock)
     runs = 20
 
-    async def main() -> None:
-        async with marking_dispatcher(store, target, marker, runs) as d:
-            first = d.clock.now_ms() + 30
-            for i in range(runs):  # one every 4 ms: several fall due during each 50 ms call
-                due = first + 4 * i
-                add_marked(d, job, due)
-            await target.wait_for(runs, timeout=10)
-            await asyncio.sleep(0.05)
-            await d.wait_side_tasks(5)
+    def add(d: Dispatcher, now: int) -> None:
+        for i in range(runs):  # one every 4 ms: several fall due during each 50 ms call
+            add_marked(d, job, now + 30 + 4 * i)
 
-    asyncio.run(main())
+    run_marking(store, target, marker, add, sent=runs, max_in_flight=runs, settle=0.05)
     marked = [rid for call in marker.calls for rid, _ in call]
     assert len(marked) == len(set(marked)) == runs  # each marked once
     assert len(target.records) == runs  # each sent once
@@ -309,16 +297,12 @@ def test_at_most_once_and_unwritten_claims_are_not_marked_ahead(store) -> None: 
     clock = ReferenceClock()
     marker = AheadMarker(clock)
 
-    async def main() -> None:
-        async with marking_dispatcher(store, target, marker, 10) as d:
-            now = d.clock.now_ms()
-            add_marked(d, plain, now + 30)
-            for job in (once, unwritten):
-                add_marked(d, job, now + 40, pending_claim=job is unwritten)
-            await target.wait_for(3, timeout=10)
-            await d.wait_side_tasks(5)
+    def add(d: Dispatcher, now: int) -> None:
+        add_marked(d, plain, now + 30)
+        for job in (once, unwritten):
+            add_marked(d, job, now + 40, pending_claim=job is unwritten)
 
-    asyncio.run(main())
+    run_marking(store, target, marker, add, sent=3)
     assert len(target.records) == 3
     ahead = {rid for call in marker.calls for rid, ms in call if ms > 0}
     assert ahead == set(), marker.calls
@@ -342,17 +326,12 @@ def test_runs_whose_answer_was_not_carried_out_are_asked_again(store, spacing_ms
     marker = ShortMarker(clock)
     runs = 10
 
-    async def main() -> None:
-        async with marking_dispatcher(store, target, marker, runs) as d:
-            first = d.clock.now_ms() + 30
-            for i in range(runs):
-                due = first + i * spacing_ms
-                add_marked(d, job, due, fire_ms=due + i)
-            await target.wait_for(runs, timeout=10)
-            await asyncio.sleep(0.05)
-            await d.wait_side_tasks(5)
+    def add(d: Dispatcher, now: int) -> None:
+        for i in range(runs):
+            due = now + 30 + i * spacing_ms
+            add_marked(d, job, due, fire_ms=due + i)
 
-    asyncio.run(main())
+    run_marking(store, target, marker, add, sent=runs, max_in_flight=runs, settle=0.05)
     assert len(marker.calls[0]) == runs
     assert len(target.records) == runs
     assert len({r.delivery.run_id for r in target.records}) == runs
