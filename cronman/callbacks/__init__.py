@@ -4,8 +4,9 @@
   normalisation (used by the API); importing this package does not import
   the HTTP client or boto3.
 - :func:`build_targets`: the :class:`TargetRegistry` a scheduler node's
-  dispatcher fires through (``await registry.route(delivery)``; ``deliver``
-  is the same as a coroutine of its own).
+  dispatcher fires through (``registry.route(delivery)``, awaited by the
+  attempt's task; a target's ``start`` may already have sent by then;
+  ``deliver`` is the same as a coroutine of its own).
 - One module per kind: :mod:`.http` (over the :mod:`.httpclient` package), :mod:`.sqs`, :mod:`.container` (runs
   handed to worker agents through an ``AgentDirectory``); :mod:`.recording` is the
   in-process twin for tests; :mod:`.signing` signs and verifies callbacks;
@@ -14,10 +15,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from cronman.callbacks.base import Delivery, Outcome, Target
+from cronman.callbacks.base import Answered, Delivery, Outcome, Target
 from cronman.callbacks.dead_letter import dead_letter_delivery, run_record, validate_dead_letter
 from cronman.callbacks.validation import validate_target
 from cronman.config import Settings
@@ -50,12 +51,14 @@ class TargetRegistry(Mapping[str, Target]):
 
     def __init__(self, targets: Iterable[Target] = ()) -> None:
         self._targets: dict[str, Target] = {}
+        self._starts: dict[str, Callable[[Delivery], Awaitable[Outcome]]] = {}
         for target in targets:
             self.register(target)
 
     def register(self, target: Target) -> None:
         """Add (or replace) the target of ``target.kind``."""
         self._targets[target.kind] = target
+        self._starts[target.kind] = getattr(target, "start", target.deliver)
 
     def __getitem__(self, kind: str) -> Target:
         return self._targets[kind]
@@ -71,15 +74,16 @@ class TargetRegistry(Mapping[str, Target]):
         return await self.route(delivery)
 
     def route(self, delivery: Delivery) -> Awaitable[Outcome]:
-        """``deliver``, not yet awaited: the target's own coroutine (the
-        dispatcher awaits it without a frame of this registry in between)."""
+        """``deliver``, not yet awaited: the target's ``start`` (which may send
+        before it returns) or its own coroutine; the dispatcher awaits it
+        without a frame of this registry in between."""
         kind = delivery.target.get("kind")
-        target = self._targets.get(kind) if isinstance(kind, str) else None
-        if target is None:
+        start = self._starts.get(kind) if isinstance(kind, str) else None
+        if start is None:
             error = (NO_AGENT_ERROR if kind == TargetKind.CONTAINER
                      else f"target kind {kind!r} is not available on this node")
-            return _answer(Outcome(False, error=error, retryable=False))
-        return target.deliver(delivery)
+            return Answered(Outcome(False, error=error, retryable=False))
+        return start(delivery)
 
     def hand_back(self) -> None:
         """The node stops: targets whose work outlives it leave it running
@@ -96,10 +100,6 @@ class TargetRegistry(Mapping[str, Target]):
         """Close every target (their sessions, clients and thread pools)."""
         for target in list(self._targets.values()):
             await target.close()
-
-
-async def _answer(outcome: Outcome) -> Outcome:
-    return outcome
 
 
 def build_targets(

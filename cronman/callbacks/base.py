@@ -6,6 +6,7 @@ and returns an ``Outcome``; it never raises for a delivery failure.
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -40,12 +41,32 @@ class Outcome:
     lost: bool = False
 
 
+class Answered:
+    """An awaitable of an outcome known at once (a target refused before
+    sending): nothing to wait for, and nothing left unawaited if dropped."""
+
+    __slots__ = ("outcome",)
+
+    def __init__(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+
+    def __await__(self) -> Generator[Any, None, Outcome]:
+        yield from ()  # a generator that yields nothing: ``await`` takes its return value
+        return self.outcome
+
+
 class Target(Protocol):
     """Fires one kind of target. A target whose work outlives the node (a
     container on a worker agent) may also define ``hand_back()``: the node
     calls it when it hands its runs back (graceful stop), before it cancels
     their attempts, and the target then leaves that work running for the
-    runs' next holder instead of stopping it."""
+    runs' next holder instead of stopping it.
+
+    A target may also define ``start(delivery)``: ``deliver`` not yet
+    awaited, with what can be done at once done before it returns (the
+    ``http`` target writes its request on an idle connection). The
+    dispatcher calls it from the callback that starts the attempt, so the
+    send does not wait for the attempt task's first turn."""
 
     kind: str
 

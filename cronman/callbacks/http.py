@@ -33,10 +33,11 @@ import re
 import socket
 import ssl
 import time
+from collections.abc import Awaitable, Generator
 from datetime import datetime
 from typing import Any
 
-from cronman.callbacks.base import Delivery, Outcome
+from cronman.callbacks.base import Answered, Delivery, Outcome
 from cronman.callbacks.httpclient import (
     ClientClosed,
     ConnectError,
@@ -49,6 +50,7 @@ from cronman.callbacks.httpclient import (
     PreparedRequest,
     RequestTimeout,
     Resolver,
+    Response,
     ServerDisconnected,
 )
 from cronman.callbacks.signing import Signer
@@ -156,16 +158,23 @@ class HttpTarget:
 
     async def deliver(self, delivery: Delivery) -> Outcome:
         """Send one request; never raises for a delivery failure."""
+        return await self.start(delivery)
+
+    def start(self, delivery: Delivery) -> Awaitable[Outcome]:
+        """``deliver``, with the request written before this returns when a
+        pooled connection is idle (otherwise the awaitable connects first).
+        Nothing else waits on the caller: what is left is awaited."""
         try:
             prepared = self._prepare(delivery.target)
         except Exception as exc:  # a target that escaped validation
-            return Outcome(False, error=f"invalid http target: {exc}", retryable=False)
+            return Answered(Outcome(False, error=f"invalid http target: {exc}", retryable=False))
         if prepared.refusal is not None:
-            return Outcome(False, error=prepared.refusal, retryable=False)
+            return Answered(Outcome(False, error=prepared.refusal, retryable=False))
 
         job_id, run_id = delivery.job_id, delivery.run_id
         if not (_SAFE_VALUE.fullmatch(job_id) and _SAFE_VALUE.fullmatch(run_id)):
-            return Outcome(False, error="invalid job or run id for a header", retryable=False)
+            return Answered(Outcome(False, error="invalid job or run id for a header",
+                                    retryable=False))
         # Encoded here at once: ids checked above, a time and a number.
         lines = (f"Cronman-Job-Id: {job_id}\r\nCronman-Run-Id: {run_id}\r\n"
                  f"Cronman-Scheduled-For: {self._format_scheduled_for(delivery.scheduled_for)}"
@@ -176,28 +185,25 @@ class HttpTarget:
 
         client = self._client.get(self._open_client)
         try:
+            waiter = client.start(prepared.request, headers, timeout=prepared.timeout,
+                                  lines=lines)
+        except Exception as exc:
+            return Answered(_failure(exc, prepared, self._connect_timeout))
+        if waiter is None:
+            return self._exchange(client, prepared, headers, lines)
+        return _Answer(waiter, prepared, self._connect_timeout)
+
+    async def _exchange(self, client: HttpClient, prepared: _Prepared,
+                        headers: tuple[tuple[str, str], ...], lines: bytes) -> Outcome:
+        """The request on a connection the client opens (or waits for)."""
+        try:
             response = await client.request(prepared.request, headers, timeout=prepared.timeout,
                                             lines=lines)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             return _failure(exc, prepared, self._connect_timeout)
-
-        status = response.status
-        result: dict[str, Any] = {"http_status": status}
-        if response.body:
-            result["response_snippet"] = response.body.decode("utf-8", errors="replace")
-        if 200 <= status < 300:
-            return Outcome(True, result)
-        location = response.header("Location") if 300 <= status < 400 else None
-        if location is not None:
-            result["location"] = location
-            return Outcome(
-                False,
-                result,
-                f"HTTP {status} redirect to {location} (redirects are not followed)",
-            )
-        return Outcome(False, result, f"HTTP {status}")
+        return _outcome(response)
 
     def hand_back(self) -> None:
         """Nothing outlives a delivery here."""
@@ -207,6 +213,48 @@ class HttpTarget:
         self._prepared.clear()
         if client is not None and not client.loop.is_closed():
             await client.close()
+
+
+class _Answer:
+    """The answer to a request already written: awaited in the caller's task
+    (an object, not a coroutine, so a task cancelled before its first step
+    leaves no coroutine never awaited; the client settles the connection)."""
+
+    __slots__ = ("_waiter", "_prepared", "_connect_timeout")
+
+    def __init__(self, waiter: asyncio.Future[Response], prepared: _Prepared,
+                 connect_timeout: float) -> None:
+        self._waiter = waiter
+        self._prepared = prepared
+        self._connect_timeout = connect_timeout
+
+    def __await__(self) -> Generator[Any, None, Outcome]:
+        try:
+            response = yield from self._waiter
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return _failure(exc, self._prepared, self._connect_timeout)
+        return _outcome(response)
+
+
+def _outcome(response: Response) -> Outcome:
+    """A 2xx is success; any other answer a failed attempt (3xx naming its ``Location``)."""
+    status = response.status
+    result: dict[str, Any] = {"http_status": status}
+    if response.body:
+        result["response_snippet"] = response.body.decode("utf-8", errors="replace")
+    if 200 <= status < 300:
+        return Outcome(True, result)
+    location = response.header("Location") if 300 <= status < 400 else None
+    if location is not None:
+        result["location"] = location
+        return Outcome(
+            False,
+            result,
+            f"HTTP {status} redirect to {location} (redirects are not followed)",
+        )
+    return Outcome(False, result, f"HTTP {status}")
 
 
 def _failure(exc: BaseException, prepared: _Prepared, connect_timeout: float) -> Outcome:

@@ -28,11 +28,12 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+from collections.abc import Awaitable
 from datetime import datetime
 from typing import Any
 
 from cronman.callbacks import TargetRegistry
-from cronman.callbacks.base import Delivery, Outcome
+from cronman.callbacks.base import Answered, Delivery, Outcome
 from cronman.models import Job, Run, RunUpdate
 from cronman.observability import logs
 from cronman.scheduler import admission
@@ -331,21 +332,30 @@ class Dispatcher:
         loop = self._loop or asyncio.get_running_loop()
         ar.deadline = loop.time() + timeout_of(ar.job.target) + TIMEOUT_MARGIN
         ar.timed_out = False
-        ar.task = loop.create_task(self._attempt(ar))
+        # Started here, not in the task's first step: the target may send at
+        # once (an idle keep-alive connection) instead of after every other
+        # callback this loop turn has queued.
+        job = ar.job
+        try:
+            answer = self.targets.route(Delivery(
+                job_id=job.id, run_id=ar.run_id, scheduled_for=ar.scheduled_for,
+                attempt=ar.attempt, target=job.target, namespace=job.namespace,
+                job_name=job.name, priority=job.priority))
+        except Exception as exc:  # a target must not raise; if it does, the run still ends
+            log.exception("target %s raised for run %s", job.target.get("kind"), ar.run_id)
+            answer = Answered(Outcome(ok=False, error=f"target error: {exc!r}"))
+        ar.task = loop.create_task(self._attempt(ar, answer))
         if self._watchdog is None:
             self._watchdog = loop.call_later(WATCHDOG_INTERVAL, self._watch)
 
-    async def _attempt(self, ar: ActiveRun) -> None:
+    async def _attempt(self, ar: ActiveRun, answer: Awaitable[Outcome]) -> None:
         # This task's log records carry the run (it runs in a context of its own).
         job = ar.job
         logs.bind_run(self.node_id, job.id, ar.run_id, job.namespace)
         try:
-            # The target's coroutine is awaited here directly (no frame in
+            # The target's answer is awaited here directly (no frame in
             # between: it is resumed twice per fire).
-            outcome = await self.targets.route(Delivery(
-                job_id=job.id, run_id=ar.run_id, scheduled_for=ar.scheduled_for,
-                attempt=ar.attempt, target=job.target, namespace=job.namespace,
-                job_name=job.name, priority=job.priority))
+            outcome = await answer
         except asyncio.CancelledError:
             if not ar.timed_out:
                 self._release(ar)

@@ -308,6 +308,68 @@ def test_a_cancelled_delivery_closes_its_connection(run):
         assert server.active == 0
 
 
+def _answer_once_then_stall(conn: RawConnection) -> None:
+    conn.read_request()
+    conn.send(respond(204, length=False))
+    _stall(conn)
+
+
+def test_a_request_on_an_idle_connection_is_written_before_start_returns(run):
+    # The dispatcher starts an attempt from its timer's callback: the request
+    # must not wait for the loop to come round (a busy loop's turn is long).
+    with RawServer(serve_forever(respond(200, b"ok"))) as server:
+        target_obj = make(server.url("/at-once"))
+
+        async def go() -> tuple[int, Outcome]:
+            target = HttpTarget(PRIVATE_OK)
+            try:
+                assert (await target.deliver(delivery(target_obj))).ok
+                answer = target.start(delivery(target_obj, attempt=2))
+                # No await since: only a write made inside ``start`` can arrive.
+                deadline = time.monotonic() + 5
+                while len(server.requests) < 2 and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                seen = len(server.requests)
+                return seen, await answer
+            finally:
+                await target.close()
+
+        seen, outcome = run(go())
+    assert seen == 2
+    assert outcome.ok and outcome.result == {"http_status": 200, "response_snippet": "ok"}
+    assert server.connections == 1
+
+
+def test_cancelling_a_request_started_at_once_closes_its_connection(run):
+    with RawServer(_answer_once_then_stall) as server:
+        target_obj = make(server.url("/c"))
+
+        async def go() -> tuple[int, int]:
+            target = HttpTarget(PRIVATE_OK)
+            assert (await target.deliver(delivery(target_obj))).ok
+            answer = target.start(delivery(target_obj, attempt=2))
+
+            async def wait() -> Outcome:
+                return await answer
+
+            task = asyncio.create_task(wait())
+            await asyncio.sleep(0.3)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            client = target._client.get(lambda: pytest.fail("the delivery made no client"))
+            size = client.pool.size
+            await target.close()
+            return size, len(server.requests)
+
+        size, requests = run(go())
+        assert (size, requests) == (0, 2)
+        deadline = time.monotonic() + 5
+        while server.active and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert server.active == 0
+
+
 # -- redirects -----------------------------------------------------------------------------
 
 

@@ -360,6 +360,38 @@ def test_a_refused_target_fails_at_once_without_retries(db, store):
     assert Counter(target.run_ids()).most_common(1)[0][1] == 1
 
 
+class StartRaises(RecordingTarget):
+    """A target whose synchronous start (``Target.start``) raises: a bug in it."""
+
+    def __init__(self) -> None:
+        super().__init__("http")
+        self.starts = 0
+
+    def start(self, delivery):
+        self.starts += 1
+        raise RuntimeError("boom")
+
+
+def test_a_target_whose_start_raises_fails_the_run_and_the_node_goes_on(db, store):
+    [job] = store.jobs.create_jobs([job_spec("s", schedule={"kind": "interval", "every": 1},
+                                             retry={"max_attempts": 1})])
+    target = StartRaises()
+    node = make_node(db, store, InProcessCoordinator(ttl=2.0), "a", target)
+
+    async def main():
+        async with running(node):
+            deadline = time.monotonic() + 5
+            while target.starts < 2 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.6)
+
+    asyncio.run(main())
+    assert target.starts >= 2 and not target.records
+    failed = [r for r in all_runs(store, [job]) if r.status == "failed"]
+    assert len(failed) >= 2
+    assert all(r.error == "target error: RuntimeError('boom')" for r in failed)
+
+
 def test_saturated_dispatch_starts_higher_priority_first(db, store):
     at = (utcnow() + timedelta(seconds=1.5)).replace(microsecond=0)
     from cronman.timeutil import format_rfc3339

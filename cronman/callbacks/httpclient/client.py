@@ -94,6 +94,42 @@ class HttpClient:
         finally:
             pool.release(conn)
 
+    def start(
+        self,
+        request: PreparedRequest,
+        headers: Iterable[tuple[str, str]] = (),
+        *,
+        timeout: float,
+        lines: bytes = b"",
+    ) -> asyncio.Future[Response] | None:
+        """``request`` written at once on an idle pooled connection: the future
+        of its answer (or of an ``HttpClientError``, as from :meth:`request`);
+        None when no idle connection can take it now (nothing was written:
+        use :meth:`request`, which connects).
+
+        Sending from the caller's own callback spares the request a turn of a
+        busy event loop (a task's first step waits behind every callback
+        already queued). The connection goes back to the pool when the
+        answer is in; cancelling the future closes it, as cancelling
+        :meth:`request` does.
+        """
+        pool = self.pool
+        conn = pool.take_idle(request.origin)
+        if conn is None:
+            return None
+        data = request.render(headers, lines)
+        try:
+            waiter = self._send(conn, data, self.loop.time() + timeout, request.head)
+        except StaleConnection:
+            return None
+        waiter.add_done_callback(functools.partial(self._settle, conn))
+        return waiter
+
+    def _settle(self, conn: HttpConnection, waiter: asyncio.Future[Response]) -> None:
+        if waiter.cancelled() or waiter.exception() is not None:
+            conn.abort()  # the connection's state is unknown
+        self.pool.release(conn)
+
     def _send(
         self, conn: HttpConnection, data: bytes, deadline: float, head: bool
     ) -> asyncio.Future[Response]:
