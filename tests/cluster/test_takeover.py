@@ -323,10 +323,12 @@ def test_a_stalled_holders_fires_go_out_from_the_replica_half_a_second_late(tmp_
     assert len(keys) >= 20
     assert len(set(keys)) == len(keys), Counter(keys).most_common(3)
     assert stalling.stalled > 0 and _total(b.metrics.takeovers) > 0
-    # What b took over went out about takeover_after past due, not a lease later.
+    # What b took over went out once a's pulses said it stalled (STALL_MS, about
+    # 1 s past due, a pulse or two more on a loaded machine), not a lease (10 s)
+    # later.
     lateness = [r.lateness_ms for r in (store.runs.get_run(rec.delivery.run_id)
                                         for rec in b_t.records) if r and r.lateness_ms]
-    assert lateness and max(lateness) < 1500, sorted(lateness)[-5:]
+    assert lateness and max(lateness) < 3000, sorted(lateness)[-5:]
     runs = [r for j in jobs for r in store.runs.list_runs(j.id, RunFilter(), 1000, None).items]
     by_node = Counter(r.node_id for r in runs if (r.job_id, to_ms(r.scheduled_for)) in set(keys))
     assert by_node["b"] > 0
