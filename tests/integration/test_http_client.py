@@ -340,6 +340,34 @@ def test_a_request_on_an_idle_connection_is_written_before_start_returns(run):
     assert server.connections == 1
 
 
+def test_a_request_that_cannot_be_rendered_keeps_the_idle_connection(run, monkeypatch):
+    with RawServer(serve_forever(respond(200, b"ok"))) as server:
+        target_obj = make(server.url("/render"))
+
+        async def go() -> tuple[Outcome, Outcome, int]:
+            target = HttpTarget(PRIVATE_OK)
+            try:
+                assert (await target.deliver(delivery(target_obj))).ok
+                render = PreparedRequest.render
+
+                def broken(self, *args, **kwargs):
+                    raise ValueError("header value not encodable")
+
+                monkeypatch.setattr(PreparedRequest, "render", broken)
+                failed = await target.deliver(delivery(target_obj, attempt=2))
+                monkeypatch.setattr(PreparedRequest, "render", render)
+                again = await target.deliver(delivery(target_obj, attempt=3))
+                client = target._client.get(lambda: pytest.fail("no client"))
+                return failed, again, client.pool.size
+            finally:
+                await target.close()
+
+        failed, again, size = run(go())
+    assert not failed.ok and "header value not encodable" in failed.error
+    assert again.ok and size == 1
+    assert server.connections == 1 and len(server.requests) == 2
+
+
 def test_cancelling_a_request_started_at_once_closes_its_connection(run):
     with RawServer(_answer_once_then_stall) as server:
         target_obj = make(server.url("/c"))

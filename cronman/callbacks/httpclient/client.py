@@ -113,11 +113,10 @@ class HttpClient:
         answer is in; cancelling the future closes it, as cancelling
         :meth:`request` does.
         """
-        pool = self.pool
-        conn = pool.take_idle(request.origin)
+        data = request.render(headers, lines)  # first: if it raises, no connection is held
+        conn = self.pool.take_idle(request.origin)
         if conn is None:
             return None
-        data = request.render(headers, lines)
         try:
             waiter = self._send(conn, data, self.loop.time() + timeout, request.head)
         except StaleConnection:
