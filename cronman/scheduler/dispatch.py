@@ -342,8 +342,7 @@ class Dispatcher:
                 attempt=ar.attempt, target=job.target, namespace=job.namespace,
                 job_name=job.name, priority=job.priority))
         except Exception as exc:  # a target must not raise; if it does, the run still ends
-            log.exception("target %s raised for run %s", job.target.get("kind"), ar.run_id)
-            answer = Answered(Outcome(ok=False, error=f"target error: {exc!r}"))
+            answer = Answered(_target_raised(ar, exc))
         ar.task = loop.create_task(self._attempt(ar, answer))
         if self._watchdog is None:
             self._watchdog = loop.call_later(WATCHDOG_INTERVAL, self._watch)
@@ -363,8 +362,7 @@ class Dispatcher:
             outcome = Outcome(ok=False, error=f"target gave no answer within "
                                               f"{timeout_of(job.target) + TIMEOUT_MARGIN:g} s")
         except Exception as exc:  # a target must not raise; if it does, the run still ends
-            log.exception("target %s raised for run %s", job.target.get("kind"), ar.run_id)
-            outcome = Outcome(ok=False, error=f"target error: {exc!r}")
+            outcome = _target_raised(ar, exc)
         self._release(ar)
         if ar.done:
             return
@@ -480,3 +478,10 @@ class Dispatcher:
                                      lease_expires_at=lease_until))
         return out
 
+
+def _target_raised(ar: ActiveRun, exc: Exception) -> Outcome:
+    """The failed outcome of an attempt whose target raised (a bug in it),
+    whether while starting or while awaited."""
+    log.exception("target %s raised for run %s", ar.job.target.get("kind"), ar.run_id,
+                  exc_info=exc)
+    return Outcome(ok=False, error=f"target error: {exc!r}")
