@@ -7,12 +7,16 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from cronman.models import Job, Run
 from cronman.scheduler.claims import Fire
 from cronman.timeutil import to_ms
 from cronman.vocabulary import RunOrigin, RunStatus
+
+
+class Cancellable(Protocol):
+    def cancel(self) -> None: ...
 
 
 @dataclass(slots=True, eq=False)
@@ -33,7 +37,7 @@ class ActiveRun:
     in_attempt: bool = False
     attempt_started_ms: int | None = None  # reference ms of the attempt under way's start
     task: asyncio.Task[None] | None = None
-    handle: asyncio.TimerHandle | None = None
+    handle: Cancellable | None = None  # its wait for its due time, or a retry's
     pending_claim: bool = False  # its row waits in the writer (database was down)
     mark_start: bool = False  # its row is ours but not started: mark it started first
     marking: int = 0  # where its start mark stands (``start_marks.NOT_ASKED``...)

@@ -2,11 +2,13 @@
 
 A run is an ``ActiveRun`` from the moment it is claimed (or taken over) until
 it reaches a final status or is handed back. It is started exactly at its due
-time (``loop.call_at``); at most ``max_in_flight`` attempts run at once, and
-when that many are running the next ones wait in a queue, higher priority
-first and namespaces taking turns within a priority (``waitqueue``). A slow or
-hung target only holds its slot, never the timer: each attempt is bounded by
-the target's own timeout plus a margin.
+time (``duequeue``: one loop timer for all runs, those due taken highest
+priority first and a bounded number per loop turn); at most
+``max_in_flight`` attempts run at once, and when that many are running the
+next ones wait in a queue, higher priority first and namespaces taking
+turns within a priority (``waitqueue``). A slow or hung target only holds its
+slot, never the timer: each attempt is bounded by the target's own timeout
+plus a margin.
 
 How an attempt ends -- a final status, or a retry after the policy's backoff
 -- is recorded by the ``RunFinisher`` (``finisher``); a short run costs its
@@ -41,6 +43,7 @@ from cronman.scheduler.active import ActiveRun
 from cronman.scheduler.admission import HeldJobs
 from cronman.scheduler.clock import ReferenceClock
 from cronman.scheduler.dead_letters import DeadLetters, timeout_of
+from cronman.scheduler.duequeue import DueQueue
 from cronman.scheduler.finisher import OutcomeHook, RunFinisher
 from cronman.scheduler.gates import GateKeeper, GateVerdict
 from cronman.scheduler.metrics import MinuteCounter, NodeMetrics
@@ -55,13 +58,6 @@ log = logging.getLogger(__name__)
 # Added to a target's own timeout before the dispatcher gives up on an attempt.
 TIMEOUT_MARGIN = 5.0
 WATCHDOG_INTERVAL = 0.5
-# Timers aim this far past a due time (the loop's timers may run a hair early).
-SCHEDULE_MARGIN_MS = 0.3
-# Runs already due when handed over (a node that is behind) are taken at most
-# this many per loop turn, highest priority first: a batch of thousands would
-# otherwise fill one turn, and every timer -- a high-priority fire claimed
-# ahead falling due -- would wait for all of them.
-READY_PER_TURN = 64
 
 
 class Dispatcher:
@@ -94,10 +90,8 @@ class Dispatcher:
         self.waiting = FairQueue()
         # Runs not started yet, by due time (lazily cleaned): how far dispatch has come.
         self._unstarted: list[tuple[int, int, ActiveRun]] = []
-        # Runs due already, waiting for their turn: (-priority, due, seq, run).
-        self._ready: list[tuple[int, int, int, ActiveRun]] = []
-        self._pumping = False
         self._seq = 0
+        self._due_runs = DueQueue(clock, self._due)
         self.fires_last_minute = MinuteCounter()
         self._lateness = metrics.lateness
         metrics.in_flight.set_function(lambda: self.running)
@@ -156,33 +150,10 @@ class Dispatcher:
             self.drop(run_id, "fired twice: another node's run row stands")
 
     def _schedule(self, ar: ActiveRun, at_ms: int) -> None:
-        loop = self._loop or asyncio.get_running_loop()
-        self._loop = loop
-        # The loop's clock is monotonic, due times are reference ms: convert
-        # with a precise reading, aiming just past the millisecond so that a
-        # callback is never sent before its Cronman-Scheduled-For.
-        delay = (at_ms + SCHEDULE_MARGIN_MS - self.clock.now_ms()) / 1000.0
-        if delay > 0:
-            ar.handle = loop.call_at(loop.time() + delay, self._due, ar)
-            if ar.mark_start and self.start_marks is not None:
-                self.start_marks.expect(ar)
-            return
-        ar.handle = None
-        self._seq += 1
-        heapq.heappush(self._ready, (-ar.job.priority, ar.due_ms, self._seq, ar))
-        if not self._pumping:
-            self._pumping = True
-            loop.call_soon(self._pump)
-
-    def _pump(self) -> None:
-        """Take a turn's share of the runs due already, highest priority first."""
-        ready = self._ready
-        for _ in range(min(READY_PER_TURN, len(ready))):
-            self._due(heapq.heappop(ready)[3])
-        if ready:
-            (self._loop or asyncio.get_running_loop()).call_soon(self._pump)
-        else:
-            self._pumping = False
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        if self._due_runs.at(ar, at_ms) and ar.mark_start and self.start_marks is not None:
+            self.start_marks.expect(ar)
 
     def _due(self, ar: ActiveRun) -> None:
         try:
@@ -199,11 +170,8 @@ class Dispatcher:
             return
         if ar.attempt_started_ms is None:
             # Only a step of the clock (or of its offset) backwards makes this true.
-            early = (ar.due_ms - self.clock.now_ms()) / 1000.0
-            if early > 0:
-                loop = self._loop or asyncio.get_running_loop()
-                ar.handle = loop.call_at(loop.time() + early + SCHEDULE_MARGIN_MS / 1000.0,
-                                         self._due, ar)
+            if ar.due_ms > self.clock.now_ms():
+                self._due_runs.at(ar, ar.due_ms)
                 return
         if ar.check_job:
             if ar.started_at is None:
@@ -451,6 +419,7 @@ class Dispatcher:
             self._forget(ar)
             if not ar.pending_claim:
                 keys.append(ar.key)
+        self._due_runs.clear()
         return keys
 
     def dead_letter(self, job: Job, run: Run) -> None:

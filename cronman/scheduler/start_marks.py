@@ -213,12 +213,17 @@ class StartMarkBatcher:
     def _take_upcoming(self, lane: _Lane) -> None:
         """Add the runs due within the lane's ``ahead_ms`` to the call going out."""
         upcoming = lane.upcoming
-        horizon = self._clock.now_ms() + lane.ahead_ms
+        now_ms = self._clock.now_ms()
+        horizon = now_ms + lane.ahead_ms
         while upcoming and upcoming[0][0] <= horizon:
-            ar = heapq.heappop(upcoming)[2]
-            # Its timer still set: not due yet, not let go, not retried.
-            if (ar.mark_start and ar.marking == NOT_ASKED and ar.handle is not None
-                    and not ar.pending_claim):
+            due_ms, _, ar = heapq.heappop(upcoming)
+            # Not due yet, its wait still set (not let go, not retried). A run
+            # due already waits for its turn in the dispatcher (a node that is
+            # behind holds thousands), which asks for its mark then: marked
+            # here, the whole backlog would go in one call, and every run
+            # falling due meanwhile would wait for its answer.
+            if (due_ms > now_ms and ar.mark_start and ar.marking == NOT_ASKED
+                    and ar.handle is not None and not ar.pending_claim):
                 ar.marking = ASKED_AHEAD
                 lane.batch.append(ar)
 

@@ -16,7 +16,8 @@ from cronman.models import Job
 from cronman.scheduler.active import ActiveRun
 from cronman.scheduler.claims import Fire
 from cronman.scheduler.clock import ReferenceClock
-from cronman.scheduler.dispatch import READY_PER_TURN, Dispatcher
+from cronman.scheduler.dispatch import Dispatcher
+from cronman.scheduler.duequeue import DUE_PER_TURN
 from cronman.scheduler.metrics import NodeMetrics
 from cronman.scheduler.writer import ResultWriter
 from cronman.store import open_store
@@ -78,5 +79,5 @@ def test_a_backlog_starts_by_priority_and_lets_timers_through(store) -> None:
     assert order[0] == high.id
     # The timer's run went out after a few turns' share of the backlog, not
     # after all of it (as it would if the whole backlog went in one turn).
-    assert order.index(timed.id) < BACKLOG - READY_PER_TURN
+    assert order.index(timed.id) < BACKLOG - DUE_PER_TURN
     assert order.count(low.id) == BACKLOG

@@ -22,6 +22,7 @@ from cronman.scheduler.active import ActiveRun
 from cronman.scheduler.claims import Fire
 from cronman.scheduler.clock import ReferenceClock
 from cronman.scheduler.dispatch import Dispatcher
+from cronman.scheduler.duequeue import DUE_PER_TURN
 from cronman.scheduler.metrics import NodeMetrics
 from cronman.scheduler.start_marks import (
     MARK_AHEAD_MS,
@@ -190,6 +191,25 @@ def test_a_call_for_runs_falling_due_also_marks_those_due_soon_after(store) -> N
     for rec in target.records:
         due_ms = to_ms(rec.delivery.scheduled_for)
         assert rec.wall * 1000 >= due_ms - 1, (rec.delivery.run_id, rec.wall * 1000 - due_ms)
+
+
+def test_runs_due_and_waiting_for_their_turn_are_not_marked_ahead(store) -> None:  # noqa: F811
+    """A thousand runs fall due at once: the dispatcher takes them a turn's
+    share at a time, and asks for each share's marks then. The first call
+    carries the first share, not the whole backlog (every run after it would
+    wait for that call's answer)."""
+    (job,) = store.jobs.create_jobs([job_spec("herd")])
+    target = RecordingTarget("http")
+    marker = SlowMarker()
+    runs = 1000
+
+    def add(d: Dispatcher, now: int) -> None:
+        for i in range(runs):  # one due time, a fire time each (a run id each)
+            add_marked(d, job, now + 30, fire_ms=now + 30 - i)
+
+    run_marking(store, target, marker, add, sent=runs, max_in_flight=runs, timeout=30)
+    assert sum(marker.batches) == runs
+    assert marker.batches[0] <= DUE_PER_TURN, marker.batches
 
 
 def test_a_run_marked_ahead_follows_the_answer(store) -> None:  # noqa: F811

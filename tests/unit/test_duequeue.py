@@ -1,0 +1,108 @@
+"""The dispatcher's due queue: one loop timer for every waiting run; the due
+ones taken highest priority first, a bounded number per loop turn; a
+cancelled or replaced wait never calls back; nothing is called early."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+from cronman.models import Job
+from cronman.scheduler.active import ActiveRun
+from cronman.scheduler.claims import Fire
+from cronman.scheduler.clock import ReferenceClock
+from cronman.scheduler.duequeue import DueQueue
+from tests.support.store_data import job_spec
+
+CREATED = datetime(2026, 11, 27, tzinfo=UTC)
+
+
+def _job(name: str, priority: int = 0) -> Job:
+    spec = job_spec(name, priority=priority)
+    return Job(id=f"id-{name}", version=1, start_at=None, end_at=None, jitter=None,
+               paused=False, labels={}, dead_letter=None, created_at=CREATED,
+               updated_at=CREATED, **{k: spec[k] for k in (
+                   "namespace", "name", "schedule", "target", "retry", "misfire", "delivery",
+                   "concurrency", "priority")})
+
+
+def _run(job: Job, due_ms: int) -> ActiveRun:
+    return ActiveRun.of_fire(Fire(job=job, fire_ms=due_ms, due_ms=due_ms))
+
+
+def test_runs_come_due_in_time_order_never_early() -> None:
+    clock = ReferenceClock()
+    got: list[tuple[str, int]] = []
+
+    async def main() -> None:
+        q = DueQueue(clock, lambda ar: got.append((ar.job.name, clock.now_ms() - ar.due_ms)))
+        now = clock.now_ms()
+        for name, delay in (("c", 60), ("a", 20), ("b", 40)):
+            q.at(_run(_job(name), now + delay), now + delay)
+        await asyncio.sleep(0.2)
+
+    asyncio.run(main())
+    assert [name for name, _ in got] == ["a", "b", "c"]
+    assert all(0 <= late < 50 for _, late in got), got
+
+
+def test_a_later_earlier_run_rearms_the_timer() -> None:
+    clock = ReferenceClock()
+    got: list[str] = []
+
+    async def main() -> None:
+        q = DueQueue(clock, lambda ar: got.append(ar.job.name))
+        now = clock.now_ms()
+        q.at(_run(_job("late"), now + 5000), now + 5000)
+        q.at(_run(_job("soon"), now + 10), now + 10)
+        await asyncio.sleep(0.1)
+
+    asyncio.run(main())
+    assert got == ["soon"]
+
+
+def test_a_cancelled_or_replaced_wait_does_not_call_back() -> None:
+    clock = ReferenceClock()
+    got: list[str] = []
+
+    async def main() -> None:
+        q = DueQueue(clock, lambda ar: got.append(ar.job.name))
+        now = clock.now_ms()
+        cancelled, moved, kept = (_run(_job(n), now + 10) for n in ("cancelled", "moved", "kept"))
+        for ar in (cancelled, moved, kept):
+            q.at(ar, now + 10)
+        assert cancelled.handle is not None
+        cancelled.handle.cancel()
+        assert cancelled.handle is None
+        q.at(moved, now + 60)  # its first wait is replaced, not doubled
+        await asyncio.sleep(0.15)
+
+    asyncio.run(main())
+    assert got == ["kept", "moved"]
+
+
+def test_a_backlog_goes_highest_priority_first_a_turn_share_at_a_time() -> None:
+    """Thousands due at once: the raised ones first, and other callbacks get
+    loop turns in between (the backlog is not taken in one turn)."""
+    clock = ReferenceClock()
+    got: list[str] = []
+    turns_seen: list[int] = []
+
+    async def main() -> None:
+        q = DueQueue(clock, lambda ar: got.append(ar.job.name), per_turn=50)
+        low, high = _job("low"), _job("high", priority=10)
+        now = clock.now_ms()
+        for i in range(1000):
+            q.at(_run(low, now - 1000 + i), now - 1000 + i)
+        q.at(_run(high, now), now)
+        for _ in range(30):
+            await asyncio.sleep(0)
+            turns_seen.append(len(got))
+        await asyncio.sleep(0.05)
+
+    asyncio.run(main())
+    assert got[0] == "high" and got.count("low") == 1000
+    # Each turn takes at most its share.
+    steps = [b - a for a, b in zip([0, *turns_seen], turns_seen, strict=False)]
+    assert max(steps) <= 50, steps
+    assert len(got) == 1001
