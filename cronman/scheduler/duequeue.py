@@ -8,9 +8,9 @@ the backlog. Here the runs wait in a ``TimerHeap`` (by due time; the due
 ones in lanes by priority); one loop timer is set for the earliest, and each
 turn takes at most ``per_turn`` of the due runs, highest priority first
 (within a priority, runs that were on time before a backlog handed over
-already due). The rest wait for the next turn, after the answers and other callbacks that came
-in meanwhile. A node that keeps up takes every due run in the turn it falls
-due, as before.
+already due). The rest wait for the next turn, after the answers and other
+callbacks that came in meanwhile. A node that keeps up takes every due run
+in the turn it falls due, as before.
 """
 
 from __future__ import annotations

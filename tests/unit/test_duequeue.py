@@ -5,6 +5,7 @@ cancelled or replaced wait never calls back; nothing is called early."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from cronman.models import Job
@@ -30,44 +31,41 @@ def _run(job: Job, due_ms: int) -> ActiveRun:
     return ActiveRun.of_fire(Fire(job=job, fire_ms=due_ms, due_ms=due_ms))
 
 
-def test_runs_come_due_in_time_order_never_early() -> None:
+def _called(schedule: Callable[[DueQueue, int], None], seconds: float) -> list[tuple[str, int]]:
+    """Run a queue for ``seconds`` after ``schedule(queue, now_ms)``: the
+    runs it called back, in order, as (job name, ms after its due time)."""
     clock = ReferenceClock()
     got: list[tuple[str, int]] = []
 
     async def main() -> None:
         q = DueQueue(clock, lambda ar: got.append((ar.job.name, clock.now_ms() - ar.due_ms)))
-        now = clock.now_ms()
-        for name, delay in (("c", 60), ("a", 20), ("b", 40)):
-            q.at(_run(_job(name), now + delay), now + delay)
-        await asyncio.sleep(0.2)
+        schedule(q, clock.now_ms())
+        await asyncio.sleep(seconds)
 
     asyncio.run(main())
+    return got
+
+
+def test_runs_come_due_in_time_order_never_early() -> None:
+    def schedule(q: DueQueue, now: int) -> None:
+        for name, delay in (("c", 60), ("a", 20), ("b", 40)):
+            q.at(_run(_job(name), now + delay), now + delay)
+
+    got = _called(schedule, 0.2)
     assert [name for name, _ in got] == ["a", "b", "c"]
     assert all(0 <= late < 50 for _, late in got), got
 
 
 def test_a_later_earlier_run_rearms_the_timer() -> None:
-    clock = ReferenceClock()
-    got: list[str] = []
-
-    async def main() -> None:
-        q = DueQueue(clock, lambda ar: got.append(ar.job.name))
-        now = clock.now_ms()
+    def schedule(q: DueQueue, now: int) -> None:
         q.at(_run(_job("late"), now + 5000), now + 5000)
         q.at(_run(_job("soon"), now + 10), now + 10)
-        await asyncio.sleep(0.1)
 
-    asyncio.run(main())
-    assert got == ["soon"]
+    assert [name for name, _ in _called(schedule, 0.1)] == ["soon"]
 
 
 def test_a_cancelled_or_replaced_wait_does_not_call_back() -> None:
-    clock = ReferenceClock()
-    got: list[str] = []
-
-    async def main() -> None:
-        q = DueQueue(clock, lambda ar: got.append(ar.job.name))
-        now = clock.now_ms()
+    def schedule(q: DueQueue, now: int) -> None:
         cancelled, moved, kept = (_run(_job(n), now + 10) for n in ("cancelled", "moved", "kept"))
         for ar in (cancelled, moved, kept):
             q.at(ar, now + 10)
@@ -75,10 +73,8 @@ def test_a_cancelled_or_replaced_wait_does_not_call_back() -> None:
         cancelled.handle.cancel()
         assert cancelled.handle is None
         q.at(moved, now + 60)  # its first wait is replaced, not doubled
-        await asyncio.sleep(0.15)
 
-    asyncio.run(main())
-    assert got == ["kept", "moved"]
+    assert [name for name, _ in _called(schedule, 0.15)] == ["kept", "moved"]
 
 
 def test_a_backlog_goes_highest_priority_first_a_turn_share_at_a_time() -> None:
