@@ -127,13 +127,13 @@ class Coordinator(Protocol):
         first attempt goes out (one round trip per shard for the batch).
         Per key: 1 (go); 0 where a replica took the fire over
         (``take_over_fires``): the caller must not dispatch it; with
-        ``due_ms`` (each fire's due time) and ``early_ms``, a negative number
-        -n where the fire is due n ms from now by the coordinator's clock,
-        more than ``early_ms`` away: nothing is marked, the caller waits and
-        asks again. A lock that is gone (expired, Redis restarted) or held
-        unstarted by another instance answers 1 (the run row already made the
-        caller the fire's owner) and is marked as the caller's. Raises
-        ``CoordinatorUnavailable``."""
+        ``due_ms`` (each fire's due time; for one marked ahead, the caller's
+        clock's now) and ``early_ms``, a negative number -n where that time is
+        n ms from now by the coordinator's clock, more than ``early_ms`` away:
+        nothing is marked, the caller waits and asks again. A lock that is
+        gone (expired, Redis restarted) or held unstarted by another instance
+        answers 1 (the run row already made the caller the fire's owner) and
+        is marked as the caller's. Raises ``CoordinatorUnavailable``."""
 
     def take_over_fires(self, keys: Sequence[tuple[str, int]], ttl_ms: int, *,
                         alive: Collection[str] = (), report_absent: bool = False) -> list[int]:

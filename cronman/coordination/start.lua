@@ -4,7 +4,8 @@
 -- ARGV[1]  holder: "{node_id}/{instance token}"
 -- ARGV[2]  lock ttl in ms (for a lock that is gone)
 -- ARGV[3]  how early (ms, by this server's clock) a fire may start; "" for no
---          check, else ARGV[4..] hold each fire's due time in Unix ms
+--          check, else ARGV[4..] hold each fire's due time in Unix ms (for a
+--          fire marked ahead of it, the caller's now: its clock is checked)
 --
 -- A lock holds its holder while claimed and "!" .. holder once started.
 -- Returns one integer per key: 0 when another holder has started the fire

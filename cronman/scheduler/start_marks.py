@@ -7,16 +7,19 @@ both sending it. A call made for runs falling due also marks the runs due
 within ``MARK_AHEAD_MS`` after them: at a steady rate one marker call then
 serves several fires instead of one (a coordinator round trip per fire was
 the largest part of a node's CPU per fire). Runs above the default priority
-get a call of their own ``RAISED_MARK_AHEAD_MS`` before they fall due, so
-that on a busy node their timer finds the answer back. The price: a node
-killed right after such a call leaves those few fires marked and unsent, and
-the lease sweeper sends them when their lease runs out. Runs of ``at_most_once`` jobs
-are not marked ahead (the sweeper records such a run ``lost`` instead of
-sending it), nor are runs whose claim still waits in the writer (which node
-holds them is not settled). The start marker (``takeover.StartMarks``) answers once per
-run; ``StartMarkBatcher`` gathers the runs, calls it, and carries out the
-answers, handing the runs back to the dispatcher through the callbacks it was
-given.
+get a call of their own before they fall due, so that on a busy node their
+timer finds the answer back: ``RAISED_MARK_AHEAD_MS`` before, or twice as
+long as the lane's recent calls took from when they were due to go out until
+their answers were carried out, if longer (at most
+``MAX_RAISED_MARK_AHEAD_MS``). The price: a node killed right after such a
+call leaves those few fires marked and unsent, and the lease sweeper sends
+them when their lease runs out; a node that keeps up marks them ahead by
+little. Runs of ``at_most_once`` jobs are not marked ahead (the sweeper
+records such a run ``lost`` instead of sending it), nor are runs whose claim
+still waits in the writer (which node holds them is not settled). The start
+marker (``takeover.StartMarks``) answers once per run; ``StartMarkBatcher``
+gathers the runs, calls it, and carries out the answers, handing the runs
+back to the dispatcher through the callbacks it was given.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -55,11 +59,17 @@ ANSWERS_PER_TURN = 64
 # Runs due this soon after a marker call goes out are marked in it too (well
 # under the coordinator's early bound, ``takeover.EARLY_BOUND_MS``).
 MARK_AHEAD_MS = 20
-# Runs above the default priority get a call of their own this long before
-# they fall due (under the early bound too): on a node that is behind, the
-# mark's round trip -- several long loop turns -- is then over by the time
-# their timer runs, instead of starting then.
+# Runs above the default priority get a call of their own at least this long
+# before they fall due: on a node that is behind, the mark's round trip --
+# several long loop turns -- is then over by the time their timer runs,
+# instead of starting then. On such a node a call can take hundreds of ms
+# from its timer to its answers (the overload bench: 40 ms ahead left 30-45 %
+# of raised runs to be marked at their due time, p99 250-540 ms late), so the
+# lead follows the lane's last PACE_CALLS calls, twice the longest, up to
+# MAX_RAISED_MARK_AHEAD_MS (the fires a kill can leave to the lease sweeper).
 RAISED_MARK_AHEAD_MS = 40
+MAX_RAISED_MARK_AHEAD_MS = 500
+PACE_CALLS = 32
 
 # Where a run's start mark stands (``ActiveRun.marking``).
 NOT_ASKED = 0
@@ -75,17 +85,33 @@ class _Lane:
     its earliest); the other lane only adds them to calls made for runs due.
     """
 
-    __slots__ = ("batch", "marking", "upcoming", "ahead_ms", "calls_ahead", "timer", "timer_at")
+    __slots__ = ("batch", "marking", "upcoming", "ahead_ms", "calls_ahead", "timer", "timer_at",
+                 "least_ahead_ms", "most_ahead_ms", "spans", "opened_ms")
 
-    def __init__(self, ahead_ms: int, *, calls_ahead: bool) -> None:
+    def __init__(self, ahead_ms: int, *, calls_ahead: bool, most_ahead_ms: int | None = None
+                 ) -> None:
         self.batch: list[ActiveRun] = []
         self.marking = False
         # Runs waiting for their due time, to mark ahead: (due ms, seq, run).
         self.upcoming: list[tuple[int, int, ActiveRun]] = []
         self.ahead_ms = ahead_ms
+        self.least_ahead_ms = ahead_ms
+        self.most_ahead_ms = ahead_ms if most_ahead_ms is None else most_ahead_ms
         self.calls_ahead = calls_ahead
         self.timer: asyncio.TimerHandle | None = None
         self.timer_at = 0  # reference ms the timer is set for
+        # How long the last calls took, from when each was due to go out
+        # (its timer's time, or the run that asked) to its answers carried out.
+        self.spans: deque[int] = deque(maxlen=PACE_CALLS)
+        self.opened_ms = 0  # when the call going out now was due to go out
+
+    def paced(self, span_ms: int) -> None:
+        """A call took ``span_ms``: mark ahead by twice the longest recent one
+        (a lane made without ``most_ahead_ms`` keeps its lead)."""
+        if self.most_ahead_ms == self.least_ahead_ms:
+            return
+        self.spans.append(span_ms)
+        self.ahead_ms = max(self.least_ahead_ms, min(self.most_ahead_ms, 2 * max(self.spans)))
 
 
 class StartMarkBatcher:
@@ -122,7 +148,8 @@ class StartMarkBatcher:
         self._proceed = proceed
         self._due = due
         self._let_go = let_go
-        self._raised = _Lane(RAISED_MARK_AHEAD_MS, calls_ahead=True)  # above the default priority
+        self._raised = _Lane(RAISED_MARK_AHEAD_MS, calls_ahead=True,  # above the default priority
+                             most_ahead_ms=MAX_RAISED_MARK_AHEAD_MS)
         self._rest = _Lane(MARK_AHEAD_MS, calls_ahead=False)
         self._seq = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -154,6 +181,7 @@ class StartMarkBatcher:
         lane = self._lane(ar)
         lane.batch.append(ar)
         if not lane.marking:
+            lane.opened_ms = self._clock.now_ms()
             self._start_marking(lane)
 
     def _start_marking(self, lane: _Lane) -> None:
@@ -185,6 +213,9 @@ class StartMarkBatcher:
                 except Exception:  # a bug: the runs added meanwhile still get marked
                     log.exception("carrying out the start marks of %d runs failed "
                                   "unexpectedly", len(batch))
+                now_ms = self._clock.now_ms()
+                lane.paced(now_ms - lane.opened_ms)
+                lane.opened_ms = now_ms  # the next call goes out at once
         finally:
             lane.marking = False
             if lane.calls_ahead:
@@ -208,6 +239,7 @@ class StartMarkBatcher:
     def _call_ahead(self, lane: _Lane) -> None:
         lane.timer = None
         if not lane.marking:
+            lane.opened_ms = lane.timer_at  # a busy loop runs the timer late: count it
             self._start_marking(lane)
 
     def _take_upcoming(self, lane: _Lane) -> None:

@@ -71,9 +71,15 @@ class StartMarks:
 
     async def __call__(self, runs: list[ActiveRun]) -> list[int]:
         keys = [(ar.job.id, to_ms(ar.scheduled_for)) for ar in runs]
+        # A fire marked ahead of its due time is checked as if due now: its
+        # timer still waits for the due time, and what the early bound holds
+        # back -- a node whose clock runs ahead of the coordinator's -- is the
+        # same check however far ahead the mark is made.
+        now_ms = self._clock.now_ms()
         try:
             answers = await self._coordinator.astart_fires(
-                keys, LOCK_TTL_MS, due_ms=[ar.due_ms for ar in runs], early_ms=EARLY_BOUND_MS)
+                keys, LOCK_TTL_MS, due_ms=[min(ar.due_ms, now_ms) for ar in runs],
+                early_ms=EARLY_BOUND_MS)
             return [a if a < 0 else START_GO if a else START_TAKEN for a in answers]
         except CoordinatorUnavailable:
             self._metrics.coordinator_errors.labels("start").inc()

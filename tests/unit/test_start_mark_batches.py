@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -18,6 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from cronman.callbacks import TargetRegistry
 from cronman.callbacks.recording import RecordingTarget
+from cronman.coordination.memory import InProcessCoordinator
 from cronman.scheduler.active import ActiveRun
 from cronman.scheduler.claims import Fire
 from cronman.scheduler.clock import ReferenceClock
@@ -26,13 +28,16 @@ from cronman.scheduler.duequeue import DUE_PER_TURN
 from cronman.scheduler.metrics import NodeMetrics
 from cronman.scheduler.start_marks import (
     MARK_AHEAD_MS,
+    MAX_RAISED_MARK_AHEAD_MS,
+    PACE_CALLS,
     RAISED_MARK_AHEAD_MS,
     START_GO,
     START_TAKEN,
     START_UNREACHABLE,
     StartMarker,
+    _Lane,
 )
-from cronman.scheduler.takeover import EARLY_BOUND_MS
+from cronman.scheduler.takeover import EARLY_BOUND_MS, StartMarks
 from cronman.scheduler.writer import ResultWriter
 from cronman.timeutil import to_ms
 from tests.support.store_data import job_spec
@@ -266,11 +271,68 @@ def test_raised_priorities_are_marked_ahead_by_a_call_of_their_own(store) -> Non
         ahead = by_run[dl.run_id]
         if dl.job_id == high.id:
             assert RAISED_MARK_AHEAD_MS - 15 <= ahead <= RAISED_MARK_AHEAD_MS, ahead
-            assert RAISED_MARK_AHEAD_MS < EARLY_BOUND_MS  # never refused as early
         else:
             assert ahead <= 0, ahead
     for rec in target.records:  # marked ahead, sent at the due time, not before
         assert rec.wall * 1000 >= to_ms(rec.delivery.scheduled_for) - 1
+
+
+class SlowRaisedMarker(AheadMarker):
+    """An ``AheadMarker`` whose calls take ``call_s`` (a busy node's round trip)."""
+
+    def __init__(self, clock: ReferenceClock, call_s: float) -> None:
+        super().__init__(clock)
+        self.call_s = call_s
+
+    async def __call__(self, runs: list[ActiveRun]) -> list[int]:
+        answers = await super().__call__(runs)
+        await asyncio.sleep(self.call_s)
+        return answers
+
+
+def test_raised_priorities_are_marked_ahead_by_as_long_as_their_calls_take(store) -> None:  # noqa: F811
+    """Where a marker call takes longer than ``RAISED_MARK_AHEAD_MS`` (a node
+    that is behind), raised runs are soon marked ahead by twice as long as
+    the calls took: their answers are back before their due time, and they
+    are still sent at it, not before."""
+    (high,) = store.jobs.create_jobs([job_spec("high", priority=10)])
+    target = RecordingTarget("http")
+    clock = ReferenceClock()
+    call_ms = 3 * RAISED_MARK_AHEAD_MS
+    marker = SlowRaisedMarker(clock, call_ms / 1000.0)
+    runs = 8
+
+    def add(d: Dispatcher, now: int) -> None:
+        for i in range(runs):
+            add_marked(d, high, now + 200 + 300 * i)
+
+    run_marking(store, target, marker, add, sent=runs, max_in_flight=runs, settle=0.05)
+    aheads = [ahead for call in marker.calls for _, ahead in call]
+    assert len(aheads) == runs, marker.calls  # each marked once, in a call of its own
+    # The first call paces the lane; from the second on, the answer is back in time.
+    assert all(call_ms < ahead <= MAX_RAISED_MARK_AHEAD_MS for ahead in aheads[1:]), aheads
+    for rec in target.records:
+        assert rec.wall * 1000 >= to_ms(rec.delivery.scheduled_for) - 1
+
+
+def test_the_raised_lead_follows_the_calls_back_down() -> None:
+    """Twice the longest of the last ``PACE_CALLS`` calls, between
+    ``RAISED_MARK_AHEAD_MS`` and ``MAX_RAISED_MARK_AHEAD_MS``; the other lane's
+    lead stays put."""
+    raised = _Lane(RAISED_MARK_AHEAD_MS, calls_ahead=True,
+                   most_ahead_ms=MAX_RAISED_MARK_AHEAD_MS)
+    raised.paced(5)
+    assert raised.ahead_ms == RAISED_MARK_AHEAD_MS
+    raised.paced(120)
+    assert raised.ahead_ms == 240
+    raised.paced(10_000)
+    assert raised.ahead_ms == MAX_RAISED_MARK_AHEAD_MS
+    for _ in range(PACE_CALLS):
+        raised.paced(3)
+    assert raised.ahead_ms == RAISED_MARK_AHEAD_MS
+    rest = _Lane(MARK_AHEAD_MS, calls_ahead=False)
+    rest.paced(10_000)
+    assert rest.ahead_ms == MARK_AHEAD_MS
 
 
 class SlowAheadMarker(AheadMarker):
@@ -355,3 +417,33 @@ def test_runs_whose_answer_was_not_carried_out_are_asked_again(store, spacing_ms
     assert len(marker.calls[0]) == runs
     assert len(target.records) == runs
     assert len({r.delivery.run_id for r in target.records}) == runs
+
+
+@pytest.mark.parametrize(("fast_ms", "due_in_ms", "go"), [
+    (0, 300, True),  # marked ahead, honest clock: marked
+    (0, 0, True),
+    (2 * EARLY_BOUND_MS, 300, False),  # this clock runs ahead: refused, ahead or not
+    (2 * EARLY_BOUND_MS, 0, False),
+], ids=["ahead", "due", "fast-ahead", "fast-due"])
+def test_the_coordinator_checks_the_clock_not_how_far_ahead_a_mark_is(
+        store, fast_ms, due_in_ms, go) -> None:  # noqa: F811
+    """A mark made ahead of its fire's due time is refused only for what the
+    early bound is there for -- this node's clock running ahead of the
+    coordinator's by more than ``EARLY_BOUND_MS`` -- not for being ahead."""
+    (job,) = store.jobs.create_jobs([job_spec("ahead")])
+    coordinator = InProcessCoordinator(ttl=10.0)
+    clock = ReferenceClock(local=lambda: time.time() + fast_ms / 1000.0)
+    due = clock.now_ms() + due_in_ms
+    fire = Fire(job=job, fire_ms=due, due_ms=due)
+    assert coordinator.claim_fires([(job.id, due)], 60_000) == [1]
+
+    async def no_pool(*_: Any) -> Any:
+        raise AssertionError("the coordinator answers: the database is not asked")
+
+    marks = StartMarks("n1", coordinator, store.runs, lease_seconds=30.0, clock=clock,
+                       pool=no_pool, metrics=NodeMetrics(CollectorRegistry()))
+    (answer,) = asyncio.run(marks([ActiveRun.of_fire(fire, mark_start=True)]))
+    if go:
+        assert answer == START_GO
+    else:
+        assert answer < -EARLY_BOUND_MS, answer  # nothing marked: asked again later
