@@ -69,7 +69,9 @@ log = logging.getLogger(__name__)
 DRAIN_SECONDS = 5.0  # graceful stop: how long in-flight runs may finish
 STOP_BUDGET = 9.0  # graceful stop: everything done within this
 GIL_SWITCH_INTERVAL = 0.0005  # seconds (Python's default: 0.005)
-PROGRESS_INTERVAL = 0.05  # seconds between snapshots of the dispatch for the pulses
+# Seconds between snapshots of the dispatch for the pulses: as often as they
+# go out (``pulse.PULSE_INTERVAL``), a pulse carries one at most that old.
+PROGRESS_INTERVAL = 0.1
 # The cyclic GC's thresholds (Python's default: 700, 10, 10; tuned on 3.11,
 # whose collector is generational). See ``run``.
 GC_THRESHOLDS = (50_000, 10, 10)

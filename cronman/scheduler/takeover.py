@@ -48,6 +48,7 @@ MAX_TAKEOVER_BATCH = 5000
 # clock runs fast is held back at its start mark.
 EARLY_BOUND_MS = 50
 SCAN_INTERVAL = 0.1  # seconds between looks at the watched fires (pulses wake it sooner)
+IDLE_SCAN_INTERVAL = 1.0  # the same while nothing is watched
 RECHECK_MS = 200  # a fire whose holder is alive is looked at again after this, doubling
 RECHECK_MAX_MS = 2000
 WATCH_MAX_MS = 120_000  # past this, a fire still held unstarted is the lease sweeper's
@@ -189,13 +190,18 @@ class Standby:
             self._wake.set()
 
     def wake(self) -> None:
-        """New pulses were read: look again."""
-        self._wake.set()
+        """New pulses were read: look again (if anything is watched)."""
+        if self._deferred or self._rechecks:
+            self._wake.set()
 
     async def run(self) -> None:
         while not self._lifecycle.stopping:
             self._wake.clear()
-            await self._wake.wait(SCAN_INTERVAL)
+            # Watching nothing, wait for a fire to watch (``watch`` and the
+            # pulses after ``defer`` wake it): an idle node's loop then turns
+            # for its pulses only.
+            watching = bool(self._deferred or self._rechecks)
+            await self._wake.wait(SCAN_INTERVAL if watching else IDLE_SCAN_INTERVAL)
             if self._lifecycle.stopping:
                 return
             await self.scan()
