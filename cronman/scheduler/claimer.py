@@ -60,17 +60,6 @@ MAX_EXTRA_LEAD_MS = 5000
 # A claim further ahead of its fire time than the claim lead plus this (by the
 # coordinator's clock) is refused: this node's clock runs fast.
 CLAIM_AHEAD_MARGIN_MS = 250
-# A node whose dispatch is further behind than ADMIT_BEHIND_MS (its oldest
-# due fire not started), holding more than ADMIT_MIN_HELD runs, claims only
-# the fires of jobs above the default priority; the rest wait in the job
-# table, unclaimed, until it catches up. Claimed as they fall due, a backlog
-# costs its claims (locks, rows, the hand-over, the leases) while the node
-# cannot start it, and it is claimed before the misfire grace can apply:
-# held in the table, a fire older than its job's grace follows the job's
-# misfire policy when it is taken. Holding a batch's worth, the dispatch
-# always has work while the next batch is claimed (a herd due at once).
-ADMIT_BEHIND_MS = 2000
-ADMIT_MIN_HELD = MAX_CLAIM_BATCH
 
 
 class Claimer:
@@ -105,7 +94,6 @@ class Claimer:
         # The oldest due time of the fires being popped, claimed or handed over.
         self.claiming_due: int | None = None
         self.extra_lead_ms = 0  # how much further ahead raised priorities are claimed
-        self._behind = False  # the dispatch is too far behind to claim default priorities
         self._round_ms: deque[int] = deque(maxlen=PACE_ROUNDS)  # the last batches' times
         self._wake = Wakeup()
         self._ratelog = RateLimitedLog(log)
@@ -131,9 +119,8 @@ class Claimer:
                 continue
             last_round = now
             extra = self.extra_lead_ms
-            behind = self.behind(now)
             try:
-                fires, cursors = await self._pop(now, extra, raised_only=behind)
+                fires, cursors = await self._pop(now, extra)
                 skipped = self._table.take_misfires_skipped()
                 if skipped:
                     self._metrics.misfires_skipped.inc(skipped)
@@ -145,32 +132,9 @@ class Claimer:
             finally:
                 self.claiming_due = None
             self._pace(round_ms=self._clock.now_ms() - now)
-            if behind:  # the table's head is due: look again after the interval
-                self._wake.clear()
-                await self._wake.wait(self.claim_interval_ms / 1000.0)
 
-    @property
-    def held_back(self) -> bool:
-        """Whether default-priority claims are held back (the last round's ``behind``)."""
-        return self._behind
-
-    def behind(self, now_ms: int) -> bool:
-        """Whether the dispatch is more than ``ADMIT_BEHIND_MS`` behind with
-        more than ``ADMIT_MIN_HELD`` runs held: only raised priorities are
-        claimed meanwhile."""
-        d = self._dispatcher
-        oldest = d.oldest_unstarted_due()
-        behind = (oldest is not None and now_ms - oldest > ADMIT_BEHIND_MS
-                  and len(d.active) > ADMIT_MIN_HELD)
-        if behind != self._behind:
-            self._behind = behind
-            self._metrics.claims_held_back.set(int(behind))
-        return behind
-
-    async def _pop(self, now: int, extra: int, *,
-                   raised_only: bool = False) -> tuple[list[Fire], list[Cursor]]:
-        """Up to ``MAX_CLAIM_BATCH`` due fires (of raised priorities only, if
-        ``raised_only``), popped ``LOOP_CHUNK`` at a time
+    async def _pop(self, now: int, extra: int) -> tuple[list[Fire], list[Cursor]]:
+        """Up to ``MAX_CLAIM_BATCH`` due fires, popped ``LOOP_CHUNK`` at a time
         with a loop turn between: a batch of thousands popped in one go would
         hold every timer back for as long (a high-priority fire falling due
         among them)."""
@@ -181,7 +145,7 @@ class Claimer:
         while len(fires) < MAX_CLAIM_BATCH:
             more, moved = self._table.pop_due(now, until, min(LOOP_CHUNK,
                                                               MAX_CLAIM_BATCH - len(fires)),
-                                              ahead_ms=extra, raised_only=raised_only)
+                                              ahead_ms=extra)
             fires += more
             cursors += moved
             if len(more) < LOOP_CHUNK:

@@ -37,7 +37,6 @@ from cronman.schedules import CronSchedule, IntervalSchedule, JobTimes, parse_sc
 from cronman.schedules.cronexpr import uses_job_id
 from cronman.schedules.window import IntervalTimes, Times
 from cronman.timeutil import from_ms, to_ms
-from cronman.vocabulary import DEFAULT_PRIORITY
 
 log = logging.getLogger(__name__)
 
@@ -463,7 +462,7 @@ class JobTable:
     # -- the heap ---------------------------------------------------------
 
     def pop_due(self, now_ms: int, until_ms: int, limit: int | None = None, *,
-                ahead_ms: int = 0, raised_only: bool = False) -> tuple[list[Fire], list[Cursor]]:
+                ahead_ms: int = 0) -> tuple[list[Fire], list[Cursor]]:
         """Fires due by ``until_ms`` (``ahead_ms`` later for jobs above the
         default priority; plus catch-up fires found by ``load``) and cursors
         of jobs whose past fire times were skipped without a run."""
@@ -473,8 +472,7 @@ class JobTable:
         jobs = self.jobs
         while limit is None or len(fires) < limit:
             popped = heap.pop_due(until_ms, self._live,
-                                  None if limit is None else limit - len(fires), ahead_ms,
-                                  -(DEFAULT_PRIORITY + 1) if raised_only else None)
+                                  None if limit is None else limit - len(fires), ahead_ms)
             if not popped:
                 break
             for due_ms, _, job_id, fire_ms, _ in popped:

@@ -118,11 +118,6 @@ class NodeMetrics:
         self.clock_skewed = Gauge("cronman_clock_skewed",
                                   "1 while this host's clock is off the reference by more "
                                   "than allowed (the node claims nothing meanwhile)", registry=r)
-        self.claims_held_back = Gauge(
-            "cronman_claims_held_back",
-            "1 while this node's dispatch is too far behind to claim more default-priority "
-            "fires (they wait in its job table; raised priorities are still claimed)",
-            registry=r)
         self.backlog = Gauge("cronman_dispatch_backlog",
                              "Fires due and waiting for a dispatch slot",
                              registry=r)

@@ -148,7 +148,7 @@ class SchedulerNode:
         self.gc_pauses = GcPauseWatch(m.gc_pauses)
         self._snapshot: tuple[str, bool, int] = (self.table.view_key, False, 0)
         self._load: dict[str, Any] = {"state": "ok", "backlog": 0, "behind_s": 0.0,
-                                      "saturation": 0.0, "claims_held_back": False}
+                                      "saturation": 0.0}
         self.database_clock = DatabaseClockProbe(clock, store.server_time_ms, pools.misc, life)
         self.leases = LeaseKeeper(node_id, store.runs, self.dispatcher, self.writer,
                                   lease_seconds=lease, clock=clock, pool=pools.misc,
@@ -289,8 +289,7 @@ class SchedulerNode:
         saturation = d.running / d.max_in_flight
         self._load = {"state": "overloaded" if behind_s * 1000 >= OVERLOADED_BEHIND_MS else "ok",
                       "backlog": len(d.waiting), "behind_s": round(behind_s, 3),
-                      "saturation": round(saturation, 3),
-                      "claims_held_back": self.claimer.held_back}
+                      "saturation": round(saturation, 3)}
         m = self.metrics
         m.backlog.set(len(d.waiting))
         m.backlog_seconds.set(behind_s)
@@ -298,9 +297,8 @@ class SchedulerNode:
 
     def load(self) -> dict[str, Any]:
         """How far behind this node's dispatch is: ``state`` ok or overloaded,
-        fires waiting for a slot, seconds the oldest due fire has waited,
-        attempts in flight over the most it runs at once, and whether it holds
-        back claims of default-priority fires (thread-safe)."""
+        fires waiting for a slot, seconds the oldest due fire has waited, and
+        attempts in flight over the most it runs at once (thread-safe)."""
         return self._load
 
     def _progress(self) -> Progress:

@@ -62,8 +62,7 @@ class TimerHeap:
         return min(dues) if dues else None
 
     def pop_due(self, until_ms: int, live: Callable[[Entry], bool] | None = None,
-                limit: int | None = None, ahead_ms: int = 0,
-                max_key: int | None = None) -> list[Entry]:
+                limit: int | None = None, ahead_ms: int = 0) -> list[Entry]:
         """Pop entries due at or before ``until_ms`` -- ``until_ms + ahead_ms``
         for those above the default priority -- (at most ``limit`` live ones):
         highest priority first, then in due order; entries for which ``live``
@@ -72,8 +71,7 @@ class TimerHeap:
         self._fall_due(self._raised, until_ms + ahead_ms)
         out: list[Entry] = []
         keys, lanes = self._keys, self._lanes
-        while keys and (limit is None or len(out) < limit) and (
-                max_key is None or keys[0] <= max_key):
+        while keys and (limit is None or len(out) < limit):
             key = keys[0]
             lane = lanes[key]
             entry = lane.popleft()

@@ -9,11 +9,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import pytest
 from prometheus_client import CollectorRegistry
 
 from cronman.scheduler.active import ActiveRun
-from cronman.scheduler.claimer import ADMIT_BEHIND_MS, ADMIT_MIN_HELD, LOOP_CHUNK, Claimer
+from cronman.scheduler.claimer import LOOP_CHUNK, Claimer
 from cronman.scheduler.claims import ClaimResult, Fire
 from cronman.scheduler.clock import ReferenceClock
 from cronman.scheduler.metrics import NodeMetrics
@@ -36,7 +35,7 @@ class Table:
     def __init__(self, fires: list[Fire]) -> None:
         self.fires = fires
 
-    def pop_due(self, now_ms, until_ms, limit, *, ahead_ms=0, raised_only=False):
+    def pop_due(self, now_ms, until_ms, limit, *, ahead_ms=0):
         got, self.fires = self.fires[:limit], self.fires[limit:]
         return got, []
 
@@ -126,7 +125,7 @@ def test_a_pop_stops_at_a_membership_change():
     a batch popped across a view change stops there (the rest next round)."""
 
     class Changing(Table):
-        def pop_due(self, now_ms, until_ms, limit, *, ahead_ms=0, raised_only=False):
+        def pop_due(self, now_ms, until_ms, limit, *, ahead_ms=0):
             got = super().pop_due(now_ms, until_ms, limit, ahead_ms=ahead_ms)
             self.view_key = "w"
             return got
@@ -134,25 +133,3 @@ def test_a_pop_stops_at_a_membership_change():
     table = Changing(_fires(BATCH))
     popped, _ = asyncio.run(_claimer(table, Dispatcher())._pop(DUE, 0))
     assert len(popped) == LOOP_CHUNK and len(table.fires) == BATCH - LOOP_CHUNK
-
-
-class Behind(Dispatcher):
-    def __init__(self, oldest: int | None, held: int) -> None:
-        super().__init__()
-        self.oldest = oldest
-        self.active = dict.fromkeys(range(held))
-
-    def oldest_unstarted_due(self) -> int | None:
-        return self.oldest
-
-
-@pytest.mark.parametrize(("late_ms", "held", "held_back"), [
-    (None, 0, False), (0, ADMIT_MIN_HELD + 1, False),
-    (ADMIT_BEHIND_MS, ADMIT_MIN_HELD + 1, False),
-    (ADMIT_BEHIND_MS + 1, ADMIT_MIN_HELD, False),  # a herd's first batches: claim on
-    (ADMIT_BEHIND_MS + 1, ADMIT_MIN_HELD + 1, True)])
-def test_a_dispatch_far_behind_holds_back_default_priority_claims(late_ms, held, held_back):
-    oldest = None if late_ms is None else DUE - late_ms
-    claimer = _claimer(Table([]), Behind(oldest, held))
-    assert claimer.behind(DUE) is held_back
-    assert claimer._metrics.claims_held_back._value.get() == int(held_back)

@@ -319,16 +319,3 @@ def test_jobs_prepared_ahead_of_a_gain_are_held_only_while_current(tmp_path):
         assert table.admit_prepared(p, version, False, None, 0, now) == (job_id != stale)
     assert expected - {stale} <= set(table.jobs) and stale not in table.jobs
     assert table.heap.peek_due() is not None
-
-
-def test_a_node_behind_pops_raised_priorities_only_and_the_rest_later():
-    """Held back (the dispatch far behind), the table gives the fires of jobs
-    above the default priority and keeps the others, in order, for later."""
-    t = JobTable("n1", 1)
-    assert t.load(make_job("low"), T0 + 600)
-    assert t.load(make_job("high", priority=10), T0 + 600)
-    now = T0 + 2000
-    fires, _ = t.pop_due(now, now, raised_only=True)
-    assert sorted((f.job.id, f.fire_ms - T0) for f in fires) == [("high", 1000), ("high", 2000)]
-    fires, _ = t.pop_due(now, now)
-    assert sorted((f.job.id, f.fire_ms - T0) for f in fires) == [("low", 1000), ("low", 2000)]
