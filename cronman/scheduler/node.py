@@ -56,7 +56,7 @@ from cronman.scheduler.maintenance import PartitionUpkeep
 from cronman.scheduler.membership import Membership
 from cronman.scheduler.metrics import NodeMetrics
 from cronman.scheduler.outcome_marks import MARK_TTL_LEASES, OutcomeMarker
-from cronman.scheduler.pulse import Progress, Pulser, StallWatch
+from cronman.scheduler.pulse import PULSE_INTERVAL, Progress, Pulser, StallWatch
 from cronman.scheduler.requested import RequestedRuns
 from cronman.scheduler.sweeper import Sweeper
 from cronman.scheduler.sync import JobReader, JobSync
@@ -70,8 +70,8 @@ DRAIN_SECONDS = 5.0  # graceful stop: how long in-flight runs may finish
 STOP_BUDGET = 9.0  # graceful stop: everything done within this
 GIL_SWITCH_INTERVAL = 0.0005  # seconds (Python's default: 0.005)
 # Seconds between snapshots of the dispatch for the pulses: as often as they
-# go out (``pulse.PULSE_INTERVAL``), a pulse carries one at most that old.
-PROGRESS_INTERVAL = 0.1
+# go out, a pulse carries one at most that old.
+PROGRESS_INTERVAL = PULSE_INTERVAL
 # The cyclic GC's thresholds (Python's default: 700, 10, 10; tuned on 3.11,
 # whose collector is generational). See ``run``.
 GC_THRESHOLDS = (50_000, 10, 10)

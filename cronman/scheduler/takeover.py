@@ -157,6 +157,10 @@ class Standby:
         self._ratelog = RateLimitedLog(log)
 
     @property
+    def _watches_any(self) -> bool:
+        return bool(self._deferred or self._rechecks)
+
+    @property
     def watching(self) -> int:
         return sum(len(q) for q in self._deferred.values()) + len(self._rechecks)
 
@@ -191,7 +195,7 @@ class Standby:
 
     def wake(self) -> None:
         """New pulses were read: look again (if anything is watched)."""
-        if self._deferred or self._rechecks:
+        if self._watches_any:
             self._wake.set()
 
     async def run(self) -> None:
@@ -200,8 +204,7 @@ class Standby:
             # Watching nothing, wait for a fire to watch (``watch`` and the
             # pulses after ``defer`` wake it): an idle node's loop then turns
             # for its pulses only.
-            watching = bool(self._deferred or self._rechecks)
-            await self._wake.wait(SCAN_INTERVAL if watching else IDLE_SCAN_INTERVAL)
+            await self._wake.wait(SCAN_INTERVAL if self._watches_any else IDLE_SCAN_INTERVAL)
             if self._lifecycle.stopping:
                 return
             await self.scan()
