@@ -26,7 +26,7 @@ _agents_lock = threading.Lock()
 bp = Blueprint("cluster", __name__, url_prefix="/v1")
 
 NODE_STATS = ("owned_jobs", "fires_last_minute", "lock_wins", "lock_losses", "backlog",
-              "behind_ms", "saturation_pct")
+              "held_back", "behind_ms", "saturation_pct")
 
 
 def node_json(node: NodeInfo, now: datetime) -> dict[str, Any]:

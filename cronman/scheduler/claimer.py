@@ -60,6 +60,23 @@ MAX_EXTRA_LEAD_MS = 5000
 # A claim further ahead of its fire time than the claim lead plus this (by the
 # coordinator's clock) is refused: this node's clock runs fast.
 CLAIM_AHEAD_MARGIN_MS = 250
+# A node whose dispatch is further behind than HOLD_BEHIND_MS (its oldest due
+# fire not started), holding more runs than it started in the last
+# HOLD_AHEAD_MS (and at least HOLD_MIN_HELD), holds back the due
+# fires of its own jobs at or below the default priority in its job table,
+# unclaimed, until it catches up (``JobTable.pop_due``). Claimed as they fall
+# due, a backlog costs its claims (locks, rows, the hand-over, the leases)
+# while the node cannot start it, and on a loop already late every raised
+# fire waits behind that work. Held in the table, a job has one fire waiting,
+# however many of its fire times pass, and one older than its grace follows
+# the job's misfire policy when it is taken. Holding that much, the dispatch
+# has work for as long while the next batch is claimed (a herd due at once is
+# claimed as fast as it is started). The jobs' second owners are told by the
+# through time: it stays before the fires held back, so they are not taken
+# over.
+HOLD_BEHIND_MS = 2000
+HOLD_AHEAD_MS = 2000
+HOLD_MIN_HELD = LOOP_CHUNK
 
 
 class Claimer:
@@ -94,6 +111,8 @@ class Claimer:
         # The oldest due time of the fires being popped, claimed or handed over.
         self.claiming_due: int | None = None
         self.extra_lead_ms = 0  # how much further ahead raised priorities are claimed
+        self.holding = False  # the last round held default priorities back (``behind``)
+        self._starts: deque[tuple[int, int]] = deque()  # (ms, attempts started) samples
         self._round_ms: deque[int] = deque(maxlen=PACE_ROUNDS)  # the last batches' times
         self._wake = Wakeup()
         self._ratelog = RateLimitedLog(log)
@@ -113,14 +132,17 @@ class Claimer:
                 wake_at = max(nd - self.claim_lead_ms,
                               min(last_round + self.claim_interval_ms, nd - self.urgent_lead_ms))
                 wait_ms = wake_at - now
+            if self._table.held:  # whether to give them back is looked at every interval
+                wait_ms = min(wait_ms, last_round + self.claim_interval_ms - now)
             if wait_ms > 0:
                 self._wake.clear()
                 await self._wake.wait(wait_ms / 1000.0)
                 continue
             last_round = now
             extra = self.extra_lead_ms
+            self.holding = self._claiming() and self.behind(now)
             try:
-                fires, cursors = await self._pop(now, extra)
+                fires, cursors = await self._pop(now, extra, hold=self.holding)
                 skipped = self._table.take_misfires_skipped()
                 if skipped:
                     self._metrics.misfires_skipped.inc(skipped)
@@ -133,28 +155,52 @@ class Claimer:
                 self.claiming_due = None
             self._pace(round_ms=self._clock.now_ms() - now)
 
-    async def _pop(self, now: int, extra: int) -> tuple[list[Fire], list[Cursor]]:
-        """Up to ``MAX_CLAIM_BATCH`` due fires, popped ``LOOP_CHUNK`` at a time
-        with a loop turn between: a batch of thousands popped in one go would
-        hold every timer back for as long (a high-priority fire falling due
-        among them)."""
+    def behind(self, now_ms: int) -> bool:
+        """Whether the dispatch is more than ``HOLD_BEHIND_MS`` behind,
+        holding more runs than it started in the last ``HOLD_AHEAD_MS`` (at
+        least ``HOLD_MIN_HELD``): this node's own fires at or below the
+        default priority are held back meanwhile."""
+        d = self._dispatcher
+        samples = self._starts
+        samples.append((now_ms, d.starts))
+        while len(samples) > 2 and samples[1][0] <= now_ms - HOLD_AHEAD_MS:
+            samples.popleft()
+        oldest = d.oldest_unstarted_due()
+        if oldest is None or now_ms - oldest <= HOLD_BEHIND_MS:
+            return False
+        since_ms, starts = samples[0]
+        if now_ms - since_ms < HOLD_AHEAD_MS // 2:
+            return False  # not enough seen to tell how much it starts
+        per_ms = (d.starts - starts) / (now_ms - since_ms)
+        return len(d.active) > max(HOLD_MIN_HELD, per_ms * HOLD_AHEAD_MS)
+
+    async def _pop(self, now: int, extra: int, *,
+                   hold: bool = False) -> tuple[list[Fire], list[Cursor]]:
+        """Up to ``MAX_CLAIM_BATCH`` due fires (see ``JobTable.pop_due`` for
+        ``hold``), popped ``LOOP_CHUNK`` at a time with a loop turn between:
+        a batch of thousands popped in one go would hold every timer back
+        for as long (a high-priority fire falling due among them)."""
         fires: list[Fire] = []
         cursors: list[Cursor] = []
         until = now + self.claim_lead_ms
-        view = self._table.view_key  # each fire's first owner is of this view
+        table = self._table
+        view = table.view_key  # each fire's first owner is of this view
+        if not hold:
+            table.release_held()
         while len(fires) < MAX_CLAIM_BATCH:
-            more, moved = self._table.pop_due(now, until, min(LOOP_CHUNK,
-                                                              MAX_CLAIM_BATCH - len(fires)),
-                                              ahead_ms=extra)
+            held = table.held
+            more, moved = table.pop_due(now, until, min(LOOP_CHUNK, MAX_CLAIM_BATCH - len(fires)),
+                                        ahead_ms=extra, hold=hold)
             fires += more
             cursors += moved
-            if len(more) < LOOP_CHUNK:
+            if len(more) + table.held - held < LOOP_CHUNK:
                 break
             # Out of the table, not yet claimed: this node has not come
             # through them (its pulses' through time stays before them).
-            oldest = min(f.due_ms for f in more)
-            due = self.claiming_due
-            self.claiming_due = oldest if due is None else min(due, oldest)
+            if more:
+                oldest = min(f.due_ms for f in more)
+                due = self.claiming_due
+                self.claiming_due = oldest if due is None else min(due, oldest)
             await asyncio.sleep(0)
             if self._table.view_key != view:
                 break  # the membership changed: claim these as popped, the rest next round

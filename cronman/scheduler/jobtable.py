@@ -37,6 +37,7 @@ from cronman.schedules import CronSchedule, IntervalSchedule, JobTimes, parse_sc
 from cronman.schedules.cronexpr import uses_job_id
 from cronman.schedules.window import IntervalTimes, Times
 from cronman.timeutil import from_ms, to_ms
+from cronman.vocabulary import DEFAULT_PRIORITY
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,11 @@ class JobTable:
         self._fires: list[Fire] = []  # catch-up fires found when loading jobs
         self._cursors: list[Cursor] = []
         self._misfires_skipped = 0  # fire times passed over, not yet taken
+        # Due entries of this node's own jobs at or below the default
+        # priority, held back while its dispatch is far behind (``pop_due``
+        # with ``hold``), in the order they were popped.
+        self._held: list[Entry] = []
+        self._held_oldest: int | None = None
         self.bad_jobs = 0
         self._interned: dict[Any, Any] = {}  # texts and Common records shared by jobs
         self._times: dict[tuple[Any, ...], Times] = {}  # parsed schedules shared by jobs
@@ -149,11 +155,23 @@ class JobTable:
         """The earliest due time (ms) of a fire still in the table (catch-up
         fires found on load included), or None; a lower bound (the heap's
         head may be stale)."""
-        head = self.heap.peek_due()
+        dues = [d for d in (self.heap.peek_due(), self._held_oldest) if d is not None]
         if self._fires:
-            oldest = min(f.due_ms for f in self._fires)
-            return oldest if head is None else min(oldest, head)
-        return head
+            dues.append(min(f.due_ms for f in self._fires))
+        return min(dues) if dues else None
+
+    @property
+    def held(self) -> int:
+        """Due fires held back (see ``pop_due``)."""
+        return len(self._held)
+
+    def release_held(self) -> None:
+        """Give the fires held back to the next ``pop_due``, ahead of those
+        that fell due after them."""
+        if self._held:
+            self.heap.requeue(self._held)
+            self._held = []
+            self._held_oldest = None
 
     def _live(self, e: Entry) -> bool:
         return self.jobs.get(e[2]) is e[4]
@@ -423,6 +441,7 @@ class JobTable:
             for (job_id, st), keep in zip(held, mask, strict=True):
                 if not keep:
                     self._drop(job_id, st.hash)
+        self.release_held()  # sorted again by their new first owners
         others = list(self.others.items())
         if not others:
             return []
@@ -462,21 +481,38 @@ class JobTable:
     # -- the heap ---------------------------------------------------------
 
     def pop_due(self, now_ms: int, until_ms: int, limit: int | None = None, *,
-                ahead_ms: int = 0) -> tuple[list[Fire], list[Cursor]]:
+                ahead_ms: int = 0, hold: bool = False) -> tuple[list[Fire], list[Cursor]]:
         """Fires due by ``until_ms`` (``ahead_ms`` later for jobs above the
         default priority; plus catch-up fires found by ``load``) and cursors
-        of jobs whose past fire times were skipped without a run."""
+        of jobs whose past fire times were skipped without a run; at most
+        ``limit`` entries handled.
+
+        With ``hold``, the due fires of jobs this node is first owner of, at
+        or below the default priority, are held back instead (``held``): not
+        claimed, and this node's through time stays before them; the next
+        ``pop_due`` without ``hold`` gives them first, the misfire policy
+        applying to those held past their job's grace. Fires of raised
+        priorities, and those this node only watches for another first
+        owner, are given as usual."""
+        if not hold:
+            self.release_held()
         fires, self._fires = self._fires, []
         cursors, self._cursors = self._cursors, []
         heap = self.heap
-        jobs = self.jobs
-        while limit is None or len(fires) < limit:
-            popped = heap.pop_due(until_ms, self._live,
-                                  None if limit is None else limit - len(fires), ahead_ms)
+        held = self._held
+        held_before = len(held)
+        while limit is None or len(fires) + len(held) - held_before < limit:
+            popped = heap.pop_due(until_ms, self._live, None if limit is None
+                                  else limit - len(fires) - len(held) + held_before, ahead_ms)
             if not popped:
                 break
-            for due_ms, _, job_id, fire_ms, _ in popped:
-                st = jobs[job_id]
+            for entry in popped:
+                due_ms, neg_priority, job_id, fire_ms, st = entry
+                if hold and neg_priority >= -DEFAULT_PRIORITY and self._primary(st) is None:
+                    held.append(entry)
+                    oldest = self._held_oldest
+                    self._held_oldest = due_ms if oldest is None else min(oldest, due_ms)
+                    continue
                 late = now_ms - due_ms
                 if late > MISFIRE_TOLERANCE_MS and late > st.grace_ms:
                     st.cursor_ms = fire_ms - 1

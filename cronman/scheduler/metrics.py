@@ -124,6 +124,10 @@ class NodeMetrics:
         self.backlog_seconds = Gauge("cronman_dispatch_backlog_seconds",
                                      "How long the oldest fire due but not started has waited",
                                      registry=r)
+        self.held_back = Gauge("cronman_fires_held_back",
+                               "Fires due that this node holds back, unclaimed, while its "
+                               "dispatch is far behind (its own jobs at or below the default "
+                               "priority; raised priorities are still claimed)", registry=r)
         self.saturation = Gauge("cronman_dispatch_saturation",
                                 "Attempts in flight over the most this node runs at once",
                                 registry=r)

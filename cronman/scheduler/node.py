@@ -147,8 +147,8 @@ class SchedulerNode:
         self._stall = StallWatch()
         self.gc_pauses = GcPauseWatch(m.gc_pauses)
         self._snapshot: tuple[str, bool, int] = (self.table.view_key, False, 0)
-        self._load: dict[str, Any] = {"state": "ok", "backlog": 0, "behind_s": 0.0,
-                                      "saturation": 0.0}
+        self._load: dict[str, Any] = {"state": "ok", "backlog": 0, "held_back": 0,
+                                      "behind_s": 0.0, "saturation": 0.0}
         self.database_clock = DatabaseClockProbe(clock, store.server_time_ms, pools.misc, life)
         self.leases = LeaseKeeper(node_id, store.runs, self.dispatcher, self.writer,
                                   lease_seconds=lease, clock=clock, pool=pools.misc,
@@ -288,17 +288,19 @@ class SchedulerNode:
         behind_s = max(0, now_ms - oldest_due_ms) / 1000.0 if oldest_due_ms is not None else 0.0
         saturation = d.running / d.max_in_flight
         self._load = {"state": "overloaded" if behind_s * 1000 >= OVERLOADED_BEHIND_MS else "ok",
-                      "backlog": len(d.waiting), "behind_s": round(behind_s, 3),
-                      "saturation": round(saturation, 3)}
+                      "backlog": len(d.waiting), "held_back": self.table.held,
+                      "behind_s": round(behind_s, 3), "saturation": round(saturation, 3)}
         m = self.metrics
         m.backlog.set(len(d.waiting))
+        m.held_back.set(self.table.held)
         m.backlog_seconds.set(behind_s)
         m.saturation.set(saturation)
 
     def load(self) -> dict[str, Any]:
         """How far behind this node's dispatch is: ``state`` ok or overloaded,
-        fires waiting for a slot, seconds the oldest due fire has waited, and
-        attempts in flight over the most it runs at once (thread-safe)."""
+        fires waiting for a slot, fires held back unclaimed (``Claimer.behind``),
+        seconds the oldest due fire has waited, and attempts in flight over
+        the most it runs at once (thread-safe)."""
         return self._load
 
     def _progress(self) -> Progress:
@@ -344,6 +346,7 @@ class SchedulerNode:
                 "lock_losses": self.claimer.lock_losses,
                 "in_flight": self.dispatcher.running,
                 "backlog": self._load["backlog"],
+                "held_back": self._load["held_back"],
                 "behind_ms": int(self._load["behind_s"] * 1000),
                 "saturation_pct": int(self._load["saturation"] * 100)}
 

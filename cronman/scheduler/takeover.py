@@ -122,7 +122,9 @@ class Standby:
       through them; the ones it has come through are looked at once
       (``take_over_fires`` with ``claim_absent``: a fire nobody claimed -- the
       owner did not know the job yet -- is claimed here). When the owner is
-      gone or stalled, every deferred fire due soon is taken over at once.
+      gone or stalled, every deferred fire due soon is taken over at once,
+      however old (its owner may have held it back unclaimed): those older
+      than their grace as the job's misfire policy says.
     - *Race* fires: this node claimed them and lost the lock to another
       holder; looked at ``takeover_after`` past their due time.
 
@@ -216,12 +218,18 @@ class Standby:
         batches: dict[tuple[bool, str], list[Watched]] = {}
         for primary, q in list(self._deferred.items()):
             reason, limit = self._limit(primary, view, now)
-            while q and (q[0].fire.due_ms <= limit if reason == "in_charge"
-                         else q[0].check_at <= limit):
-                w = q.popleft()
-                if self._expired(w, now):
-                    continue
-                batches.setdefault((True, reason), []).append(w)
+            take: list[Watched] = []
+            if reason == "in_charge":  # through: it started them, or ended them otherwise
+                while q and q[0].fire.due_ms <= limit:
+                    w = q.popleft()
+                    if not self._expired(w, now):
+                        take.append(w)
+            else:
+                while q and q[0].check_at <= limit:
+                    take.append(q.popleft())
+                take = self._misfire_policy(take, now)
+            if take:
+                batches.setdefault((True, reason), []).extend(take)
             if not q:
                 del self._deferred[primary]
         while self._rechecks and self._rechecks[0][0] <= now:
@@ -248,10 +256,40 @@ class Standby:
             return "stalled", now + self._claim_lead_ms + self.takeover_after_ms
         return "not_ready", now
 
+    def _misfire_policy(self, watched: list[Watched], now: int) -> list[Watched]:
+        """Of the deferred fires of a first owner not in charge, the ones to
+        take over: those within their job's grace, and of the older ones
+        those the job's misfire policy fires (the rest are counted skipped,
+        on the job's first fire taken). None is dropped unseen: the owner
+        may have held them back, never claimed (``JobTable.pop_due``), and
+        this node's table is past them."""
+        by_job: dict[str, list[Watched]] = {}
+        for w in watched:
+            by_job.setdefault(w.fire.job.id, []).append(w)
+        take: list[Watched] = []
+        skipped = 0
+        for ws in by_job.values():
+            if now - ws[0].fire.fire_ms <= _grace_ms(ws[0].fire):
+                take += ws  # in due order: none is older than its grace
+                continue
+            ws.sort(key=lambda w: w.fire.fire_ms)
+            policy, grace_ms = policies.misfire_settings(ws[0].fire.job.misfire)
+            plan = policies.plan_misfire([w.fire.fire_ms for w in ws], 0, now, policy, grace_ms)
+            fired = set(plan.fire)
+            chosen = [w for w in ws if w.fire.fire_ms in fired]
+            if chosen:
+                chosen[0].fire.skipped_before += plan.skipped
+            take += chosen
+            skipped += plan.skipped
+        if skipped:
+            self._metrics.misfires_skipped.inc(skipped)
+        return take
+
     def _expired(self, w: Watched, now: int) -> bool:
-        """A fire watched too long, or older than its grace, is left to its
-        holder and the lease sweeper (the first owner applies the misfire
-        policy to what it could not fire in time)."""
+        """A fire watched too long, or older than its grace once its first
+        owner came through it, is left to its holder and the lease sweeper
+        (the first owner applies the misfire policy to what it could not
+        fire in time)."""
         age = now - w.fire.due_ms
         return age > WATCH_MAX_MS or (w.unclaimed_ok and not w.early
                                       and age > _grace_ms(w.fire))

@@ -83,6 +83,19 @@ class TimerHeap:
                 out.append(entry)
         return out
 
+    def requeue(self, entries: list[Entry]) -> None:
+        """Put popped ``entries`` (in the order ``pop_due`` gave them) back at
+        the front of their lanes: popped again before anything that fell due
+        after them."""
+        lanes = self._lanes
+        for entry in reversed(entries):
+            lane = lanes.get(entry[1])
+            if lane is None:
+                lane = lanes[entry[1]] = deque()
+                bisect.insort(self._keys, entry[1])
+            lane.appendleft(entry)
+        self._in_lanes += len(entries)
+
     def _fall_due(self, heap: list[Entry], until_ms: int) -> None:
         lanes = self._lanes
         pop = heapq.heappop

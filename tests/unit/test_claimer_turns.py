@@ -31,13 +31,16 @@ class Table:
     """Hands out its fires in due order, ``limit`` per call."""
 
     view_key = "v"
+    held = 0
 
     def __init__(self, fires: list[Fire]) -> None:
         self.fires = fires
 
-    def pop_due(self, now_ms, until_ms, limit, *, ahead_ms=0):
+    def pop_due(self, now_ms, until_ms, limit, *, ahead_ms=0, hold=False):
         got, self.fires = self.fires[:limit], self.fires[limit:]
         return got, []
+
+    def release_held(self) -> None: ...
 
 
 class Dispatcher:
@@ -125,7 +128,7 @@ def test_a_pop_stops_at_a_membership_change():
     a batch popped across a view change stops there (the rest next round)."""
 
     class Changing(Table):
-        def pop_due(self, now_ms, until_ms, limit, *, ahead_ms=0):
+        def pop_due(self, now_ms, until_ms, limit, *, ahead_ms=0, hold=False):
             got = super().pop_due(now_ms, until_ms, limit, ahead_ms=ahead_ms)
             self.view_key = "w"
             return got

@@ -52,7 +52,8 @@ function nodesTable(nodes) {
     { title: "Started", cls: "opt", cell: (n) => timeCell(n.started_at) },
     { title: "Heartbeat age", cls: "num", cell: (n) => age(n.heartbeat_age_s) },
     { title: "State", cell: (n) => n.state === "overloaded"
-      ? `overloaded: ${age(n.behind_ms / 1000)} behind, ${fmtNumber(n.backlog)} waiting`
+      ? `overloaded: ${age(n.behind_ms / 1000)} behind, ${fmtNumber(n.backlog)} waiting` +
+        (n.held_back ? `, ${fmtNumber(n.held_back)} held back` : "")
       : "ok" },
     { title: "Busy", cls: "num opt", cell: (n) => `${n.saturation_pct || 0} %` },
     { title: "Owned jobs", cls: "num", cell: (n) => fmtNumber(n.owned_jobs) },
