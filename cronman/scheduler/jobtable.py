@@ -83,8 +83,8 @@ class JobTable:
         self._misfires_skipped = 0  # fire times passed over, not yet taken
         # Due entries of this node's own jobs at or below the default
         # priority, held back while its dispatch is far behind (``pop_due``
-        # with ``hold``), in the order they were popped.
-        self._held: list[Entry] = []
+        # with ``hold``), by job id, in the order they were popped.
+        self._held: dict[str, Entry] = {}
         self._held_oldest: int | None = None
         self.bad_jobs = 0
         self._interned: dict[Any, Any] = {}  # texts and Common records shared by jobs
@@ -169,8 +169,8 @@ class JobTable:
         """Give the fires held back to the next ``pop_due``, ahead of those
         that fell due after them."""
         if self._held:
-            self.heap.requeue(self._held)
-            self._held = []
+            self.heap.requeue(list(self._held.values()))
+            self._held = {}
             self._held_oldest = None
 
     def _live(self, e: Entry) -> bool:
@@ -256,6 +256,7 @@ class JobTable:
         (claimed fires of it end ``skipped``)."""
         self.jobs.pop(job_id, None)
         self.others.pop(job_id, None)
+        self._held.pop(job_id, None)
         self.deleted[job_id] = now_ms
         if len(self.deleted) > 10_000:
             for jid, at in list(self.deleted.items()):
@@ -264,6 +265,7 @@ class JobTable:
 
     def _drop(self, job_id: str, h: int) -> None:
         self.jobs.pop(job_id, None)
+        self._held.pop(job_id, None)
         self.others[job_id] = h
 
     def _intern(self, value: Any) -> Any:
@@ -357,6 +359,7 @@ class JobTable:
     def _change(self, st: JobState, new: JobState | None, now_ms: int) -> None:
         """A held job changed: new definition, a fresh heap entry, no catch-up
         (the old state's entries are stale: it is no longer the held one)."""
+        held = self._held.pop(st.id, None)
         if new is None:
             self.jobs.pop(st.id, None)
             return
@@ -365,6 +368,9 @@ class JobTable:
         new.skipped_pending = st.skipped_pending
         self.jobs[st.id] = new
         if new.paused:
+            return
+        if held is not None:  # due, held back: it fires all the same, as the job is now
+            self._push(new, held[3])
             return
         floor = now_ms if was_paused else now_ms - MISFIRE_TOLERANCE_MS
         after = floor if new.cursor_ms is None else max(new.cursor_ms, floor)
@@ -509,7 +515,7 @@ class JobTable:
             for entry in popped:
                 due_ms, neg_priority, job_id, fire_ms, st = entry
                 if hold and neg_priority >= -DEFAULT_PRIORITY and self._primary(st) is None:
-                    held.append(entry)
+                    held[job_id] = entry
                     oldest = self._held_oldest
                     self._held_oldest = due_ms if oldest is None else min(oldest, due_ms)
                     continue

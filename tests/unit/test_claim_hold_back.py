@@ -173,3 +173,17 @@ def test_the_claim_loop_waits_between_rounds_while_it_holds_fires_back(claiming)
     asyncio.run(run_for(0.5))
     assert 1 <= Counting.pops <= 5
     assert t.held == (1 if claiming else 0)  # not claiming: handed back (and dropped)
+
+
+def test_a_job_changed_while_its_fire_is_held_back_still_fires_it():
+    """The fire was due before the change: it goes out, as the job is now;
+    deleted, or paused, it does not."""
+    t = JobTable("n1", 1)
+    for job_id in ("changed", "paused", "deleted"):
+        assert t.load(make_job(job_id), T0 + 600)
+    assert _fires(t, T0 + 1000, hold=True) == [] and t.held == 3
+    assert t.load(make_job("changed", version=2, priority=5), T0 + 1500)
+    assert t.load(make_job("paused", version=2, paused=True), T0 + 1500)
+    t.forget("deleted", T0 + 1500)
+    assert t.held == 0
+    assert _fires(t, T0 + 1600) == [("changed", 1000, 0)]
