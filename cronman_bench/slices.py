@@ -79,6 +79,7 @@ def slice_figures(o: PhaseOutcome, lo: int, hi: int, a: Mark | None, b: Mark | N
             out["max_backlog_seconds"] = _gauge_max(o.meters.probes, lo, hi,
                                                     nodemetrics.BACKLOG_SECONDS)
             out["max_backlog"] = _gauge_max(o.meters.probes, lo, hi, nodemetrics.BACKLOG)
+            out["max_held_back"] = _gauge_max(o.meters.probes, lo, hi, nodemetrics.HELD_BACK)
     return out
 
 

@@ -198,8 +198,17 @@ NODE = obj({
     "fires_last_minute": {"type": "integer"},
     "lock_wins": {"type": "integer"},
     "lock_losses": {"type": "integer"},
+    "backlog": {"type": "integer", "description": "fires due, waiting for an attempt slot"},
+    "held_back": {"type": "integer",
+                  "description": "fires due, held back unclaimed while the node is far behind"},
+    "behind_ms": {"type": "integer", "description": "how long its oldest due fire has waited"},
+    "saturation_pct": {"type": "integer",
+                       "description": "attempts in flight over the most it runs at once"},
+    "state": {"enum": ["ok", "overloaded"],
+              "description": "overloaded: alive and working, its oldest due fire waiting 1 s"},
 }, ("id", "address", "started_at", "last_heartbeat", "heartbeat_age_s", "owned_jobs",
-    "fires_last_minute", "lock_wins", "lock_losses"))
+    "fires_last_minute", "lock_wins", "lock_losses", "backlog", "held_back", "behind_ms",
+    "saturation_pct", "state"))
 
 AUTH_STATE = obj({
     "mode": {"enum": ["required", "off", "open", "unknown"],

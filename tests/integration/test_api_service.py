@@ -139,7 +139,7 @@ def test_cluster_from_the_coordinator(store, database_url):
     coordinator = InProcessCoordinator(ttl=30)
     started = utcnow() - timedelta(minutes=5)
     for i, stats in enumerate([{"owned_jobs": 10, "fires_last_minute": 4, "lock_wins": 3,
-                                "lock_losses": 1, "backlog": 120, "behind_ms": 2500,
+                                "lock_losses": 1, "backlog": 120, "held_back": 7, "behind_ms": 2500,
                                 "saturation_pct": 100}, {}]):
         coordinator.join(NodeInfo(id=f"sched-{i}", address=f"10.0.0.{i}:9000",
                                   started_at=started, stats=stats))
@@ -155,8 +155,8 @@ def test_cluster_from_the_coordinator(store, database_url):
             first["lock_losses"]) == (10, 4, 3, 1)
     assert (second["owned_jobs"], second["lock_wins"]) == (0, 0)
     # Alive but 2.5 s behind: overloaded, not down.
-    assert (first["state"], first["backlog"], first["behind_ms"], first["saturation_pct"]) == (
-        "overloaded", 120, 2500, 100)
+    assert (first["state"], first["backlog"], first["held_back"], first["behind_ms"],
+            first["saturation_pct"]) == ("overloaded", 120, 7, 2500, 100)
     assert second["state"] == "ok"
     coordinator.leave("sched-1")
     assert [n["id"] for n in app.test_client().get("/v1/cluster").get_json()["nodes"]] == [
