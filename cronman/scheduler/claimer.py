@@ -111,7 +111,6 @@ class Claimer:
         # The oldest due time of the fires being popped, claimed or handed over.
         self.claiming_due: int | None = None
         self.extra_lead_ms = 0  # how much further ahead raised priorities are claimed
-        self.holding = False  # the last round held default priorities back (``behind``)
         self._starts: deque[tuple[int, int]] = deque()  # (ms, attempts started) samples
         self._round_ms: deque[int] = deque(maxlen=PACE_ROUNDS)  # the last batches' times
         self._wake = Wakeup()
@@ -140,9 +139,9 @@ class Claimer:
                 continue
             last_round = now
             extra = self.extra_lead_ms
-            self.holding = self._claiming() and self.behind(now)
+            hold = self._claiming() and self.behind(now)
             try:
-                fires, cursors = await self._pop(now, extra, hold=self.holding)
+                fires, cursors = await self._pop(now, extra, hold=hold)
                 skipped = self._table.take_misfires_skipped()
                 if skipped:
                     self._metrics.misfires_skipped.inc(skipped)

@@ -287,12 +287,13 @@ class SchedulerNode:
         d = self.dispatcher
         behind_s = max(0, now_ms - oldest_due_ms) / 1000.0 if oldest_due_ms is not None else 0.0
         saturation = d.running / d.max_in_flight
+        held_back = self.table.held
         self._load = {"state": "overloaded" if behind_s * 1000 >= OVERLOADED_BEHIND_MS else "ok",
-                      "backlog": len(d.waiting), "held_back": self.table.held,
+                      "backlog": len(d.waiting), "held_back": held_back,
                       "behind_s": round(behind_s, 3), "saturation": round(saturation, 3)}
         m = self.metrics
         m.backlog.set(len(d.waiting))
-        m.held_back.set(self.table.held)
+        m.held_back.set(held_back)
         m.backlog_seconds.set(behind_s)
         m.saturation.set(saturation)
 

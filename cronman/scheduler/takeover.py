@@ -269,11 +269,11 @@ class Standby:
         take: list[Watched] = []
         skipped = 0
         for ws in by_job.values():
-            if now - ws[0].fire.fire_ms <= _grace_ms(ws[0].fire):
+            policy, grace_ms = policies.misfire_settings(ws[0].fire.job.misfire)
+            if now - ws[0].fire.fire_ms <= grace_ms:
                 take += ws  # in due order: none is older than its grace
                 continue
             ws.sort(key=lambda w: w.fire.fire_ms)
-            policy, grace_ms = policies.misfire_settings(ws[0].fire.job.misfire)
             plan = policies.plan_misfire([w.fire.fire_ms for w in ws], 0, now, policy, grace_ms)
             fired = set(plan.fire)
             chosen = [w for w in ws if w.fire.fire_ms in fired]

@@ -91,10 +91,14 @@ class TimerHeap:
         for entry in reversed(entries):
             lane = lanes.get(entry[1])
             if lane is None:
-                lane = lanes[entry[1]] = deque()
-                bisect.insort(self._keys, entry[1])
+                lane = self._new_lane(entry[1])
             lane.appendleft(entry)
         self._in_lanes += len(entries)
+
+    def _new_lane(self, key: int) -> deque[Entry]:
+        lane = self._lanes[key] = deque()
+        bisect.insort(self._keys, key)
+        return lane
 
     def _fall_due(self, heap: list[Entry], until_ms: int) -> None:
         lanes = self._lanes
@@ -103,8 +107,7 @@ class TimerHeap:
             entry = pop(heap)
             lane = lanes.get(entry[1])
             if lane is None:
-                lane = lanes[entry[1]] = deque()
-                bisect.insort(self._keys, entry[1])
+                lane = self._new_lane(entry[1])
             lane.append(entry)
             self._in_lanes += 1
 
