@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 DATABASE_PROBE_INTERVAL = 5.0  # seconds between samples of the database's clock
 DEFAULT_MAX_SKEW = 1.0  # seconds of offset past which a node takes itself out
 SAMPLE_WINDOW = 30.0  # seconds of samples the estimate is taken from
+MAX_SAMPLES = 512  # of one source, at most (the most recent)
 STALE_AFTER = 10.0  # seconds without a sample of a source before it is no longer used
 # How much a new estimate must differ from the applied one to replace it: the
 # offset does not wander by fractions of a millisecond with each round trip.
@@ -79,6 +80,38 @@ class Sample:
     at: float  # monotonic seconds
 
 
+class _Window:
+    """One source's samples of the last ``SAMPLE_WINDOW`` (at most
+    ``MAX_SAMPLES``), kept as a sliding minimum: only the samples that may
+    yet become the shortest round trip, in arrival order, so the best is the
+    first and a pulse costs O(1), not a scan of the window."""
+
+    __slots__ = ("_kept", "_seq", "latest_at")
+
+    def __init__(self) -> None:
+        self._kept: deque[tuple[int, Sample]] = deque()  # round trips non-decreasing
+        self._seq = 0
+        self.latest_at = float("-inf")
+
+    def add(self, sample: Sample) -> None:
+        self._seq += 1
+        kept = self._kept
+        while kept and kept[-1][1].rtt_ms > sample.rtt_ms:  # an equal earlier one stays first
+            kept.pop()
+        kept.append((self._seq, sample))
+        self.latest_at = sample.at
+        oldest_seq = self._seq - MAX_SAMPLES
+        while kept[0][0] <= oldest_seq or kept[0][1].at < sample.at - SAMPLE_WINDOW:
+            kept.popleft()
+
+    def best(self) -> Sample:
+        """The sample with the shortest round trip (the earliest of equals)."""
+        return self._kept[0][1]
+
+    def __bool__(self) -> bool:
+        return bool(self._kept)
+
+
 class ReferenceClock:
     """This host's wall clock corrected by its estimated offset to the reference."""
 
@@ -88,7 +121,7 @@ class ReferenceClock:
         self.max_skew_ms = max_skew * 1000.0
         self._local = local
         self._monotonic = monotonic
-        self._samples: dict[str, deque[Sample]] = {}
+        self._samples: dict[str, _Window] = {}
         self.offset_ms = 0
         self.uncertainty_ms = 0.0
         self.source: str | None = None  # the source of the applied estimate
@@ -133,17 +166,17 @@ class ReferenceClock:
         offset = reference_ms - (sent + received) * 500.0
         now = self._monotonic()
         with self._learning:
-            samples = self._samples.setdefault(source, deque(maxlen=512))
-            samples.append(Sample(offset, rtt_ms, now))
-            while samples and samples[0].at < now - SAMPLE_WINDOW:
-                samples.popleft()
+            window = self._samples.get(source)
+            if window is None:
+                window = self._samples[source] = _Window()
+            window.add(Sample(offset, rtt_ms, now))
             self._estimate(now)
 
     def _estimate(self, now: float) -> None:
         for source in ("redis", "database"):
-            samples = self._samples.get(source)
-            if samples and samples[-1].at >= now - STALE_AFTER:
-                best = min(samples, key=lambda s: s.rtt_ms)
+            window = self._samples.get(source)
+            if window and window.latest_at >= now - STALE_AFTER:
+                best = window.best()
                 break
         else:
             return  # nothing recent: keep the last estimate

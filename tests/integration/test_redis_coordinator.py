@@ -13,7 +13,7 @@ import redis
 
 from cronman.config import Settings
 from cronman.coordination import make_coordinator
-from cronman.coordination.base import NodeInfo
+from cronman.coordination.base import TAKEN, NodeInfo
 from cronman.coordination.memory import InProcessCoordinator
 from cronman.coordination.redis import CLAIM_CHUNK, RedisCoordinator
 from cronman.errors import CoordinatorUnavailable
@@ -169,6 +169,18 @@ def test_holder_reclaims_and_others_lose(make):
     assert a.claim_fires([], 5000) == []
     with pytest.raises(ValueError):
         a.claim_fires(keys, 0)
+
+
+def test_a_started_or_taken_over_lock_lives_its_ttl_from_then(make, raw, settings):
+    a, b = make("a"), make("b")
+    p = settings.redis_key_prefix
+    assert a.claim_fires([("j", 20), ("j", 21)], 1000) == [True, True]
+    assert a.start_fires([("j", 20)], 60_000) == [1]
+    assert 59_000 < raw.pttl(f"{p}:lock:j:20") <= 60_000
+    assert raw.get(f"{p}:lock:j:20").startswith("!")
+    assert b.take_over_fires([("j", 21)], 60_000) == [TAKEN]
+    assert 59_000 < raw.pttl(f"{p}:lock:j:21") <= 60_000
+    assert a.start_fires([("j", 21)], 60_000) == [0]  # b has it now
 
 
 def test_lock_expires(make, raw, settings):

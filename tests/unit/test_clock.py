@@ -84,3 +84,24 @@ def test_samples_from_two_threads_at_once() -> None:
     assert errors == []
     assert ref.source == "redis"
     assert abs(ref.offset_ms - 5) <= 1
+
+
+def test_the_estimate_is_the_shortest_round_trip_of_the_window_however_samples_come():
+    # Checked against a scan of every sample in the window (earliest of equals).
+    import random
+
+    from cronman.scheduler.clock import MAX_SAMPLES, SAMPLE_WINDOW
+
+    rng = random.Random(7)
+    c, t = clock(max_skew=1e9)
+    seen: list[tuple[float, float, float]] = []  # (monotonic at, rtt ms, offset ms)
+    for i in range(3000):
+        t.mono += rng.choice((0.01, 0.1, 0.5, 3.0))
+        rtt = rng.choice((1, 2, 2, 3, 5, 8, 40))
+        offset = float(i % 97)
+        c.observe("redis", (t.wall + rtt / 2000) * 1000 + offset, t.wall, t.wall + rtt / 1000)
+        seen.append((t.mono, rtt, offset))
+        window = [s for s in seen[-MAX_SAMPLES:] if s[0] >= t.mono - SAMPLE_WINDOW]
+        best = min(window, key=lambda s: s[1])
+        assert abs(c.uncertainty_ms - best[1] / 2) < 1e-6
+        assert abs(c.offset_ms - round(best[2])) < 2  # within the hysteresis
