@@ -133,14 +133,15 @@ class Coordinator(Protocol):
         nothing is marked, the caller waits and asks again. A lock that is
         gone (expired, Redis restarted) or held unstarted by another instance
         answers 1 (the run row already made the caller the fire's owner) and
-        is marked as the caller's. Raises ``CoordinatorUnavailable``."""
+        is marked as the caller's. A started lock expires ``ttl_ms`` after
+        its start. Raises ``CoordinatorUnavailable``."""
 
     def take_over_fires(self, keys: Sequence[tuple[str, int]], ttl_ms: int, *,
                         alive: Collection[str] = (), report_absent: bool = False) -> list[int]:
         """Take fires whose lock another instance holds but never started
         (it died, or stalled, between its claim and the due time), one round
         trip per shard. Per key: ``TAKEN`` (1): the caller now holds the fire,
-        started, and dispatches it; ``HOLDER_ALIVE`` (2): its holder is one of
+        started (for ``ttl_ms`` from now), and dispatches it; ``HOLDER_ALIVE`` (2): its holder is one of
         the ``alive`` node ids and has not started it yet -- it is late, not
         gone: ask again later; ``NOT_TAKEN`` (0): started (by anyone), held
         by this instance, or without a lock. With ``report_absent`` a fire

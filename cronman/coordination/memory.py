@@ -250,14 +250,10 @@ class InProcessCoordinator:
                     out.append(1 if held[0] == self._holder else 0)  # 0: a replica took it over
                 elif early_ms is not None and early > early_ms:
                     out.append(-early)
-                elif not live:
+                else:  # a started lock lives ``ttl_ms`` from its start
                     expires = now + ttl_ms / 1000.0
                     table.locks[key] = (self._holder, expires, True)
                     heapq.heappush(table.expiries, (expires, key))
-                    out.append(1)
-                else:
-                    assert held is not None
-                    table.locks[key] = (self._holder, held[1], True)
                     out.append(1)
             self._counters["start_batches"] += 1
         return out
@@ -280,7 +276,9 @@ class InProcessCoordinator:
                 elif table.holders.get(held[0]) in alive:
                     out.append(HOLDER_ALIVE)
                 else:
-                    table.locks[key] = (self._holder, held[1], True)
+                    expires = now + ttl_ms / 1000.0
+                    table.locks[key] = (self._holder, expires, True)
+                    heapq.heappush(table.expiries, (expires, key))
                     out.append(TAKEN)
             self._counters["takeovers"] += out.count(TAKEN)
         return out

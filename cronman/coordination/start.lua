@@ -2,7 +2,7 @@
 --
 -- KEYS     {prefix}:lock:{job_id}:{fire_ms}, one per fire
 -- ARGV[1]  holder: "{node_id}/{instance token}"
--- ARGV[2]  lock ttl in ms (for a lock that is gone)
+-- ARGV[2]  lock ttl in ms: a started lock lives this long from its start
 -- ARGV[3]  how early (ms, by this server's clock) a fire may start; "" for no
 --          check, else ARGV[4..] hold each fire's due time in Unix ms (for a
 --          fire marked ahead of it, the caller's now: its clock is checked)
@@ -32,13 +32,10 @@ for i, key in ipairs(KEYS) do
         out[i] = 0
     elseif bound and early > bound then
         out[i] = -early
-    elseif not v then
-        redis.call('SET', key, started, 'PX', ARGV[2])
-        out[i] = 1
     else
-        local ttl = redis.call('PTTL', key)
-        if ttl < 1 then ttl = tonumber(ARGV[2]) end
-        redis.call('SET', key, started, 'PX', ttl)
+        -- A started lock lives the full ttl from its start (one command, not
+        -- a PTTL read first: it only outlives its claim by the time between).
+        redis.call('SET', key, started, 'PX', ARGV[2])
         out[i] = 1
     end
 end

@@ -3,7 +3,7 @@
 --
 -- KEYS     {prefix}:lock:{job_id}:{fire_ms}, one per fire
 -- ARGV[1]  taker: "{node_id}/{instance token}"
--- ARGV[2]  lock ttl in ms (for a lock the taker claims)
+-- ARGV[2]  lock ttl in ms: a lock taken over lives this long from then
 -- ARGV[3]  "1": tell a fire whose lock is absent (the taker watched it as
 --          its second owner; the run row decides whether anybody claimed
 --          it); "0": leave it (nothing says it was not started)
@@ -34,9 +34,7 @@ for i, key in ipairs(KEYS) do
     elseif alive[string.match(v, '^(.*)/')] then
         out[i] = 2
     else
-        local ttl = redis.call('PTTL', key)
-        if ttl < 1 then ttl = tonumber(ARGV[2]) end
-        redis.call('SET', key, started, 'PX', ttl)
+        redis.call('SET', key, started, 'PX', ARGV[2])
         out[i] = 1
     end
 end
