@@ -10,7 +10,8 @@ Key layout (``P`` = ``settings.redis_key_prefix``, ``cronman`` by default)::
                                               stats (JSON); PEXPIRE ttl
     P:lock:{job_id}:{fire_ms}    string       holder "{node_id}/{instance token}" once
                                               claimed (SET NX PX lock ttl), "!" + holder
-                                              once started (start.lua, takeover.lua)
+                                              once started (start.lua, takeover.lua;
+                                              PX lock ttl again from then)
     P:outcome:{run_id}           string       "{attempt}|{mark}": how the run's latest
                                               attempt ended (outcome_marks), PX a few
                                               leases (mark.lua keeps the latest attempt)
