@@ -36,7 +36,12 @@ from cronman.store.base import RunStore
 log = logging.getLogger(__name__)
 
 CLAIM_LEAD = 0.5  # seconds ahead of due time a fire is claimed (at most)
-CLAIM_INTERVAL = 0.2  # seconds between claim batches under steady load
+# Seconds between claim batches under steady load (at most: a fire due within
+# URGENT_LEAD calls a batch sooner, so at a steady rate batches come every
+# CLAIM_LEAD - URGENT_LEAD). Each batch costs a lock script call per shard, a
+# transaction and a hand-over whatever its size: at 1,000 fires/s on 3 nodes,
+# 0.4 instead of 0.2 took 19 % of the commits and 3-13 % of the CPU per fire.
+CLAIM_INTERVAL = 0.4
 URGENT_LEAD = 0.15  # a fire due sooner than this is claimed without waiting for the interval
 MAX_CLAIM_BATCH = 5000
 # Fires popped from the table, or handed to the dispatcher, per loop turn. On
