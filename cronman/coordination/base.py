@@ -141,9 +141,9 @@ class Coordinator(Protocol):
         """Take fires whose lock another instance holds but never started
         (it died, or stalled, between its claim and the due time), one round
         trip per shard. Per key: ``TAKEN`` (1): the caller now holds the fire,
-        started (for ``ttl_ms`` from now), and dispatches it; ``HOLDER_ALIVE`` (2): its holder is one of
-        the ``alive`` node ids and has not started it yet -- it is late, not
-        gone: ask again later; ``NOT_TAKEN`` (0): started (by anyone), held
+        started (for ``ttl_ms`` from now), and dispatches it;
+        ``HOLDER_ALIVE`` (2): its holder is one of the ``alive`` node ids and
+        has not started it yet -- it is late, not gone: ask again later; ``NOT_TAKEN`` (0): started (by anyone), held
         by this instance, or without a lock. With ``report_absent`` a fire
         without a lock answers ``ABSENT`` (4) instead, and nothing is
         written: a second owner that watched it may claim it through the run

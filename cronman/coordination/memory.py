@@ -71,6 +71,12 @@ class _Table:
                 self.changes.append(MembershipChange(node_id, EXPIRED, self.wall(t + self.ttl),
                                                      info.started_at, info.address))
 
+    def set_lock(self, key: tuple[str, int], holder: str, expires: float, started: bool) -> None:
+        """Hold ``key`` for ``holder`` until ``expires`` (a renewal keeps its old
+        heap item, which ``purge_locks`` passes over)."""
+        self.locks[key] = (holder, expires, started)
+        heapq.heappush(self.expiries, (expires, key))
+
     def purge_locks(self, now: float) -> None:
         _purge(self.expiries, self.locks, 1, now)
 
@@ -221,8 +227,7 @@ class InProcessCoordinator:
                 if max_ahead_ms is not None and fire_ms > now_ms + max_ahead_ms:
                     won.append(TOO_EARLY)
                 elif held is None or held[1] <= now:
-                    table.locks[key] = (self._holder, expires, False)
-                    heapq.heappush(table.expiries, (expires, key))
+                    table.set_lock(key, self._holder, expires, False)
                     won.append(CLAIMED)
                 else:
                     won.append(CLAIMED if held[0] == self._holder else HELD)
@@ -251,9 +256,7 @@ class InProcessCoordinator:
                 elif early_ms is not None and early > early_ms:
                     out.append(-early)
                 else:  # a started lock lives ``ttl_ms`` from its start
-                    expires = now + ttl_ms / 1000.0
-                    table.locks[key] = (self._holder, expires, True)
-                    heapq.heappush(table.expiries, (expires, key))
+                    table.set_lock(key, self._holder, now + ttl_ms / 1000.0, True)
                     out.append(1)
             self._counters["start_batches"] += 1
         return out
@@ -276,9 +279,7 @@ class InProcessCoordinator:
                 elif table.holders.get(held[0]) in alive:
                     out.append(HOLDER_ALIVE)
                 else:
-                    expires = now + ttl_ms / 1000.0
-                    table.locks[key] = (self._holder, expires, True)
-                    heapq.heappush(table.expiries, (expires, key))
+                    table.set_lock(key, self._holder, now + ttl_ms / 1000.0, True)
                     out.append(TAKEN)
             self._counters["takeovers"] += out.count(TAKEN)
         return out

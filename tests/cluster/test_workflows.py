@@ -99,8 +99,9 @@ def test_one_downstream_run_per_upstream_success_through_a_node_kill(cluster: Cl
         wait_for(settled, 60, "every run ended (the killed node's swept)")
         time.sleep(1.0)
 
-        ups_ok = {u["id"]: {r.id for r in _all_runs(store, u["id"]) if r.status == "succeeded"}
-                  for u in ups}
+        succeeded = {u["id"]: [r for r in _all_runs(store, u["id"]) if r.status == "succeeded"]
+                     for u in ups}
+        ups_ok = {up_id: {r.id for r in runs} for up_id, runs in succeeded.items()}
         assert all(ups_ok.values())
         sent = {r.header("Cronman-Run-Id") for r in rx.requests_for("/down")}
         sent |= {r.header("Cronman-Run-Id") for r in rx.requests_for("/joined")}
@@ -140,8 +141,7 @@ def test_one_downstream_run_per_upstream_success_through_a_node_kill(cluster: Cl
         # join was made was written after it.
         heard_from = parse_rfc3339(joined["created_at"]) + timedelta(seconds=1)
         for up in ups[:2]:
-            heard = {r.id for r in _all_runs(store, up["id"])
-                     if r.status == "succeeded" and r.scheduled_for >= heard_from}
+            heard = {r.id for r in succeeded[up["id"]] if r.scheduled_for >= heard_from}
             assert heard, up["name"]
             assert heard <= set(consumed) | waiting, up["name"]
         cluster.assert_all_running()

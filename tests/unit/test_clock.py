@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import random
 import sys
 import threading
 import time
 
-from cronman.scheduler.clock import ReferenceClock
+from cronman.scheduler.clock import MAX_SAMPLES, SAMPLE_WINDOW, ReferenceClock
 
 
 class Times:
@@ -88,10 +89,6 @@ def test_samples_from_two_threads_at_once() -> None:
 
 def test_the_estimate_is_the_shortest_round_trip_of_the_window_however_samples_come():
     # Checked against a scan of every sample in the window (earliest of equals).
-    import random
-
-    from cronman.scheduler.clock import MAX_SAMPLES, SAMPLE_WINDOW
-
     rng = random.Random(7)
     c, t = clock(max_skew=1e9)
     seen: list[tuple[float, float, float]] = []  # (monotonic at, rtt ms, offset ms)
