@@ -187,7 +187,10 @@ def chunks(items: Sequence[Any], size: int = BATCH) -> Iterable[Sequence[Any]]:
         yield items[start:start + size]
 
 
-_KEY_LOOKUP_OFF = ("enable_seqscan", "enable_bitmapscan", "enable_hashjoin", "enable_mergejoin")
+_KEY_LOOKUP_PLANS = ("enable_seqscan", "enable_bitmapscan", "enable_hashjoin", "enable_mergejoin")
+# One round trip each way (the simple query protocol takes several statements).
+_KEY_LOOKUP_OFF = "; ".join(f"SET LOCAL {name} = off" for name in _KEY_LOOKUP_PLANS)
+_KEY_LOOKUP_RESET = "; ".join(f"SET LOCAL {name} TO DEFAULT" for name in _KEY_LOOKUP_PLANS)
 
 
 @contextmanager
@@ -211,11 +214,9 @@ def key_lookups(tx: Tx) -> Iterator[None]:
     if tx.dialect != POSTGRESQL:
         yield
         return
-    for name in _KEY_LOOKUP_OFF:
-        tx.conn.exec_driver_sql(f"SET LOCAL {name} = off")
+    tx.conn.exec_driver_sql(_KEY_LOOKUP_OFF)
     yield
-    for name in _KEY_LOOKUP_OFF:
-        tx.conn.exec_driver_sql(f"SET LOCAL {name} TO DEFAULT")
+    tx.conn.exec_driver_sql(_KEY_LOOKUP_RESET)
 
 
 def by_keys(keys: Sequence[tuple[str, datetime]],

@@ -117,6 +117,8 @@ class RunLeases:
         def fn(tx: Tx) -> list[Any]:
             keys = _by_time([(k[0], k[1]) for k in tx.conn.execute(pick).all()])
             taken: list[Any] = []
+            if not keys:  # the usual answer of a poll: no planner settings to set
+                return taken
             with key_lookups(tx):
                 for chunk in chunks(keys):
                     stmt = (update(sj).where(*by_keys(chunk))

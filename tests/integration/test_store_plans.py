@@ -98,3 +98,26 @@ def test_keyed_updates_probe_the_primary_key(pg_database_url, monkeypatch) -> No
         with db.engine.begin() as conn:  # the database is the session's: leave it as found
             conn.execute(text("DELETE FROM scheduled_jobs WHERE id LIKE 'run-%'"))
         store.close()
+
+
+def test_key_lookups_set_the_planner_for_their_statements_only(pg_database_url) -> None:
+    store = open_store(pg_database_url)
+    db = store.runs._db  # type: ignore[attr-defined]
+    names = ("enable_seqscan", "enable_bitmapscan", "enable_hashjoin", "enable_mergejoin")
+
+    def settings(conn) -> list[str]:
+        return [conn.exec_driver_sql(f"SELECT current_setting('{n}')").scalar() for n in names]
+
+    def fn(tx) -> tuple[list[str], list[str], list[str]]:
+        before = settings(tx.conn)
+        with key_lookups(tx):
+            inside = settings(tx.conn)
+        return before, inside, settings(tx.conn)
+
+    try:
+        before, inside, after = db.write(fn)
+    finally:
+        store.close()
+    assert before == ["on"] * 4
+    assert inside == ["off"] * 4
+    assert after == before
