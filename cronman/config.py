@@ -26,6 +26,7 @@ DEFAULT_MAX_IN_FLIGHT = 2000
 DEFAULT_PARTITIONS_AHEAD_DAYS = 7
 DEFAULT_REDIS_KEY_PREFIX = "cronman"
 DEFAULT_MAX_CLOCK_SKEW = 1.0
+DEFAULT_DISPATCH_TICK_MS = 10
 # CRONMAN_AUTH: unset means "required once a token has been created, or when
 # the API listens beyond loopback" (see cronman.api.auth).
 AUTH_REQUIRED = "required"
@@ -66,6 +67,7 @@ class Settings:
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     sync_poll_interval: float = DEFAULT_SYNC_POLL_INTERVAL
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    dispatch_tick_ms: int = DEFAULT_DISPATCH_TICK_MS
     partitions_ahead_days: int = DEFAULT_PARTITIONS_AHEAD_DAYS
     redis_key_prefix: str = DEFAULT_REDIS_KEY_PREFIX
     max_clock_skew: float = DEFAULT_MAX_CLOCK_SKEW
@@ -102,6 +104,8 @@ class Settings:
             raise ValueError("CRONMAN_LEASE_SECONDS must be > 0")
         if self.max_clock_skew <= 0:
             raise ValueError("CRONMAN_MAX_CLOCK_SKEW must be > 0")
+        if not 0 <= self.dispatch_tick_ms <= 1000:
+            raise ValueError("CRONMAN_DISPATCH_TICK_MS must be between 0 and 1000")
         if ":" not in self.api_bind:
             raise ValueError("CRONMAN_API_BIND must be host:port")
         if self.event_loop not in EVENT_LOOPS:

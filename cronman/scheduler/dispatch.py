@@ -65,7 +65,7 @@ class Dispatcher:
 
     def __init__(self, *, node_id: str, targets: TargetRegistry, writer: ResultWriter,
                  metrics: NodeMetrics, clock: ReferenceClock, max_in_flight: int,
-                 lease_seconds: float,
+                 lease_seconds: float, dispatch_tick_ms: int = 0,
                  jobs: HeldJobs, start_marker: StartMarker | None = None,
                  on_outcome: OutcomeHook | None = None,
                  gates: GateKeeper | None = None) -> None:
@@ -91,7 +91,7 @@ class Dispatcher:
         # Runs not started yet, by due time (lazily cleaned): how far dispatch has come.
         self._unstarted: list[tuple[int, int, ActiveRun]] = []
         self._seq = 0
-        self._due_runs = DueQueue(clock, self._due)
+        self._due_runs = DueQueue(clock, self._due, tick_ms=dispatch_tick_ms)
         self.fires_last_minute = MinuteCounter()
         self._lateness = metrics.lateness
         metrics.in_flight.set_function(lambda: self.running)

@@ -113,7 +113,8 @@ class SchedulerNode:
                                pool=pools.misc)
         self.dispatcher = Dispatcher(
             node_id=node_id, targets=targets, writer=self.writer, metrics=m, clock=clock,
-            max_in_flight=s.max_in_flight, lease_seconds=lease, jobs=self.table,
+            max_in_flight=s.max_in_flight, dispatch_tick_ms=s.dispatch_tick_ms,
+            lease_seconds=lease, jobs=self.table,
             start_marker=StartMarks(node_id, coordinator, store.runs, lease_seconds=lease,
                                     clock=clock, pool=pools.start, metrics=m),
             on_outcome=self.outcome_marks.add, gates=self.gates)

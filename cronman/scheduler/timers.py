@@ -61,6 +61,15 @@ class TimerHeap:
         dues += [heap[0][0] for heap in (self._heap, self._raised) if heap]
         return min(dues) if dues else None
 
+    def peek_due_split(self) -> tuple[int | None, int | None]:
+        """``peek_due`` in two: the earliest due time of the entries at or below
+        the default priority and of those already in a lane, and the earliest
+        of the entries above the default priority still waiting."""
+        dues = [lane[0][0] for lane in self._lanes.values()]
+        if self._heap:
+            dues.append(self._heap[0][0])
+        return (min(dues) if dues else None), (self._raised[0][0] if self._raised else None)
+
     def pop_due(self, until_ms: int, live: Callable[[Entry], bool] | None = None,
                 limit: int | None = None, ahead_ms: int = 0) -> list[Entry]:
         """Pop entries due at or before ``until_ms`` -- ``until_ms + ahead_ms``

@@ -8,6 +8,9 @@ import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+import pytest
+
+from cronman.config import Settings
 from cronman.models import Job
 from cronman.scheduler.active import ActiveRun
 from cronman.scheduler.claims import Fire
@@ -31,19 +34,25 @@ def _run(job: Job, due_ms: int) -> ActiveRun:
     return ActiveRun.of_fire(Fire(job=job, fire_ms=due_ms, due_ms=due_ms))
 
 
-def _called(schedule: Callable[[DueQueue, int], None], seconds: float) -> list[tuple[str, int]]:
+def _called(schedule: Callable[[DueQueue, int], None], seconds: float,
+            tick_ms: int = 0) -> list[tuple[str, int]]:
     """Run a queue for ``seconds`` after ``schedule(queue, now_ms)``: the
     runs it called back, in order, as (job name, ms after its due time)."""
     clock = ReferenceClock()
     got: list[tuple[str, int]] = []
 
     async def main() -> None:
-        q = DueQueue(clock, lambda ar: got.append((ar.job.name, clock.now_ms() - ar.due_ms)))
+        q = DueQueue(clock, lambda ar: got.append((ar.job.name, clock.now_ms() - ar.due_ms)),
+                     tick_ms=tick_ms)
         schedule(q, clock.now_ms())
         await asyncio.sleep(seconds)
 
     asyncio.run(main())
     return got
+
+
+def _next_tick(at_ms: int, tick_ms: int) -> int:
+    return -(-at_ms // tick_ms) * tick_ms
 
 
 def test_runs_come_due_in_time_order_never_early() -> None:
@@ -77,15 +86,64 @@ def test_a_cancelled_or_replaced_wait_does_not_call_back() -> None:
     assert [name for name, _ in _called(schedule, 0.15)] == ["kept", "moved"]
 
 
-def test_a_backlog_goes_highest_priority_first_a_turn_share_at_a_time() -> None:
+def test_runs_at_the_default_priority_go_together_on_the_next_tick_never_early() -> None:
+    tick = 500
+    due: dict[str, int] = {}
+
+    def schedule(q: DueQueue, now: int) -> None:
+        base = _next_tick(now + 450, tick)  # a tick at least 50 ms away
+        due.update(first=base - 400, second=base - 100, overdue=now - 100)
+        for name, at in due.items():
+            q.at(_run(_job(name), at), at)
+        due["tick"] = base
+
+    got = dict(_called(schedule, 1.0, tick_ms=tick))
+    assert set(got) == {"first", "second", "overdue"}
+    assert got["overdue"] < 100 + 150, got  # already due when handed over: at once
+    # The others at the tick, in the same turn, never before their due time.
+    called = {name: due[name] + got[name] for name in ("first", "second")}
+    assert all(t >= due["tick"] for t in called.values()), (called, due)
+    assert abs(called["first"] - called["second"]) <= 1, called
+
+
+def test_a_raised_priority_keeps_its_exact_timer_and_takes_what_is_due_along() -> None:
+    tick = 500
+    due: dict[str, int] = {}
+
+    def schedule(q: DueQueue, now: int) -> None:
+        base = _next_tick(now + 450, tick)
+        due.update(plain=base - 400, raised=base - 300)
+        q.at(_run(_job("plain"), due["plain"]), due["plain"])
+        q.at(_run(_job("raised", priority=10), due["raised"]), due["raised"])
+        due["tick"] = base
+
+    got = dict(_called(schedule, 1.0, tick_ms=tick))
+    assert 0 <= got["raised"] < 200, got  # its own time, not the tick's
+    # The turn the raised run wakes takes every run due by then.
+    assert 100 <= got["plain"] < 300, got
+
+
+def test_a_tick_of_0_keeps_every_run_on_its_exact_timer() -> None:
+    def schedule(q: DueQueue, now: int) -> None:
+        for name, delay in (("a", 20), ("b", 70)):
+            q.at(_run(_job(name), now + delay), now + delay)
+
+    got = _called(schedule, 0.2, tick_ms=0)
+    assert [name for name, _ in got] == ["a", "b"]
+    assert all(0 <= late < 40 for _, late in got), got
+
+
+@pytest.mark.parametrize("tick_ms", [0, 1000])
+def test_a_backlog_goes_highest_priority_first_a_turn_share_at_a_time(tick_ms: int) -> None:
     """Thousands due at once: the raised ones first, and other callbacks get
-    loop turns in between (the backlog is not taken in one turn)."""
+    loop turns in between (the backlog is not taken in one turn, nor does it
+    wait for ticks)."""
     clock = ReferenceClock()
     got: list[str] = []
     turns_seen: list[int] = []
 
     async def main() -> None:
-        q = DueQueue(clock, lambda ar: got.append(ar.job.name), per_turn=50)
+        q = DueQueue(clock, lambda ar: got.append(ar.job.name), per_turn=50, tick_ms=tick_ms)
         low, high = _job("low"), _job("high", priority=10)
         now = clock.now_ms()
         for i in range(1000):
@@ -102,3 +160,11 @@ def test_a_backlog_goes_highest_priority_first_a_turn_share_at_a_time() -> None:
     steps = [b - a for a, b in zip([0, *turns_seen], turns_seen, strict=False)]
     assert max(steps) <= 50, steps
     assert len(got) == 1001
+
+
+def test_the_dispatch_tick_is_a_setting_within_bounds() -> None:
+    assert Settings.from_env(environ={}).dispatch_tick_ms == 10
+    assert Settings.from_env(environ={"CRONMAN_DISPATCH_TICK_MS": "0"}).dispatch_tick_ms == 0
+    for bad in ("-1", "1001"):
+        with pytest.raises(ValueError, match="CRONMAN_DISPATCH_TICK_MS"):
+            Settings.from_env(environ={"CRONMAN_DISPATCH_TICK_MS": bad})
