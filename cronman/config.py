@@ -27,6 +27,7 @@ DEFAULT_PARTITIONS_AHEAD_DAYS = 7
 DEFAULT_REDIS_KEY_PREFIX = "cronman"
 DEFAULT_MAX_CLOCK_SKEW = 1.0
 DEFAULT_DISPATCH_TICK_MS = 10
+MAX_DISPATCH_TICK_MS = 100
 # CRONMAN_AUTH: unset means "required once a token has been created, or when
 # the API listens beyond loopback" (see cronman.api.auth).
 AUTH_REQUIRED = "required"
@@ -104,8 +105,11 @@ class Settings:
             raise ValueError("CRONMAN_LEASE_SECONDS must be > 0")
         if self.max_clock_skew <= 0:
             raise ValueError("CRONMAN_MAX_CLOCK_SKEW must be > 0")
-        if not 0 <= self.dispatch_tick_ms <= 1000:
-            raise ValueError("CRONMAN_DISPATCH_TICK_MS must be between 0 and 1000")
+        # Well under a second: a node's pulse says it is stalled when its
+        # dispatch stands still for one (pulse.STALL_MS).
+        if not 0 <= self.dispatch_tick_ms <= MAX_DISPATCH_TICK_MS:
+            raise ValueError(f"CRONMAN_DISPATCH_TICK_MS must be between 0 and "
+                             f"{MAX_DISPATCH_TICK_MS}")
         if ":" not in self.api_bind:
             raise ValueError("CRONMAN_API_BIND must be host:port")
         if self.event_loop not in EVENT_LOOPS:

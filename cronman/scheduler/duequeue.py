@@ -14,7 +14,7 @@ in the turn it falls due, as before.
 
 Runs at or below the default priority start on a *dispatch tick*: the first
 multiple of ``tick_ms`` (reference ms) at or after their due time, never
-before it. The fires of a tick go out in one loop turn, and their answers
+before it. The fires of a tick go out together, and their answers
 come back close together, instead of each fire waking the loop twice (its
 timer, its answer): on a node with fires spread over the second, a wake-up
 costs more than the fire it serves (cold caches), and the tick trades up to
@@ -89,11 +89,13 @@ class DueQueue:
         # already due when handed over (a catch-up, a takeover): a backlog
         # does not make the fires that are on time late too.
         waits = at_ms > now_ms
-        priority = ar.job.priority - DEFAULT_PRIORITY
-        # Above the default priority the heap keeps them apart (0 and -1 here
-        # for the default): ``_next_wake`` rounds only the others to a tick.
-        self._heap.push(at_ms, 2 * priority + waits - 1, ar.run_id, self._seq, handle)
-        self._wake_for(at_ms if priority > 0 else self._on_tick(at_ms, now_ms), now_ms)
+        raised = ar.job.priority - DEFAULT_PRIORITY
+        # The heap keeps entries above DEFAULT_PRIORITY apart (a run at the
+        # default priority is pushed at it or one below): ``_next_wake``
+        # rounds only the others to a tick.
+        self._heap.push(at_ms, DEFAULT_PRIORITY + 2 * raised + waits - 1, ar.run_id, self._seq,
+                        handle)
+        self._wake_for(at_ms if raised > 0 else self._on_tick(at_ms, now_ms), now_ms)
         return waits
 
     def _on_tick(self, at_ms: int, now_ms: int) -> int:

@@ -87,40 +87,43 @@ def test_a_cancelled_or_replaced_wait_does_not_call_back() -> None:
 
 
 def test_runs_at_the_default_priority_go_together_on_the_next_tick_never_early() -> None:
+    # Far longer than a node's tick, so that a loaded machine's stalls cannot
+    # blur which timer a run went on.
     tick = 500
+    jobs = {name: _job(name) for name in ("first", "second", "overdue")}
     due: dict[str, int] = {}
 
     def schedule(q: DueQueue, now: int) -> None:
-        base = _next_tick(now + 450, tick)  # a tick at least 50 ms away
-        due.update(first=base - 400, second=base - 100, overdue=now - 100)
-        for name, at in due.items():
-            q.at(_run(_job(name), at), at)
-        due["tick"] = base
+        base = _next_tick(now + 350, tick)  # a tick 350-850 ms away
+        due.update(first=base - 250, second=base - 50, overdue=now - 100, tick=base)
+        for name, job in jobs.items():
+            q.at(_run(job, due[name]), due[name])
 
     got = dict(_called(schedule, 1.0, tick_ms=tick))
     assert set(got) == {"first", "second", "overdue"}
     assert got["overdue"] < 100 + 150, got  # already due when handed over: at once
-    # The others at the tick, in the same turn, never before their due time.
+    # The others at the tick, together (on their own timers they would be 200
+    # ms apart), never before their due time.
     called = {name: due[name] + got[name] for name in ("first", "second")}
     assert all(t >= due["tick"] for t in called.values()), (called, due)
-    assert abs(called["first"] - called["second"]) <= 1, called
+    assert abs(called["first"] - called["second"]) < 100, called
 
 
 def test_a_raised_priority_keeps_its_exact_timer_and_takes_what_is_due_along() -> None:
     tick = 500
+    plain, raised = _job("plain"), _job("raised", priority=10)
     due: dict[str, int] = {}
 
     def schedule(q: DueQueue, now: int) -> None:
-        base = _next_tick(now + 450, tick)
-        due.update(plain=base - 400, raised=base - 300)
-        q.at(_run(_job("plain"), due["plain"]), due["plain"])
-        q.at(_run(_job("raised", priority=10), due["raised"]), due["raised"])
-        due["tick"] = base
+        base = _next_tick(now + 350, tick)
+        due.update(plain=base - 250, raised=base - 150)
+        q.at(_run(plain, due["plain"]), due["plain"])
+        q.at(_run(raised, due["raised"]), due["raised"])
 
     got = dict(_called(schedule, 1.0, tick_ms=tick))
-    assert 0 <= got["raised"] < 200, got  # its own time, not the tick's
+    assert 0 <= got["raised"] < 150, got  # its own time, before the tick
     # The turn the raised run wakes takes every run due by then.
-    assert 100 <= got["plain"] < 300, got
+    assert 100 <= got["plain"] < 250, got
 
 
 def test_a_tick_of_0_keeps_every_run_on_its_exact_timer() -> None:
@@ -130,10 +133,10 @@ def test_a_tick_of_0_keeps_every_run_on_its_exact_timer() -> None:
 
     got = _called(schedule, 0.2, tick_ms=0)
     assert [name for name, _ in got] == ["a", "b"]
-    assert all(0 <= late < 40 for _, late in got), got
+    assert all(0 <= late < 50 for _, late in got), got
 
 
-@pytest.mark.parametrize("tick_ms", [0, 1000])
+@pytest.mark.parametrize("tick_ms", [0, 100])
 def test_a_backlog_goes_highest_priority_first_a_turn_share_at_a_time(tick_ms: int) -> None:
     """Thousands due at once: the raised ones first, and other callbacks get
     loop turns in between (the backlog is not taken in one turn, nor does it
@@ -165,6 +168,7 @@ def test_a_backlog_goes_highest_priority_first_a_turn_share_at_a_time(tick_ms: i
 def test_the_dispatch_tick_is_a_setting_within_bounds() -> None:
     assert Settings.from_env(environ={}).dispatch_tick_ms == 10
     assert Settings.from_env(environ={"CRONMAN_DISPATCH_TICK_MS": "0"}).dispatch_tick_ms == 0
-    for bad in ("-1", "1001"):
+    assert Settings.from_env(environ={"CRONMAN_DISPATCH_TICK_MS": "100"}).dispatch_tick_ms == 100
+    for bad in ("-1", "101"):
         with pytest.raises(ValueError, match="CRONMAN_DISPATCH_TICK_MS"):
             Settings.from_env(environ={"CRONMAN_DISPATCH_TICK_MS": bad})
