@@ -57,8 +57,7 @@ class TimerHeap:
     def peek_due(self) -> int | None:
         """The earliest due time of an entry (stale or not; for an entry
         waiting in a lane, the due time of its lane's head), or None."""
-        dues = [lane[0][0] for lane in self._lanes.values()]
-        dues += [heap[0][0] for heap in (self._heap, self._raised) if heap]
+        dues = [d for d in self.peek_due_split() if d is not None]
         return min(dues) if dues else None
 
     def peek_due_split(self) -> tuple[int | None, int | None]:
