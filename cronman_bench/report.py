@@ -21,13 +21,15 @@ import platform
 import subprocess
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from cronman_bench.receiver import Arrival
 from cronman_bench.workload import Jobs
 
+Number = TypeVar("Number", int, float)
 
-def percentile(sorted_values: Sequence[int], q: float) -> int | None:
+
+def percentile(sorted_values: Sequence[Number], q: float) -> Number | None:
     """Nearest-rank percentile of already sorted values (None when empty)."""
     if not sorted_values:
         return None

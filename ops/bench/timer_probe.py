@@ -17,10 +17,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-def percentile(ordered: list[float], p: float) -> float:
-    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+from cronman_bench.report import percentile  # noqa: E402
 
 
 def main() -> None:
@@ -43,9 +44,9 @@ def main() -> None:
         deadline = now + interval
         if len(late_ms) == args.window:
             late_ms.sort()
-            print(f"{now - started:8.1f} s  late ms  p50 {percentile(late_ms, 50):6.2f}  "
-                  f"p90 {percentile(late_ms, 90):6.2f}  p99 {percentile(late_ms, 99):6.2f}  "
-                  f"max {late_ms[-1]:6.2f}", file=out, flush=True)
+            p50, p90, p99 = (percentile(late_ms, q) or 0.0 for q in (50, 90, 99))
+            print(f"{now - started:8.1f} s  late ms  p50 {p50:6.2f}  p90 {p90:6.2f}  "
+                  f"p99 {p99:6.2f}  max {late_ms[-1]:6.2f}", file=out, flush=True)
             late_ms = []
 
 
