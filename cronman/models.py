@@ -181,7 +181,8 @@ class RunStatsBucket:
     ``fires``: runs scheduled in the step that were dispatched (every status
     but ``skipped``); ``failures``: those that ended ``failed`` or ``lost``;
     lateness percentiles (nearest rank, over runs whose first attempt
-    started) in milliseconds, None when no run started.
+    started, manual ones -- trigger, replay, backfill -- left out) in
+    milliseconds, None when no such run started.
     """
 
     start: datetime

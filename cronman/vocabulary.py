@@ -52,6 +52,13 @@ class RunOrigin(StrEnum):
 # Origins whose runs pass the gates of their job before a first attempt
 # (exclusion calendars, ``depends_on``, concurrency); manual ones do not.
 GATED_ORIGINS: Final = (RunOrigin.SCHEDULE, RunOrigin.UPSTREAM)
+# Runs a person asked for through the API. They are not lateness: their
+# ``lateness_ms`` is measured from the request (not from a past fire time
+# they replay or backfill), and the lateness statistics, plots, histograms
+# and ``late`` notifications, which tell whether the schedule fires on
+# time, leave them out.
+MANUAL_ORIGINS: Final = (RunOrigin.TRIGGER, RunOrigin.REPLAY, RunOrigin.BACKFILL)
+RUN_ORIGINS: Final = tuple(RunOrigin)
 
 
 class MisfirePolicy(StrEnum):

@@ -22,6 +22,8 @@ WHEN = {"anyOf": [pt.TIME, {"type": "string", "pattern": f"^(?:now|{RELATIVE_PAT
                             "description": "relative to now: -1h, -30m, -1h30m, -7d, now"}]}
 _KIND = "(?:" + "|".join(k.value for k in TARGET_KINDS) + ")"
 KIND_LIST_PATTERN = f"^(?:{_KIND}(?:,{_KIND})*)?$"
+_LATENESS = ("nearest rank over the step's runs that started, manual ones (origin trigger, "
+             "replay, backfill) left out: they are not lateness; null when none started")
 
 
 def _schemas() -> dict[str, Any]:
@@ -35,12 +37,13 @@ def _schemas() -> dict[str, Any]:
         "StatsBucket": pt.obj({
             "t": {**pt.TIME, "description": "start of the step"},
             "fires": {"type": "integer", "minimum": 0,
-                      "description": "runs scheduled in the step, dispatched (not skipped)"},
+                      "description": "runs scheduled in the step, dispatched (not skipped), "
+                                     "manual ones included"},
             "fires_per_s": {"type": "number", "minimum": 0},
             "failures": {"type": "integer", "minimum": 0,
                          "description": "of those, runs that ended failed or lost"},
-            "lateness_p50_ms": {"type": ["integer", "null"]},
-            "lateness_p99_ms": {"type": ["integer", "null"]},
+            "lateness_p50_ms": {"type": ["integer", "null"], "description": _LATENESS},
+            "lateness_p99_ms": {"type": ["integer", "null"], "description": _LATENESS},
         }, ("t", "fires", "fires_per_s", "failures", "lateness_p50_ms", "lateness_p99_ms")),
         "RunStats": pt.obj({
             "since": pt.TIME, "until": pt.TIME,

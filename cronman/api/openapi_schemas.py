@@ -38,6 +38,7 @@ from cronman.schedules.simple import MAX_EVERY_SECONDS
 from cronman.vocabulary import (
     CONCURRENCY_POLICIES,
     DELIVERY_MODES,
+    RUN_ORIGINS,
     RUN_STATUSES,
 )
 
@@ -166,13 +167,20 @@ RUN = obj({
     "scheduled_for": TIME,
     "status": {"enum": list(RUN_STATUSES)},
     "attempt": {"type": "integer", "minimum": 0},
-    "origin": STRING,
+    "origin": {"enum": list(RUN_ORIGINS), "description": (
+        "why the run exists: schedule (a fire time of its schedule, a misfire catch-up "
+        "included), upstream (the success of the jobs an after schedule names), or a "
+        "request through the API: trigger, replay, backfill. Manual runs are not lateness: "
+        "their lateness_ms is measured from the request, and run statistics leave them "
+        "out")},
     "node_id": nullable(STRING),
     "claimed_at": nullable(TIME),
     "started_at": nullable(TIME),
     "finished_at": nullable(TIME),
     "next_attempt_at": nullable(TIME),
-    "lateness_ms": {"type": ["integer", "null"]},
+    "lateness_ms": {"type": ["integer", "null"], "description": (
+        "start of the first attempt minus the due time: the scheduled time, or for a "
+        "manual run the later of that and its request")},
     "duration_ms": {"type": ["integer", "null"]},
     "skipped_before": {"type": "integer", "minimum": 0},
     "result": {"type": ["object", "null"]},

@@ -64,7 +64,7 @@ class NamespaceSeries:
                               ("namespace",), registry=registry)
         self.lateness = Spread("cronman_namespace_fire_lateness_seconds",
                                "Start of a run's first attempt minus its due time, per "
-                               "namespace (bounded)", ("namespace",),
+                               "namespace (bounded; manual runs left out)", ("namespace",),
                                buckets=LATENESS_BUCKETS, registry=registry)
 
     @classmethod
@@ -95,10 +95,13 @@ class NamespaceSeries:
             self._children[namespace] = found
         return found
 
-    def fired(self, namespace: str, lateness_seconds: float) -> None:
+    def fired(self, namespace: str, lateness_seconds: float | None) -> None:
+        """A first attempt started; ``lateness_seconds`` None for a manual run
+        (counted as a fire, not in the lateness histogram)."""
         fires, lateness, _ = self._series(namespace)
         fires.inc()
-        lateness.observe(max(0.0, lateness_seconds))
+        if lateness_seconds is not None:
+            lateness.observe(max(0.0, lateness_seconds))
 
     def failed(self, namespace: str) -> None:
         self._series(namespace)[2].inc()

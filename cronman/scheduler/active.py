@@ -12,11 +12,23 @@ from typing import Any, Protocol
 from cronman.models import Job, Run
 from cronman.scheduler.claims import Fire
 from cronman.timeutil import to_ms
-from cronman.vocabulary import RunOrigin, RunStatus
+from cronman.vocabulary import MANUAL_ORIGINS, RunOrigin, RunStatus
 
 
 class Cancellable(Protocol):
     def cancel(self) -> None: ...
+
+
+def due_ms_of(run: Run, now_ms: int) -> int:
+    """When ``run`` is due, the time its lateness is measured from: its
+    scheduled time; for a manual run (trigger, replay, backfill) the later of
+    that and its request (``claimed_at``, the API's clock, never past
+    ``now_ms``, this node's reference time): a replay of an hour-old run is
+    due when it was asked for, not an hour ago."""
+    due = to_ms(run.scheduled_for)
+    if run.origin in MANUAL_ORIGINS and run.claimed_at is not None:
+        return max(due, min(to_ms(run.claimed_at), now_ms))
+    return due
 
 
 @dataclass(slots=True, eq=False)
@@ -26,7 +38,7 @@ class ActiveRun:
     run_id: str
     job: Job
     scheduled_for: datetime
-    due_ms: int
+    due_ms: int  # its scheduled time, or a manual run's request (``due_ms_of``)
     attempt: int
     origin: str = RunOrigin.SCHEDULE.value
     skipped_before: int = 0
@@ -66,22 +78,22 @@ class ActiveRun:
                    remote_in_flight=list(remote_in_flight))
 
     @classmethod
-    def of_swept(cls, run: Run, job: Job) -> ActiveRun:
+    def of_swept(cls, run: Run, job: Job, now_ms: int) -> ActiveRun:
         """A run taken over after its lease expired, carried on as its next
         attempt (its record so far -- first start, lateness -- kept)."""
         return cls(run_id=run.id, job=job, scheduled_for=run.scheduled_for,
-                   due_ms=to_ms(run.scheduled_for), attempt=run.attempt + 1, origin=run.origin,
+                   due_ms=due_ms_of(run, now_ms), attempt=run.attempt + 1, origin=run.origin,
                    skipped_before=run.skipped_before, started_at=run.started_at,
                    lateness_ms=run.lateness_ms, status=run.status, gate=run.gate)
 
     @classmethod
-    def of_requested(cls, run: Run, job: Job) -> ActiveRun:
+    def of_requested(cls, run: Run, job: Job, now_ms: int) -> ActiveRun:
         """A run the API requested (trigger, replay, backfill): dispatched as
-        asked, without the schedule's checks; or a run an upstream's success
-        made (origin ``upstream``): it passes its job's checks and gates as a
-        fire of the schedule does."""
+        asked, without the schedule's checks, due from its request; or a run
+        an upstream's success made (origin ``upstream``): it passes its job's
+        checks and gates as a fire of the schedule does."""
         upstream = run.origin == RunOrigin.UPSTREAM
         return cls(run_id=run.id, job=job, scheduled_for=run.scheduled_for,
-                   due_ms=to_ms(run.scheduled_for), attempt=max(1, run.attempt),
+                   due_ms=due_ms_of(run, now_ms), attempt=max(1, run.attempt),
                    origin=run.origin, skipped_before=run.skipped_before, check_job=upstream,
                    gate=run.gate)

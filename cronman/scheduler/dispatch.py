@@ -51,13 +51,15 @@ from cronman.scheduler.start_marks import StartMarkBatcher, StartMarker
 from cronman.scheduler.waitqueue import FairQueue
 from cronman.scheduler.writer import ResultWriter
 from cronman.timeutil import from_ms
-from cronman.vocabulary import GATED_ORIGINS, ConcurrencyPolicy, RunStatus
+from cronman.vocabulary import GATED_ORIGINS, MANUAL_ORIGINS, ConcurrencyPolicy, RunStatus
 
 log = logging.getLogger(__name__)
 
 # Added to a target's own timeout before the dispatcher gives up on an attempt.
 TIMEOUT_MARGIN = 5.0
 WATCHDOG_INTERVAL = 0.5
+# Plain strings: the origin of a run is one, and this is looked up per fire.
+_MANUAL = frozenset(o.value for o in MANUAL_ORIGINS)
 
 
 class Dispatcher:
@@ -293,8 +295,11 @@ class Dispatcher:
         if ar.started_at is None:
             ar.started_at = from_ms(now_ms)
             ar.lateness_ms = now_ms - ar.due_ms
-            self._lateness.observe(max(0, ar.lateness_ms) / 1000.0)
-            self.metrics.namespaces.fired(ar.job.namespace, ar.lateness_ms / 1000.0)
+            if ar.origin in _MANUAL:  # not the schedule's lateness: counted as a fire only
+                self.metrics.namespaces.fired(ar.job.namespace, None)
+            else:
+                self._lateness.observe(max(0, ar.lateness_ms) / 1000.0)
+                self.metrics.namespaces.fired(ar.job.namespace, ar.lateness_ms / 1000.0)
             self.metrics.fires.labels(ar.origin).inc()
             self.fires_last_minute.add()
         loop = self._loop or asyncio.get_running_loop()

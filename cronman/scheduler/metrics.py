@@ -44,7 +44,9 @@ class NodeMetrics:
         self.runs_finished = Tally("cronman_runs_finished", "Runs that reached a final status",
                                    ("status",), registry=r)
         self.lateness = Spread("cronman_fire_lateness_seconds",
-                               "Start of a run's first attempt minus its due time",
+                               "Start of a run's first attempt minus its due time (fires of "
+                               "the schedule and of upstream jobs; manual runs -- trigger, "
+                               "replay, backfill -- are not lateness)",
                                buckets=LATENESS_BUCKETS, registry=r)
         self.lock_wins = Counter("cronman_lock_wins", "Fire locks won in the coordinator",
                                  registry=r)

@@ -84,7 +84,7 @@ class RequestedRuns:
                                               finished_at=self._clock.now(),
                                               error="job deleted before the run started"))
                 continue
-            self._dispatcher.add(ActiveRun.of_requested(run, job),
+            self._dispatcher.add(ActiveRun.of_requested(run, job, now),
                                  max(now, to_ms(run.scheduled_for)))
         return len(runs) >= TAKE_LIMIT and not self._lifecycle.stopping
 

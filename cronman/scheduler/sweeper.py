@@ -168,12 +168,12 @@ class Sweeper:
             self._lost(run, job, "lost: the node running it stopped before it finished "
                                  "(lease expired); at_most_once: not re-dispatched")
             return False
-        at = self._clock.now_ms()
+        now = at = self._clock.now_ms()
         if run.status == RunStatus.RETRYING and run.next_attempt_at is not None:
             at = max(at, to_ms(run.next_attempt_at))
         log.info("re-dispatching run %s of job %s (lease expired, attempt %d)", run.id, job.id,
                  run.attempt + 1)
-        d.add(ActiveRun.of_swept(run, job), at)
+        d.add(ActiveRun.of_swept(run, job, now), at)
         return False
 
     def _record(self, run: Run, job: Job | None, mark: OutcomeMark) -> None:

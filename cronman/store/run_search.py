@@ -38,21 +38,27 @@ from cronman.store.codec import decode_search_cursor, encode_search_cursor, run_
 from cronman.store.engine import Database
 from cronman.store.tables import UTCDateTime, jobs, scheduled_jobs
 from cronman.timeutil import utcnow
-from cronman.vocabulary import RUN_STATUSES, RunStatus
+from cronman.vocabulary import MANUAL_ORIGINS, RUN_STATUSES, RunStatus
 
 sj = scheduled_jobs
 _ONE_US = timedelta(microseconds=1)
 _DAY = timedelta(days=1)
 NOT_FIRED = (RunStatus.SKIPPED.value,)
 FAILED = (RunStatus.FAILED.value, RunStatus.LOST.value)
+# Fires all the same, but not lateness (vocabulary.MANUAL_ORIGINS): left out
+# of the percentiles, whatever lateness their rows hold (rows written before
+# it was measured from the request hold their age).
+MANUAL = tuple(o.value for o in MANUAL_ORIGINS)
 P50, P99 = 0.5, 0.99
 
 _PG_STATS_SQL = """
 SELECT floor(extract(epoch FROM scheduled_for) / :step)::bigint AS step_no,
        count(*) FILTER (WHERE status NOT IN :not_fired) AS fires,
        count(*) FILTER (WHERE status IN :failed) AS failures,
-       percentile_disc(:p50) WITHIN GROUP (ORDER BY lateness_ms) AS p50,
-       percentile_disc(:p99) WITHIN GROUP (ORDER BY lateness_ms) AS p99
+       percentile_disc(:p50) WITHIN GROUP (ORDER BY lateness_ms)
+           FILTER (WHERE origin NOT IN :manual) AS p50,
+       percentile_disc(:p99) WITHIN GROUP (ORDER BY lateness_ms)
+           FILTER (WHERE origin NOT IN :manual) AS p99
 FROM scheduled_jobs
 WHERE scheduled_for >= :since AND scheduled_for < :until{scope}
 GROUP BY step_no
@@ -194,9 +200,10 @@ def run_stats(db: Database, query: RunStatsQuery) -> list[RunStatsBucket]:
 def _pg_stats(conn: Connection, db: Database, query: RunStatsQuery, step: int
               ) -> list[RunStatsBucket]:
     params: dict[str, Any] = {"step": step, "since": query.since, "until": query.until,
-                              "not_fired": NOT_FIRED, "failed": FAILED, "p50": P50,
-                              "p99": P99}
+                              "not_fired": NOT_FIRED, "failed": FAILED, "manual": MANUAL,
+                              "p50": P50, "p99": P99}
     binds = [bindparam("not_fired", expanding=True), bindparam("failed", expanding=True),
+             bindparam("manual", expanding=True),
              bindparam("since", type_=UTCDateTime()), bindparam("until", type_=UTCDateTime())]
     scope: list[str] = []
     if query.namespace is not None:
@@ -225,16 +232,16 @@ def _sqlite_stats(conn: Connection, db: Database, query: RunStatsQuery, step: in
     scope = _scope_conditions(db, query)
     if scope:
         conds.append(sj.c.job_id.in_(select(jobs.c.id).where(*scope)))
-    stmt = select(sj.c.scheduled_for, sj.c.status, sj.c.lateness_ms).where(*conds)
+    stmt = select(sj.c.scheduled_for, sj.c.status, sj.c.lateness_ms, sj.c.origin).where(*conds)
     steps: dict[int, tuple[list[int], list[int]]] = {}  # step -> ([fires, failures], lateness)
-    for t, status, lateness in conn.execute(stmt):
+    for t, status, lateness, origin in conn.execute(stmt):
         step_no = math.floor(t.timestamp() / step)
         counts, late = steps.setdefault(step_no, ([0, 0], []))
         if status not in NOT_FIRED:
             counts[0] += 1
         if status in FAILED:
             counts[1] += 1
-        if lateness is not None:
+        if lateness is not None and origin not in MANUAL:
             late.append(int(lateness))
     out = []
     for n, (counts, late) in sorted(steps.items()):

@@ -143,6 +143,33 @@ def test_run_stats_per_step(store, seeded, base):
                                               namespace="nobody")) == []
 
 
+def test_run_stats_leave_manual_runs_out_of_lateness(store, base):
+    """Rows of trigger, replay and backfill runs carrying their age as lateness
+    (as written before it was measured from the request) are fires, not
+    lateness; a late fire of the schedule (a fire_all catch-up) is lateness."""
+    (job,) = store.jobs.create_jobs([job_spec("mixed")])
+    rows = [(make_run(job.id, base + timedelta(seconds=i), origin=origin), late)
+            for i, (origin, late) in enumerate([
+                ("schedule", 4), ("schedule", 6), ("schedule", 16_600), ("trigger", 900_000),
+                ("replay", 3_600_000), ("backfill", 86_400_000), ("upstream", 9)])]
+    assert len(store.runs.claim_runs([r for r, _ in rows])) == len(rows)
+    store.runs.write_run_updates([
+        RunUpdate(id=r.id, scheduled_for=r.scheduled_for, status="succeeded", lateness_ms=late)
+        for r, late in rows])
+    [bucket] = store.runs.run_stats(RunStatsQuery(
+        since=base, until=base + timedelta(minutes=1), step_seconds=60))
+    assert bucket.fires == len(rows)
+    assert (bucket.lateness_p50_ms, bucket.lateness_p99_ms) == (6, 16_600)
+    only_manual = base + timedelta(minutes=2)
+    replay = make_run(job.id, only_manual, origin="replay")
+    store.runs.claim_runs([replay])
+    store.runs.write_run_updates([RunUpdate(id=replay.id, scheduled_for=only_manual,
+                                            status="succeeded", lateness_ms=3_600_000)])
+    [alone] = store.runs.run_stats(RunStatsQuery(
+        since=only_manual, until=only_manual + timedelta(minutes=1), step_seconds=60))
+    assert (alone.fires, alone.lateness_p50_ms, alone.lateness_p99_ms) == (1, None, None)
+
+
 def test_percentile_is_nearest_rank():
     assert percentile([], 0.5) is None
     assert percentile([7], 0.99) == 7
