@@ -29,7 +29,7 @@ from cronman.notify.metrics import NotifierMetrics
 from cronman.notify.model import Event, FailingJob, JobSource, Outbox, PassResult, RuleSource
 from cronman.notify.rules import Rule
 from cronman.timeutil import format_rfc3339, to_ms
-from cronman.vocabulary import NotifyEvent, RunStatus
+from cronman.vocabulary import MANUAL_ORIGINS, NotifyEvent, RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -175,11 +175,13 @@ class Detector:
         for check in checks:
             run = starts.get((check.job.id, check.fire_time))
             if run is not None:
-                status, started = run
-                if status == RunStatus.SKIPPED or (started is not None
-                                                   and started <= check.deadline):
+                status, started, origin = run
+                # Decided (skipped), started in time, or taken over by a
+                # person's request (its start is when it was asked for).
+                if (status == RunStatus.SKIPPED or origin in MANUAL_ORIGINS
+                        or (started is not None and started <= check.deadline)):
                     continue
-            events.append(self._late_event(check, run))
+            events.append(self._late_event(check, None if run is None else run[:2]))
         return events, until
 
     @staticmethod

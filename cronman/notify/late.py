@@ -6,7 +6,9 @@ scheduler computes), the deadline is T's due time (T plus the job's jitter)
 plus the rule's ``late_after``. Once the deadline has passed, the notifier
 looks at the run of (job, T): it is late when there is none, or when it had
 not started by the deadline. A run recorded ``skipped`` (by the concurrency
-policy, say) was not late: it was decided.
+policy, say) was not late: it was decided; nor is a manual run at T (a
+replay of it, a backfill, a trigger: ``vocabulary.MANUAL_ORIGINS``), which
+starts when a person asks for it, however long after T that is.
 
 The watch holds one entry per (job, rule) in a heap by deadline, so a pass
 costs the fires that came due, not the jobs watched. Only fire times at or

@@ -135,8 +135,8 @@ class Outbox(Protocol):
         """Per job: its earliest succeeded run scheduled at or after the given time."""
 
     def run_starts(self, keys: Sequence[tuple[str, datetime]]
-                   ) -> dict[tuple[str, datetime], tuple[str, datetime | None]]:
-        """(status, started_at) of the runs at these (job id, scheduled_for)."""
+                   ) -> dict[tuple[str, datetime], tuple[str, datetime | None, str]]:
+        """(status, started_at, origin) of the runs at these (job id, scheduled_for)."""
 
     def cursor(self, name: str) -> datetime | None: ...
 

@@ -161,16 +161,17 @@ class SqlNotificationOutbox:
         return found
 
     def run_starts(self, keys: Sequence[tuple[str, datetime]]
-                   ) -> dict[tuple[str, datetime], tuple[str, datetime | None]]:
-        out: dict[tuple[str, datetime], tuple[str, datetime | None]] = {}
+                   ) -> dict[tuple[str, datetime], tuple[str, datetime | None, str]]:
+        out: dict[tuple[str, datetime], tuple[str, datetime | None, str]] = {}
         with self._db.read() as conn:
             for chunk in _chunks(sorted(set(keys), key=lambda k: (k[1], k[0]))):
                 times = sorted({t for _, t in chunk})
-                stmt = (select(sj.c.job_id, sj.c.scheduled_for, sj.c.status, sj.c.started_at)
+                stmt = (select(sj.c.job_id, sj.c.scheduled_for, sj.c.status, sj.c.started_at,
+                               sj.c.origin)
                         .where(tuple_(sj.c.job_id, sj.c.scheduled_for).in_(list(chunk)),
                                sj.c.scheduled_for.in_(times)))  # partition pruning
-                for job_id, at, status, started in conn.execute(stmt):
-                    out[(job_id, at)] = (status, started)
+                for job_id, at, status, started, origin in conn.execute(stmt):
+                    out[(job_id, at)] = (status, started, origin)
         return out
 
     def cursor(self, name: str) -> datetime | None:

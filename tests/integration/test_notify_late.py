@@ -1,5 +1,6 @@
 """``late``: a fire not started within late_after seconds of its time is an event;
-one started in time, or decided (skipped), is not; on SQLite and PostgreSQL.
+one started in time, decided (skipped) or asked for (a replay, a backfill) is
+not; on SQLite and PostgreSQL.
 No scheduler runs here: the test writes the runs a node would, at the times it
 would."""
 
@@ -46,6 +47,10 @@ def test_late_fires_are_found_and_fires_in_time_are_not(store, database_url):
         ontime = _late_job(store, "ontime", rx.url("/hook"))
         skipped = _late_job(store, "skipped", rx.url("/hook"))
         slow = _late_job(store, "slow", rx.url("/hook"))
+        # Runs at the fire times that a person asked for, started as late as
+        # the slow ones: a replay, a backfill.
+        manual = {origin: _late_job(store, origin, rx.url("/hook"))
+                  for origin in ("replay", "backfill")}
         paused = _late_job(store, "paused", rx.url("/hook"), paused=True)
         # A job with no rule of its own, in a namespace whose rule comes later.
         in_namespace = create_job(store, "ns-job", namespace="ops", schedule=EVERY_1S)
@@ -63,6 +68,9 @@ def test_late_fires_are_found_and_fires_in_time_are_not(store, database_url):
                 finish_run(store, skipped.id, fire, "skipped", error="concurrency: forbid")
                 finish_run(store, slow.id, fire, "succeeded",
                            started_at=fire + timedelta(seconds=1.6))
+                for origin, job in manual.items():
+                    finish_run(store, job.id, fire, "succeeded", origin=origin,
+                               started_at=fire + timedelta(seconds=1.6))
                 fire = times.next_fire_after(fire)
 
         writer = threading.Thread(target=node, daemon=True)
@@ -89,6 +97,8 @@ def test_late_fires_are_found_and_fires_in_time_are_not(store, database_url):
         assert _late_events(store, ontime) == []
         assert _late_events(store, skipped) == []
         assert _late_events(store, paused) == []
+        for job in manual.values():
+            assert _late_events(store, job) == [], job.name
         late_slow = _late_events(store, slow)
         assert late_slow
         for event in late_slow:  # started, but after its deadline

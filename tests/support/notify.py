@@ -33,11 +33,11 @@ def create_job(store: Any, name: str, *, notify: list[dict[str, Any]] | None = N
 
 def finish_run(store: Any, job_id: str, at: datetime, status: str = "failed", *,
                attempt: int = 1, error: str | None = "HTTP 500",
-               started_at: datetime | None = None) -> Run:
+               started_at: datetime | None = None, origin: str = "schedule") -> Run:
     """A run of ``job_id`` at ``at`` that ended ``status`` (written as a node would)."""
     started = started_at or at
     run = Run(id=run_id_for(job_id, at), job_id=job_id, scheduled_for=at, status="running",
-              attempt=attempt, node_id="n1", claimed_at=at, started_at=started,
+              attempt=attempt, node_id="n1", origin=origin, claimed_at=at, started_at=started,
               # A live lease: a scheduler's sweeper running beside the test
               # must not take the run between its two writes.
               lease_expires_at=utcnow() + timedelta(seconds=30))
