@@ -13,9 +13,9 @@ With a proxy configured for boto3 (``HTTPS_PROXY``), the connection made is
 to the proxy, and that is what is checked.
 
 ``guard_client`` installs the guarded connection classes into one boto3
-client. It reaches into botocore's HTTP session (the dict of pool classes its
-pool managers share); on a botocore where that is not there, it raises
-rather than leave the client unguarded.
+client (through ``bounded_answers.install``: on a botocore where that cannot
+be done, it raises rather than leave the client unguarded). The guarded
+classes bound their answers as :mod:`.bounded_answers` says.
 """
 
 from __future__ import annotations
@@ -23,15 +23,16 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from botocore.awsrequest import (
-    AWSHTTPConnection,
-    AWSHTTPConnectionPool,
-    AWSHTTPSConnection,
-    AWSHTTPSConnectionPool,
-)
 from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
 from urllib3.util.connection import create_connection
 
+from cronman.callbacks.bounded_answers import (
+    BoundedHTTPConnection,
+    BoundedHTTPConnectionPool,
+    BoundedHTTPSConnection,
+    BoundedHTTPSConnectionPool,
+    install,
+)
 from cronman.callbacks.ssrf import address_refusal
 
 
@@ -92,29 +93,22 @@ class _GuardedConnect:
             self, f"Failed to establish a new connection: {error}")  # type: ignore[arg-type]
 
 
-class GuardedHTTPConnection(_GuardedConnect, AWSHTTPConnection):  # type: ignore[misc]
+class GuardedHTTPConnection(_GuardedConnect, BoundedHTTPConnection):
     pass
 
 
-class GuardedHTTPSConnection(_GuardedConnect, AWSHTTPSConnection):  # type: ignore[misc]
+class GuardedHTTPSConnection(_GuardedConnect, BoundedHTTPSConnection):
     pass
 
 
-class GuardedHTTPConnectionPool(AWSHTTPConnectionPool):  # type: ignore[misc]
+class GuardedHTTPConnectionPool(BoundedHTTPConnectionPool):
     ConnectionCls = GuardedHTTPConnection
 
 
-class GuardedHTTPSConnectionPool(AWSHTTPSConnectionPool):  # type: ignore[misc]
+class GuardedHTTPSConnectionPool(BoundedHTTPSConnectionPool):
     ConnectionCls = GuardedHTTPSConnection
 
 
 def guard_client(client: Any) -> None:
     """Make every connection of a new boto3 ``client`` go through the guard."""
-    session = getattr(getattr(client, "_endpoint", None), "http_session", None)
-    pools = getattr(session, "_pool_classes_by_scheme", None)
-    shared = getattr(getattr(session, "_manager", None), "pool_classes_by_scheme", None)
-    if shared is not pools or not isinstance(pools, dict):
-        raise RuntimeError("cannot install the private-address guard in this botocore's "
-                           "HTTP session; refusing to send unguarded")
-    pools["http"] = GuardedHTTPConnectionPool
-    pools["https"] = GuardedHTTPSConnectionPool
+    install(client, GuardedHTTPConnectionPool, GuardedHTTPSConnectionPool)

@@ -7,7 +7,12 @@ timeout or a connection error is a failed attempt. Every request carries
 ``Cronman-Attempt`` and, with a signing secret, ``Cronman-Signature``
 (see :mod:`cronman.callbacks.signing`). ``result`` holds ``http_status`` and,
 when the answer had a body, ``response_snippet`` (its first KiB, decoded as
-UTF-8 with replacement; no more than that is read).
+UTF-8 with replacement; no more than that is read: the connection is then
+closed). An answer's head is bounded (100 headers, 64 KiB: the client's
+``MAX_HEADERS`` and ``MAX_HEADER_BYTES``); over either the attempt fails
+(``answer headers over 64 KiB from host:port``, retried per the job's
+policy). The target's ``timeout`` bounds the whole exchange, the time to
+the first byte of the answer included.
 
 Requests go through :mod:`cronman.callbacks.httpclient` (asyncio protocols,
 llhttp parsing, a bounded keep-alive pool by scheme, host and port). The
@@ -51,6 +56,7 @@ from cronman.callbacks.httpclient import (
     RequestTimeout,
     Resolver,
     Response,
+    ResponseTooLarge,
     ServerDisconnected,
 )
 from cronman.callbacks.signing import Signer
@@ -292,6 +298,8 @@ def _failure(exc: BaseException, prepared: _Prepared, connect_timeout: float) ->
         return Outcome(False, error=f"server {where} disconnected before answering")
     if isinstance(exc, InvalidURL):
         return Outcome(False, error=f"invalid URL: {exc}", retryable=False)
+    if isinstance(exc, ResponseTooLarge):
+        return Outcome(False, error=f"{exc} from {where}")
     if isinstance(exc, InvalidResponse):
         return Outcome(False, error=f"invalid HTTP response from {where}: {exc}")
     if isinstance(exc, ClientClosed):

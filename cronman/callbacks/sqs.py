@@ -17,7 +17,9 @@ boto3 is blocking: each send runs on this target's thread pool, never on the
 event loop. Clients are cached per (region, endpoint_url) and created under a
 lock (boto3 clients are thread-safe, sessions are not). Credentials come from
 boto3's standard chain (environment, config files, instance role). Connect
-(3 s) and read (5 s) timeouts are bounded, botocore retries a throttled or
+(3 s) and read (5 s, to the first byte and between bytes) timeouts are
+bounded, an answer is read to at most 1 MiB within 10 s
+(:mod:`.bounded_answers`), botocore retries a throttled or
 failed call once in its ``standard`` mode, and one attempt is cut off after
 10 s; the run's own retry policy does the rest. ``result`` is ``{"message_id": ...}`` (plus ``sequence_number`` on
 FIFO queues).
@@ -36,7 +38,7 @@ import asyncio
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import boto3
 from botocore.config import Config
@@ -49,13 +51,16 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
+from cronman.callbacks import bounded_answers
 from cronman.callbacks.base import Delivery, Outcome
+from cronman.callbacks.bounded_answers import AnswerTooLarge
 from cronman.callbacks.guarded_sockets import PrivateAddressRefused, guard_client
 from cronman.config import Settings
 from cronman.protocol import ATTR_JOB_ID, ATTR_RUN_ID, ATTR_SCHEDULED_FOR
 from cronman.timeutil import format_rfc3339
 
 log = logging.getLogger(__name__)
+_E = TypeVar("_E", bound=BaseException)
 
 
 DEFAULT_MAX_WORKERS = 16
@@ -161,6 +166,8 @@ class SqsTarget:
                     )
                     if self._guarded:
                         guard_client(client)
+                    else:
+                        bounded_answers.install(client)
                     self._clients[key] = client
         return client
 
@@ -209,13 +216,18 @@ class SqsTarget:
 
 def _refusal(exc: BaseException) -> PrivateAddressRefused | None:
     """The guard's refusal behind a botocore error, if that is what it is."""
+    return _behind(exc, PrivateAddressRefused)
+
+
+def _behind(exc: BaseException, cls: type[_E]) -> _E | None:
+    """The ``cls`` error behind a botocore error (or ``exc`` itself), if any."""
     seen: list[BaseException] = []
     pending: list[Any] = [exc]
     while pending and len(seen) < 10:
         current = pending.pop()
         if not isinstance(current, BaseException) or current in seen:
             continue
-        if isinstance(current, PrivateAddressRefused):
+        if isinstance(current, cls):
             return current
         seen.append(current)
         kwargs = getattr(current, "kwargs", None)  # botocore keeps the cause here
@@ -230,6 +242,9 @@ def _failure(exc: BaseException, delivery: Delivery) -> Outcome:
     refused = _refusal(exc)
     if refused is not None:
         return Outcome(False, error=f"SQS endpoint {refused}", retryable=False)
+    too_large = _behind(exc, AnswerTooLarge)
+    if too_large is not None:
+        return Outcome(False, error=f"SQS {too_large} (queue {queue})")
     if isinstance(exc, ClientError):
         error = exc.response.get("Error", {})
         code = error.get("Code") or "Unknown"

@@ -13,7 +13,9 @@ target's keep-alive client, with the private-address guard at connect time
 HMAC-SHA256 of "<t>.<body>">`` (``cronman.signing``). Also
 ``Cronman-Notification-Id`` (deduplicate on it), ``Cronman-Event`` (the
 event, or ``digest``) and ``Cronman-Job-Id``. A 2xx answer is success;
-redirects are not followed.
+redirects are not followed. Answers are bounded as the client bounds them
+(100 headers, 64 KiB of head, 1 KiB of body read, the channel's ``timeout``
+for the whole exchange).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from cronman.callbacks.httpclient import (
     PreparedRequest,
     RequestTimeout,
     Resolver,
+    ResponseTooLarge,
     ServerDisconnected,
 )
 from cronman.callbacks.ssrf import PrivateAddressError, literal_refusal
@@ -141,4 +144,6 @@ def _failure(exc: BaseException, where: str, timeout: float) -> SendError:
         return SendError(f"timeout after {timeout:g}s waiting for {where}")
     if isinstance(exc, ServerDisconnected):
         return SendError(f"{where} disconnected before answering")
+    if isinstance(exc, ResponseTooLarge):
+        return SendError(f"{exc} from {where}")
     return SendError(f"{type(exc).__name__} sending to {where}: {exc}")

@@ -9,8 +9,11 @@ on uvloop, the scheduler node's loop.
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import ssl
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
@@ -22,10 +25,17 @@ import trustme
 from cronman import eventloop
 from cronman.callbacks import Delivery, Outcome, validate_target
 from cronman.callbacks.http import HttpTarget
-from cronman.callbacks.httpclient import Address, HttpClient, PreparedRequest
+from cronman.callbacks.httpclient import Address, HttpClient, HttpClientError, PreparedRequest
 from cronman.config import Settings
 from cronman.ids import run_id_for
-from tests.support.raw_http import RawConnection, RawServer, respond, serve_forever
+from tests.support.raw_http import (
+    FLOOD_LIMIT,
+    RawConnection,
+    RawServer,
+    flood,
+    respond,
+    serve_forever,
+)
 from tests.support.receiver import Receiver
 
 PRIVATE_OK = Settings(allow_private_targets=True)
@@ -396,6 +406,112 @@ def test_cancelling_a_request_started_at_once_closes_its_connection(run):
         while server.active and time.monotonic() < deadline:
             time.sleep(0.02)
         assert server.active == 0
+
+
+# -- answers too large: bounded head, body and time -------------------------------------
+
+@pytest.mark.parametrize(("piece", "error"), [
+    (b"a" * 65536, "answer headers over 64 KiB"),  # one header that never ends
+    (b"X-Pad: " + b"b" * 8000 + b"\r\n", "answer headers over 64 KiB"),  # 9 fit in 64 KiB
+    (b"X-Pad: c\r\n", "answer has over 100 headers"),
+], ids=["one-endless-header", "big-headers", "many-headers"])
+def test_an_answer_head_over_its_bound_fails_the_attempt(run, piece, error):
+    sent: list[int] = []
+    head = b"HTTP/1.1 200 OK\r\n" + (b"X-Endless: " if piece.startswith(b"a") else b"")
+    with RawServer(flood(head, piece, sent)) as server:
+        started = time.monotonic()
+        [outcome] = fire(run, PRIVATE_OK, delivery(make(server.url("/big"), timeout=10)))
+        assert time.monotonic() - started < 3
+        deadline = time.monotonic() + 5
+        while not sent and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert not outcome.ok and outcome.retryable  # retried per the job's policy
+    assert outcome.error == f"{error} from 127.0.0.1:{server.port}"
+    assert sent and sent[0] < FLOOD_LIMIT  # the client stopped reading and closed
+
+
+def test_a_400_mb_header_answer_keeps_the_client_within_20_mb(run):
+    # The client in a process of its own, so its peak RSS is its own; the server
+    # streams (it never holds more than one 64 KiB piece).
+    sent: list[int] = []
+    handler = flood(b"HTTP/1.1 200 OK\r\nX-Endless: ", b"a" * 65536, sent, warm=True)
+    with RawServer(handler) as server:
+        child = subprocess.run(
+            [sys.executable, "-m", "tests.support.answer_memory", server.url("/big"), "10"],
+            capture_output=True, text=True, timeout=60, check=True)
+    report = json.loads(child.stdout)
+    assert not report["ok"]
+    assert report["error"] == f"answer headers over 64 KiB from 127.0.0.1:{server.port}"
+    assert report["peak_kib"] - report["baseline_kib"] < 20 * 1024, report
+    assert report["after_kib"] - report["baseline_kib"] < 20 * 1024, report
+    assert report["seconds"] < 3, report
+
+
+def test_an_endless_body_is_read_up_to_the_snippet_and_no_further(run):
+    # The status decides; the body is read to the snippet's 1 KiB (plus what one
+    # read of the socket holds), then the connection is closed.
+    sent: list[int] = []
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    piece = b"10000\r\n" + b"d" * 65536 + b"\r\n"
+    with RawServer(flood(head, piece, sent)) as server:
+        started = time.monotonic()
+        [outcome] = fire(run, PRIVATE_OK, delivery(make(server.url("/body"), timeout=10)))
+        assert time.monotonic() - started < 3
+        deadline = time.monotonic() + 5
+        while not sent and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert outcome.ok
+    assert outcome.result["response_snippet"] == "d" * 1024
+    assert sent and sent[0] < FLOOD_LIMIT
+
+
+def _drip(conn: RawConnection) -> None:
+    """A header line every 50 ms, never the end of the head."""
+    conn.read_request()
+    conn.send(b"HTTP/1.1 200 OK\r\n")
+    for i in range(200):
+        conn.send(b"X-Drip-%d: x\r\n" % i)
+        time.sleep(0.05)
+
+
+def test_a_head_that_drips_in_forever_times_out(run):
+    # Under every size bound, never complete: the target's timeout ends it.
+    with RawServer(_drip) as server:
+        started = time.monotonic()
+        [outcome] = fire(run, PRIVATE_OK, delivery(make(server.url("/drip"), timeout=0.5)))
+        assert time.monotonic() - started < 2.0
+    assert not outcome.ok and outcome.retryable
+    assert outcome.error == "timeout after 0.5s"
+
+
+def test_a_head_just_within_the_bounds_is_an_answer(run):
+    headers = "".join(f"X-H{i}: {'v' * 500}\r\n" for i in range(98))
+    reply = f"HTTP/1.1 204 No Content\r\n{headers}Content-Length: 0\r\n\r\n".encode()
+    with RawServer(serve_forever(reply)) as server:
+        outcomes = fire(run, PRIVATE_OK, *(delivery(make(server.url("/fits")))
+                                           for _ in range(2)))
+        assert server.connections == 1  # kept alive: the counts start again per request
+    assert [o.ok for o in outcomes] == [True, True]
+
+
+def test_the_client_bounds_are_settable(run):
+    # A client with bounds of its own (the webhook sender's client takes the defaults).
+    reply = respond(204, headers={f"X-H{i}": "v" for i in range(5)})
+
+    async def go() -> tuple[str, str]:
+        errors = []
+        for kwargs in ({"max_headers": 4}, {"max_header_bytes": 50}):
+            client = HttpClient(guard=False, **kwargs)
+            try:
+                await client.request(PreparedRequest("GET", server.url("/")), timeout=5)
+            except HttpClientError as exc:
+                errors.append(str(exc))
+            finally:
+                await client.close()
+        return errors[0], errors[1]
+
+    with RawServer(serve_forever(reply)) as server:
+        assert run(go()) == ("answer has over 4 headers", "answer headers over 50 bytes")
 
 
 # -- redirects -----------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from tests.support.notify import (
     wait_notifications,
     webhook_rule,
 )
+from tests.support.raw_http import FLOOD_LIMIT, RawServer, flood
 from tests.support.receiver import Receiver
 from tests.support.store_data import base_time
 
@@ -69,6 +70,18 @@ def test_a_notification_that_cannot_be_sent_ends_failed_with_its_error(store, da
             [note] = wait_notifications(store, 1, status="failed", timeout=15)
         assert note.attempts == 3 and "HTTP 502" in (note.last_error or "")
         assert len(rx.requests) == 3
+
+
+def test_an_answer_with_endless_headers_is_a_failed_attempt(store, database_url):
+    sent: list[int] = []
+    with RawServer(flood(b"HTTP/1.1 204 No Content\r\n", b"X-Pad: p\r\n" * 1000, sent)) as server:
+        job = create_job(store, "flooded", notify=[webhook_rule(server.url("/hook"))])
+        finish_run(store, job.id, base_time(), "failed")
+        settings = notify_settings(database_url, notify_max_attempts=1)
+        with running_notifier(store, settings):
+            [note] = wait_notifications(store, 1, status="failed", timeout=15)
+    assert note.last_error == f"answer has over 100 headers from 127.0.0.1:{server.port}"
+    assert sent and sent[0] < FLOOD_LIMIT
 
 
 def test_private_addresses_are_refused_for_good_unless_allowed(store, database_url):

@@ -13,13 +13,20 @@ from datetime import UTC, datetime
 import boto3
 import pytest
 
-from cronman.callbacks import Delivery, Outcome, dead_letter_delivery, validate_target
+from cronman.callbacks import (
+    Delivery,
+    Outcome,
+    bounded_answers,
+    dead_letter_delivery,
+    validate_target,
+)
 from cronman.callbacks.dead_letter import validate_dead_letter
 from cronman.callbacks.sqs import SqsTarget
 from cronman.config import Settings
 from cronman.ids import run_id_for
 from tests.support.listener import LoopbackListener
 from tests.support.moto import MotoServer, aws_test_env, moto_server
+from tests.support.raw_http import FLOOD_LIMIT, RawConnection, RawServer, flood
 from tests.support.receiver import Receiver
 
 # moto listens on loopback: the guard must let it through for these tests.
@@ -183,6 +190,60 @@ def test_an_endpoint_that_hangs_is_cut_off_at_the_deadline(monkeypatch):
     assert not outcome.ok and outcome.retryable
     assert outcome.error.startswith("SQS send timed out after 0.5s")
     assert elapsed < 2.5
+
+
+def _raw_target(server: RawServer) -> dict:
+    return validate_target({"kind": "sqs", "queue_url": server.url("/1/q"), "region": REGION,
+                            "endpoint_url": server.url(""), "body": "x"})
+
+
+@pytest.mark.parametrize("settings", [PRIVATE_OK, GUARDED], ids=["unguarded", "guarded"])
+def test_an_endless_answer_is_cut_off_at_1_mib(monkeypatch, settings):
+    # botocore reads an answer whole: here it stops at the bound, and the thread is free.
+    from cronman.callbacks import guarded_sockets
+
+    aws_test_env(monkeypatch=monkeypatch)
+    monkeypatch.setattr(guarded_sockets, "address_refusal", lambda address: None)
+    sent: list[int] = []
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: 999999999999\r\n\r\n"
+    with RawServer(flood(head, b"<a>" * 20000, sent)) as server:
+        started = time.monotonic()
+        [outcome] = fire(delivery(_raw_target(server)), settings=settings, max_attempts=1)
+        assert time.monotonic() - started < 5
+        deadline = time.monotonic() + 5
+        while not sent and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert not outcome.ok and outcome.retryable
+    assert outcome.error == f"SQS answer over 1 MiB (queue {server.url('/1/q')})"
+    assert sent and sent[0] < FLOOD_LIMIT
+
+
+def test_a_drip_fed_answer_is_cut_off_in_time(monkeypatch):
+    # A byte every 0.2 s never trips the read timeout; the answer's own bound does,
+    # in the sending thread (before the attempt's deadline gives up waiting for it).
+    aws_test_env(monkeypatch=monkeypatch)
+    monkeypatch.setattr(bounded_answers, "ANSWER_SECONDS", 1.0)
+    closed: list[float] = []
+
+    def drip(conn: RawConnection) -> None:
+        conn.read_request()
+        conn.send(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n")
+        started = time.monotonic()
+        try:
+            for _ in range(100):
+                conn.sock.sendall(b"<")
+                time.sleep(0.2)
+        except OSError:
+            closed.append(time.monotonic() - started)
+
+    with RawServer(drip) as server:
+        [outcome] = fire(delivery(_raw_target(server)), deadline=5, max_attempts=1)
+        deadline = time.monotonic() + 5
+        while not closed and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert not outcome.ok and outcome.retryable
+    assert outcome.error == f"SQS answer not complete in 1s (queue {server.url('/1/q')})"
+    assert closed and closed[0] < 3
 
 
 def test_sends_do_not_block_the_event_loop(moto, sqs):

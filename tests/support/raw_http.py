@@ -233,3 +233,32 @@ def serve_forever(reply: bytes) -> Callable[[RawConnection], None]:
             conn.send(reply)
 
     return handler
+
+
+FLOOD_LIMIT = 400 * 1024 * 1024
+
+
+def flood(head: bytes, piece: bytes, sent: list[int], *, warm: bool = False,
+          limit: int = FLOOD_LIMIT) -> Callable[[RawConnection], None]:
+    """A handler answering with ``head`` and then ``piece`` again and again, up to
+    ``limit`` bytes or until the client closes (streamed: it holds one piece);
+    ``sent`` gets the bytes written. With ``warm``, a request whose path ends in
+    ``?warm`` gets a 204 first."""
+
+    def handler(conn: RawConnection) -> None:
+        while (request := conn.read_request()) is not None:
+            if warm and request.path.endswith("?warm"):
+                conn.send(respond(204))
+                continue
+            total = 0
+            try:
+                conn.sock.sendall(head)
+                while total < limit:
+                    conn.sock.sendall(piece)
+                    total += len(piece)
+            except OSError:
+                pass
+            sent.append(total)
+            return
+
+    return handler

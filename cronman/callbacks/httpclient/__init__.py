@@ -33,6 +33,7 @@ from cronman.callbacks.httpclient.errors import (
     InvalidURL,
     PoolTimeout,
     RequestTimeout,
+    ResponseTooLarge,
     ServerDisconnected,
 )
 from cronman.callbacks.httpclient.request import Origin, PreparedRequest
@@ -52,6 +53,7 @@ __all__ = [
     "PreparedRequest",
     "RequestTimeout",
     "Resolver",
+    "ResponseTooLarge",
     "Response",
     "ServerDisconnected",
     "SystemResolver",

@@ -14,7 +14,12 @@ import ssl
 from collections.abc import Iterable
 
 from cronman.callbacks.httpclient.connect import Connector, Resolver, SystemResolver
-from cronman.callbacks.httpclient.connection import HttpConnection, Response
+from cronman.callbacks.httpclient.connection import (
+    MAX_HEADER_BYTES,
+    MAX_HEADERS,
+    HttpConnection,
+    Response,
+)
 from cronman.callbacks.httpclient.errors import StaleConnection
 from cronman.callbacks.httpclient.pool import ConnectionPool
 from cronman.callbacks.httpclient.request import Origin, PreparedRequest
@@ -30,8 +35,10 @@ class HttpClient:
     ``guard`` turns on the private-address guard (see
     :mod:`cronman.callbacks.httpclient.connect`); ``body_limit`` is how much
     of an answer's body is read (the rest is not, and that connection is not
-    reused); ``connect_timeout`` bounds opening a connection, within each
-    request's own ``timeout``.
+    reused); ``max_headers`` and ``max_header_bytes`` bound an answer's head
+    (over either, the request fails with ``ResponseTooLarge``);
+    ``connect_timeout`` bounds opening a connection, within each request's
+    own ``timeout``, which bounds the rest (the first byte included).
     """
 
     def __init__(
@@ -42,6 +49,8 @@ class HttpClient:
         keepalive_timeout: float = DEFAULT_KEEPALIVE,
         connect_timeout: float | None = None,
         body_limit: int = DEFAULT_BODY_LIMIT,
+        max_headers: int = MAX_HEADERS,
+        max_header_bytes: int = MAX_HEADER_BYTES,
         resolver: Resolver | None = None,
         ssl_context: ssl.SSLContext | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
@@ -55,6 +64,8 @@ class HttpClient:
             connect_timeout=connect_timeout,
         )
         self._body_limit = body_limit
+        self._max_headers = max_headers
+        self._max_header_bytes = max_header_bytes
 
     async def request(
         self,
@@ -154,7 +165,8 @@ class HttpClient:
         if conn is not None:
             return conn
         factory = functools.partial(
-            HttpConnection, origin, self.loop, self._body_limit, pool.connection_lost
+            HttpConnection, origin, self.loop, self._body_limit, pool.connection_lost,
+            self._max_headers, self._max_header_bytes,
         )
         try:
             return await self._connector.open(origin, factory, deadline)

@@ -6,6 +6,18 @@ is parsed as it arrives and the future resolves when it is complete, or
 earlier when the body has already given ``body_limit`` bytes (the rest is
 never read: the connection is then closed, not reused).
 
+An answer's head is bounded too: at most ``max_headers`` header lines and
+``max_header_bytes`` bytes of status line and headers (interim 1xx answers
+included). Over either bound the request fails with
+:class:`ResponseTooLarge` (``answer headers over 64 KiB``), the connection
+is aborted and what was gathered is dropped. llhttp keeps no limit of its
+own, and httptools gathers a header's value across reads before it calls
+``on_header``; so the bytes are counted twice, cheaply: per header in
+``on_header``, and per read that ends before the head does in
+``data_received`` (what catches one endless header). At most one read of
+the socket (256 KiB) past the bound is ever held. Time to the first byte,
+like the rest of the answer, is bounded by the request's deadline.
+
 A connection is reused only when the answer was complete and the server
 keeps it open (HTTP/1.1 without ``Connection: close``). Anything else closes
 it: a timeout, a parse error, a body cut short, data the server sends when
@@ -25,6 +37,7 @@ from httptools import HttpParserError, HttpParserUpgrade, HttpResponseParser
 from cronman.callbacks.httpclient.errors import (
     InvalidResponse,
     RequestTimeout,
+    ResponseTooLarge,
     ServerDisconnected,
     StaleConnection,
 )
@@ -35,6 +48,10 @@ from cronman.callbacks.httpclient.request import Origin
 PROBE_IDLE_AFTER = 1.0
 # A server's ``Keep-Alive: timeout=N`` is trusted minus this margin.
 KEEP_ALIVE_MARGIN = 1.0
+# Bounds of an answer's head (what browsers and servers allow is of this order:
+# nginx reads 4-32 KiB of headers, Node.js 16 KiB, Python's http.client 100 lines).
+MAX_HEADERS = 100
+MAX_HEADER_BYTES = 64 * 1024
 
 _KEEP_ALIVE_TIMEOUT = re.compile(rb"timeout\s*=\s*(\d+)", re.IGNORECASE)
 _PROBE_EVENTS = select.POLLIN | select.POLLPRI | getattr(select, "POLLRDHUP", 0)
@@ -78,10 +95,14 @@ class HttpConnection(asyncio.Protocol):
         loop: asyncio.AbstractEventLoop,
         body_limit: int,
         on_lost: Callable[[HttpConnection], None],
+        max_headers: int = MAX_HEADERS,
+        max_header_bytes: int = MAX_HEADER_BYTES,
     ) -> None:
         self.origin = origin
         self._loop = loop
         self._body_limit = body_limit
+        self._max_headers = max_headers
+        self._max_header_bytes = max_header_bytes
         self._on_lost = on_lost
         self._transport: asyncio.Transport | None = None
         self._parser = HttpResponseParser(self)
@@ -92,6 +113,11 @@ class HttpConnection(asyncio.Protocol):
         self._headers: list[tuple[bytes, bytes]] = []
         self._body: list[bytes] = []
         self._body_size = 0
+        # The head's size: headers counted in on_header, and reads that ended mid-head.
+        self._header_count = 0
+        self._header_bytes = 0
+        self._head_read = 0
+        self._too_large: ResponseTooLarge | None = None
         self._headers_done = False
         self._message_done = False
         self._keep_alive = False
@@ -120,7 +146,9 @@ class HttpConnection(asyncio.Protocol):
             self._fail(InvalidResponse("the server switched protocols"))
             return
         except HttpParserError as exc:
-            if self._message_done:  # junk after a complete answer: keep the answer, drop the link
+            if self._too_large is not None:  # raised by on_header, wrapped by httptools
+                self._fail(self._too_large)
+            elif self._message_done:  # junk after a complete answer: keep the answer, drop the link
                 self._reusable = False
                 self._finish(complete=True)
             else:
@@ -128,9 +156,15 @@ class HttpConnection(asyncio.Protocol):
             return
         if self._message_done:
             self._finish(complete=True)
-        elif self._headers_done and self._body_size >= self._body_limit:
-            self._reusable = False
-            self._finish(complete=False)
+        elif self._headers_done:
+            if self._body_size >= self._body_limit:
+                self._reusable = False
+                self._finish(complete=False)
+        else:
+            # This whole read was head (a header llhttp is still gathering, or many).
+            self._head_read += len(data)
+            if self._head_read > self._max_header_bytes:
+                self._fail(self._head_over())
 
     def eof_received(self) -> bool | None:
         return None  # close our end too; connection_lost follows
@@ -155,6 +189,12 @@ class HttpConnection(asyncio.Protocol):
             raise InvalidResponse("a second answer to one request")
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        count = self._header_count = self._header_count + 1
+        size = self._header_bytes = self._header_bytes + len(name) + len(value) + 4
+        if count > self._max_headers or size > self._max_header_bytes:
+            self._too_large = (self._head_over() if size > self._max_header_bytes else
+                               ResponseTooLarge(f"answer has over {self._max_headers} headers"))
+            raise self._too_large
         self._headers.append((name, value))
         if len(name) == 10 and name.lower() == b"keep-alive":
             match = _KEEP_ALIVE_TIMEOUT.search(value)
@@ -197,6 +237,8 @@ class HttpConnection(asyncio.Protocol):
         waiter = self._waiter = loop.create_future()
         self._head = head
         self._start_message()
+        self._header_count = self._header_bytes = self._head_read = 0
+        self._too_large = None
         self._timer = loop.call_at(deadline, self._expire)
         transport.write(data)
         return waiter
@@ -267,12 +309,18 @@ class HttpConnection(asyncio.Protocol):
         self._waiter = None
         self._cancel_timer()
         self.abort()
+        self._headers = []
+        self._body = []
+        self._parser = HttpResponseParser(self)  # drop what it was gathering
         if waiter is not None and not waiter.done():
             waiter.set_exception(exc)
 
     def _expire(self) -> None:
         self._timer = None
         self._fail(RequestTimeout(f"no complete answer from {self.origin.where} in time"))
+
+    def _head_over(self) -> ResponseTooLarge:
+        return ResponseTooLarge(f"answer headers over {_size(self._max_header_bytes)}")
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
@@ -296,6 +344,10 @@ class HttpConnection(asyncio.Protocol):
         if exc is None:
             return f"server {self.origin.where} closed the connection"
         return f"connection to {self.origin.where} lost: {exc}"
+
+
+def _size(n: int) -> str:
+    return f"{n // 1024} KiB" if n % 1024 == 0 else f"{n} bytes"
 
 
 def _head_keeps_alive(headers: list[tuple[bytes, bytes]], version: str) -> bool:

@@ -60,6 +60,13 @@ class InvalidResponse(HttpClientError):
     """The server's answer is not valid HTTP/1.x."""
 
 
+class ResponseTooLarge(HttpClientError):
+    """The answer's head went over a bound (header count or bytes); nothing more was read.
+
+    The message says which bound, e.g. ``answer headers over 64 KiB``.
+    """
+
+
 class ClientClosed(HttpClientError):
     """The client was closed."""
 
