@@ -41,6 +41,9 @@ DEFAULT_AGENT_STATE_DIR = "/run/cronman-agent"
 DEFAULT_SMTP_PORT = 587
 DEFAULT_NOTIFY_POLL_INTERVAL = 2.0
 DEFAULT_NOTIFY_MAX_ATTEMPTS = 10
+# The floor on a namespace token's schedules and retries, in seconds
+# (cronman.api.schedule_floor); 0 turns it off.
+DEFAULT_MIN_INTERVAL = 1.0
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -64,6 +67,7 @@ class Settings:
     allow_private_targets: bool = False
     api_bind: str = DEFAULT_API_BIND
     auth: str | None = None
+    min_interval: float = DEFAULT_MIN_INTERVAL
     # Tuning knobs, not part of the public contract (documented in README).
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     sync_poll_interval: float = DEFAULT_SYNC_POLL_INTERVAL
@@ -114,6 +118,8 @@ class Settings:
             raise ValueError("CRONMAN_API_BIND must be host:port")
         if self.event_loop not in EVENT_LOOPS:
             raise ValueError(f"CRONMAN_EVENT_LOOP must be one of {', '.join(EVENT_LOOPS)}")
+        if not 0 <= self.min_interval <= 86_400:
+            raise ValueError("CRONMAN_MIN_INTERVAL must be between 0 and 86400 seconds")
         if self.auth is not None and self.auth not in AUTH_MODES:
             raise ValueError(f"CRONMAN_AUTH must be one of {', '.join(AUTH_MODES)} "
                              f"(or unset), not {self.auth!r}")

@@ -30,6 +30,7 @@ from cronman.api.common import (
 )
 from cronman.api.context import api_context
 from cronman.api.names import ID_PATTERN, ID_RE
+from cronman.api.schedule_floor import check_floor
 from cronman.api.serialize import (
     edges_json,
     excluded_fire_times,
@@ -69,6 +70,11 @@ class IdConverter(BaseConverter):
 
 def _store() -> Any:
     return api_context().store
+
+
+def _min_interval() -> float:
+    floor: float = api_context().settings.min_interval
+    return floor
 
 
 def load_job(job_id: str) -> Job:
@@ -116,6 +122,7 @@ class JobCollection(ApiView):
         job_id = new_job_id()
         spec, schedule = v.validate_job_parsed(body, job_id=job_id, now=now)
         principal().require(spec["namespace"], field="namespace")
+        check_floor(spec, schedule, principal(), _min_interval(), now=now)
         references.resolve(_store(), [references.Pending(job_id, spec)], principal())
         (job,) = _store().jobs.create_jobs([store_spec(spec, job_id)],
                                            change(JobAction.CREATE))
@@ -138,6 +145,7 @@ class JobBulk(ApiView):
                                                    prefix=f"jobs[{i}]")
             schedules.append(schedule)
             who.require(spec["namespace"], field=f"jobs[{i}].namespace")
+            check_floor(spec, schedule, who, _min_interval(), now=now, prefix=f"jobs[{i}]")
             key = (spec["namespace"], spec["name"])
             if key in seen:
                 raise Conflict(f"name {spec['name']!r} given twice in namespace "
@@ -175,10 +183,13 @@ def _replacement(job: Job, body: Any, *, merge: bool
                                                 "dead_letter")
     if "notify" in given:
         given["notify"] = restore_redacted_notify(given["notify"], job.notify)
-    spec, schedule = v.validate_job_parsed(given, job_id=job.id, now=utcnow(),
+    now = utcnow()
+    spec, schedule = v.validate_job_parsed(given, job_id=job.id, now=now,
                                            created_at=job.created_at,
                                            previous_schedule=job.schedule)
     principal().require(spec["namespace"], field="namespace")
+    check_floor(spec, schedule, principal(), _min_interval(), now=now,
+                previous={"schedule": job.schedule, "retry": job.retry})
     references.resolve(_store(), [references.Pending(job.id, spec)], principal())
     changes = {key: spec[key] for key in named} if merge else spec
     return spec, schedule, changes

@@ -55,7 +55,8 @@ SCHEDULES = {
     "IntervalSchedule": obj({
         "kind": {"const": "interval"},
         "every": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_EVERY_SECONDS,
-                  "multipleOf": 0.001, "description": "seconds, a whole number of ms"},
+                  "multipleOf": 0.001, "description": "seconds, a whole number of ms; at "
+                  "least CRONMAN_MIN_INTERVAL (default 1) from a namespace token"},
         "anchor": {**nullable(JOB_TIME), "description": "default: the creation time, to the "
                                                         "second"},
     }, ("kind", "every")),
@@ -241,6 +242,15 @@ SEMANTIC_RULES: list[dict[str, str]] = [
      "rule": "end_at is later than start_at"},
     {"field": "retry.max_backoff", "message": "must not be less than min_backoff",
      "rule": "max_backoff is at least min_backoff"},
+    {"field": "schedule.every", "message": "for a namespace token",
+     "rule": "from a namespace token, a new or changed interval is at least "
+             "CRONMAN_MIN_INTERVAL seconds (default 1; admin tokens and auth off are not bound)"},
+    {"field": "schedule.cron", "message": "for a namespace token",
+     "rule": "from a namespace token, a new or changed cron schedule's fires are at least "
+             "CRONMAN_MIN_INTERVAL seconds apart (cron cannot go under 1 s)"},
+    {"field": "retry.min_backoff", "message": "for a namespace token",
+     "rule": "from a namespace token, a job that retries waits at least CRONMAN_MIN_INTERVAL "
+             "or 1 s, whichever is less, before a retry"},
     {"field": "schedule.at", "message": "is in the past",
      "rule": "a new or changed once schedule is not in the past"},
     {"field": "schedule.cron", "message": "",
