@@ -11,7 +11,7 @@ import json
 import socket
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -27,7 +27,12 @@ from cronman.callbacks.http import HttpTarget
 from cronman.callbacks.signing import verify_signature
 from cronman.config import Settings
 from cronman.ids import run_id_for
+from cronman.timeutil import format_rfc3339
+from tests.support.api import http
+from tests.support.processes import Processes
+from tests.support.raw_http import FLOOD_LIMIT, RawServer, flood
 from tests.support.receiver import Receiver
+from tests.support.waiting import wait_for
 
 PRIVATE_OK = Settings(allow_private_targets=True)
 GUARDED = Settings(allow_private_targets=False)
@@ -336,3 +341,47 @@ def test_registry_and_dead_letter_over_http(rx):
     assert json.loads(req.body) == record
     assert req.header("Cronman-Run-Id") == record["id"]
     assert verify_signature("k", req.header("Cronman-Signature"), req.body)
+
+
+def _peak_rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+@pytest.mark.slow
+def test_a_node_fed_400_mb_of_headers_fails_the_attempt_and_keeps_its_memory(tmp_path):
+    # The real node (standalone: one process), a job whose target streams headers
+    # without end: each attempt fails with the bound's error, retried per the job's
+    # policy, and the node's peak RSS stays where it was.
+    db = f"sqlite:///{tmp_path / 'cronman.db'}"
+    sent: list[int] = []
+    handler = flood(b"HTTP/1.1 200 OK\r\nX-Endless: ", b"a" * 65536, sent, warm=True)
+    with Receiver() as rx, RawServer(handler) as server, Processes(tmp_path) as procs:
+        sa = procs.standalone(db)
+        status, warm, _ = http("POST", f"{sa.url}/v1/jobs", {
+            "name": "warm", "schedule": {"kind": "interval", "every": 1},
+            "target": {"kind": "http", "url": rx.url("/warm")}})
+        assert status == 201, warm
+        rx.wait_for(2, timeout=10, path="/warm")
+        baseline = _peak_rss_kib(sa.pid)
+        status, job, _ = http("POST", f"{sa.url}/v1/jobs", {
+            "name": "flood", "schedule": {"kind": "once", "at": format_rfc3339(
+                datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=2))},
+            "target": {"kind": "http", "url": server.url("/big"), "timeout": 10},
+            "retry": {"max_attempts": 3, "min_backoff": 0.5, "max_backoff": 0.5}})
+        assert status == 201, job
+
+        def failed():
+            _, page, _ = http("GET", f"{sa.url}/v1/jobs/{job['id']}/runs")
+            return [r for r in page["items"] if r["status"] == "failed"]
+
+        run = wait_for(failed, 20, "the flooded run failed")[0]
+        peak = _peak_rss_kib(sa.pid)
+        assert sa.running()
+    assert peak - baseline < 20 * 1024, (baseline, peak, run["error"])
+    assert run["error"] == f"answer headers over 64 KiB from 127.0.0.1:{server.port}"
+    assert run["attempt"] == 3
+    assert len(sent) == 3 and max(sent) < FLOOD_LIMIT

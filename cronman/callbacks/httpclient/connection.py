@@ -146,8 +146,9 @@ class HttpConnection(asyncio.Protocol):
             self._fail(InvalidResponse("the server switched protocols"))
             return
         except HttpParserError as exc:
-            if self._too_large is not None:  # raised by on_header, wrapped by httptools
-                self._fail(self._too_large)
+            too_large, self._too_large = self._too_large, None
+            if too_large is not None:  # raised by on_header, wrapped by httptools
+                self._fail(too_large)
             elif self._message_done:  # junk after a complete answer: keep the answer, drop the link
                 self._reusable = False
                 self._finish(complete=True)
