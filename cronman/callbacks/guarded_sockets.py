@@ -1,7 +1,7 @@
 """The private-address guard for botocore's connections (sqs targets and sqs
 dead letters), at connect time.
 
-The http target checks the addresses aiohttp resolves (``ssrf.GuardedResolver``);
+The http target's client checks the addresses it resolves (``callbacks.httpclient.connect``);
 boto3 connects through urllib3, so here each new connection resolves the
 host itself, drops every address ``ssrf.address_refusal`` refuses, and
 connects only to what is left -- the check and the connection use the same

@@ -4,12 +4,17 @@ Client commands (``jobs``, ``runs``, ``cluster``, ``tokens``) are imported with 
 they need only the light side of cronman. Server commands are imported when
 they are called or listed, so the CLI starts without the server's
 dependencies; without them, a server command says which extra to install.
+The check asks for the distributions the ``server`` extra installs, read from
+cronman's own package metadata (requirements-server.txt), not a list of its own.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
+import re
+from pathlib import Path
 from typing import Any
 
 import click
@@ -33,15 +38,54 @@ SERVER_COMMANDS: dict[str, tuple[str, str]] = {
     "agent": ("cronman.cli.agent", "Run a worker agent (containers for container targets)."),
     "audit": ("cronman.cli.audit", "The audit trail: export the change stream, query it."),
 }
-# Top-level modules the server commands import; one missing means no server extra.
-SERVER_MODULES = ("flask", "gunicorn", "sqlalchemy", "alembic", "psycopg2", "redis", "boto3",
-                  "aiohttp", "prometheus_client")
+SERVER_EXTRA = "server"
 SERVER_EXTRA_HINT = "pip install 'cronman[server]'"
+# What the server extra reads (pyproject.toml); used when cronman runs from a
+# source tree that was never installed, so it has no package metadata.
+SERVER_REQUIREMENTS_FILE = Path(__file__).resolve().parents[2] / "requirements-server.txt"
 
 
-def missing_server_modules() -> list[str]:
-    """The server's top-level modules that cannot be imported here."""
-    return [name for name in SERVER_MODULES if importlib.util.find_spec(name) is None]
+def server_requirements() -> list[str]:
+    """The distributions the server extra installs, by name: from cronman's
+    package metadata, else from the source tree's requirements-server.txt."""
+    try:
+        requires = importlib.metadata.requires("cronman")
+    except importlib.metadata.PackageNotFoundError:
+        requires = None
+    if requires is not None:
+        return [_requirement_name(r) for r in requires if _in_server_extra(r)]
+    try:
+        lines = SERVER_REQUIREMENTS_FILE.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    names = (_requirement_name(line.split("#", 1)[0]) for line in lines
+             if not line.lstrip().startswith("-"))
+    return [name for name in names if name]
+
+
+def missing_server_packages() -> list[str]:
+    """The server extra's distributions that are not installed here."""
+    missing = []
+    for name in server_requirements():
+        try:
+            importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(name)
+    return missing
+
+
+def _requirement_name(requirement: str) -> str:
+    match = _NAME.match(requirement)
+    return match.group(0).strip() if match else ""
+
+
+def _in_server_extra(requirement: str) -> bool:
+    _, _, marker = requirement.partition(";")
+    return _EXTRA.search(marker) is not None
+
+
+_NAME = re.compile(r"\s*[A-Za-z0-9][A-Za-z0-9._-]*")
+_EXTRA = re.compile(rf"""\bextra\s*==\s*['"]{SERVER_EXTRA}['"]""")
 
 
 class CronmanGroup(click.Group):
@@ -57,7 +101,7 @@ class CronmanGroup(click.Group):
             module, description = SERVER_COMMANDS[cmd_name]
             if not _exists(module):
                 return None
-            missing = missing_server_modules()
+            missing = missing_server_packages()
             if missing:
                 return _needs_server(cmd_name, description, missing)
             importlib.import_module(module)

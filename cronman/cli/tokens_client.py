@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from cronman.cli.group import _needs_server, cli, missing_server_modules
+from cronman.cli.group import _needs_server, cli, missing_server_packages
 from cronman.cli.options import client_command, collect, first_page_only, more_hint
 from cronman.cli.output import emit, format_table, to_json, to_yaml
 from cronman.client import PAGE_MAX, ApiToken, CronmanClient
@@ -44,7 +44,7 @@ class TokensGroup(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in DATABASE_COMMANDS:
-            missing = missing_server_modules()
+            missing = missing_server_packages()
             if missing:
                 return _needs_server(f"tokens {cmd_name}", DATABASE_COMMANDS[cmd_name],
                                      missing)

@@ -40,6 +40,19 @@ STALE_AFTER = 10.0  # seconds without a sample of a source before it is no longe
 # offset does not wander by fractions of a millisecond with each round trip.
 HYSTERESIS_MS = 2
 
+# Sources of reference readings, the preferred first: the coordinator's clock
+# (the Redis server's TIME; in standalone, the in-process coordinator's, which
+# is this host's own), then the database server's.
+REDIS = "redis"
+IN_PROCESS = "in-process"
+DATABASE = "database"
+SOURCES = (REDIS, IN_PROCESS, DATABASE)
+SOURCE_NAMES = {
+    REDIS: "the Redis server's clock",
+    IN_PROCESS: "this host's clock (in-process coordinator, no Redis)",
+    DATABASE: "the database server's clock",
+}
+
 
 class DatabaseClockProbe:
     """Samples the database server's clock every few seconds: the reference
@@ -60,10 +73,10 @@ class DatabaseClockProbe:
                 sent, ms, received = await self._pool(self._sample)
             except StoreUnavailable:
                 ms = None
-            if ms is None and not self._clock.has_source("database"):
+            if ms is None and not self._clock.has_source(DATABASE):
                 return  # no clock of its own (SQLite): nothing to sample
             if ms is not None:
-                self._clock.observe("database", ms, sent, received)
+                self._clock.observe(DATABASE, ms, sent, received)
             if await self._lifecycle.sleep(self._interval):
                 return
 
@@ -161,7 +174,7 @@ class ReferenceClock:
     def observe(self, source: str, reference_ms: float, sent: float, received: float) -> None:
         """A reading of the reference (``reference_ms``) taken between the local
         wall-clock times ``sent`` and ``received`` (seconds), from ``source``
-        (``redis`` is preferred to ``database``)."""
+        (one of ``SOURCES``, the earlier preferred)."""
         rtt_ms = max(0.0, (received - sent) * 1000.0)
         offset = reference_ms - (sent + received) * 500.0
         now = self._monotonic()
@@ -173,7 +186,7 @@ class ReferenceClock:
             self._estimate(now)
 
     def _estimate(self, now: float) -> None:
-        for source in ("redis", "database"):
+        for source in SOURCES:
             window = self._samples.get(source)
             if window and window.latest_at >= now - STALE_AFTER:
                 best = window.best()
@@ -183,8 +196,8 @@ class ReferenceClock:
         offset = round(best.offset_ms)
         if source != self.source or abs(offset - self.offset_ms) >= HYSTERESIS_MS:
             if source != self.source:
-                log.info("clock reference: %s (offset %+d ms, +/- %.1f ms)", source, offset,
-                         best.rtt_ms / 2)
+                log.info("clock reference: %s (offset %+d ms, +/- %.1f ms)",
+                         SOURCE_NAMES.get(source, source), offset, best.rtt_ms / 2)
             self.offset_ms = offset
         self.source = source
         self.uncertainty_ms = best.rtt_ms / 2
@@ -195,7 +208,7 @@ class ReferenceClock:
                 log.error("this host's clock is %+.3f s off the cluster's reference (%s), more "
                           "than the %.3f s allowed: the node stops claiming fires and reports "
                           "not ready until its clock is corrected", self.skew_seconds,
-                          source, self.max_skew_ms / 1000.0)
+                          SOURCE_NAMES.get(source, source), self.max_skew_ms / 1000.0)
             else:
                 log.warning("this host's clock is back within %.3f s of the reference "
                             "(off by %+.3f s): the node claims fires again",

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from cronman.coordination.base import Coordinator, Pulse
 from cronman.errors import CoordinatorUnavailable
-from cronman.scheduler.clock import ReferenceClock
+from cronman.scheduler.clock import IN_PROCESS, REDIS, ReferenceClock
 from cronman.scheduler.metrics import NodeMetrics
 from cronman.scheduler.ratelog import RateLimitedLog
 
@@ -135,6 +135,8 @@ class Pulser:
         self.node_id = node_id
         self._coordinator = coordinator
         self._clock = clock
+        # Whose clock a pulse reads: Redis's, or this host's (in-process coordinator).
+        self._clock_source = REDIS if coordinator.shared else IN_PROCESS
         self._progress = progress
         self._peers = peers
         self._metrics = metrics
@@ -185,7 +187,7 @@ class Pulser:
         else:
             now = time.monotonic()
             self._ratelog.clear("pulse")
-            self._clock.observe("redis", reading.server_ms, reading.sent, reading.received)
+            self._clock.observe(self._clock_source, reading.server_ms, reading.sent, reading.received)
             self._metrics.clock_offset.set(self._clock.skew_seconds)
             slack = self._slack_ms(now, now - started)
             self._reading = _Reading(reading.server_ms, slack, reading.pulses)

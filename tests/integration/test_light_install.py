@@ -70,7 +70,7 @@ def test_the_cli_starts_and_server_commands_name_the_extra(light):
                     ["migrate"], ["bench"], ["tokens", "list"]):
         out = light_run(light, str(light / "cronman"), *command)
         assert out.returncode == 1, (command, out.stderr)
-        assert "pip install 'cronman[server]'" in out.stderr and "sqlalchemy" in out.stderr
+        assert "pip install 'cronman[server]'" in out.stderr and "SQLAlchemy" in out.stderr
     # Tokens through the API are a client command; the database side names the extra.
     out = light_run(light, str(light / "cronman"), "tokens", "--help")
     assert out.returncode == 0 and "api" in out.stdout and "[server]" in out.stdout

@@ -37,3 +37,22 @@ def test_the_light_and_server_sets_do_not_overlap_and_make_requirements_txt():
     includes = [line.split()[1] for line in (REPO / "requirements.txt").read_text().splitlines()
                 if line.startswith("-r ")]
     assert includes == ["requirements-client.txt", "requirements-server.txt"]
+
+
+def test_the_server_check_asks_for_what_the_server_extra_installs(monkeypatch):
+    """`cronman standalone` refuses to start only for want of a distribution the
+    server extra installs (it once asked for aiohttp, which only the dev set has)."""
+    import importlib.metadata
+
+    from cronman.cli import group
+
+    server = {name.lower() for name in pins("requirements-server.txt")}
+    assert {name.lower() for name in group.server_requirements()} == server
+    assert group.missing_server_packages() == []  # this venv has requirements.txt
+
+    def not_installed(name: str) -> None:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    # A source tree that was never installed reads requirements-server.txt.
+    monkeypatch.setattr(importlib.metadata, "requires", not_installed)
+    assert {name.lower() for name in group.server_requirements()} == server

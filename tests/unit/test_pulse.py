@@ -7,9 +7,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from cronman.coordination.base import Pulse, PulseReading
+from cronman.coordination.memory import InProcessCoordinator
 from cronman.errors import CoordinatorUnavailable
 from cronman.scheduler import pulse as pulse_module
-from cronman.scheduler.clock import ReferenceClock
+from cronman.scheduler.clock import IN_PROCESS, REDIS, ReferenceClock
 from cronman.scheduler.metrics import NodeMetrics
 from cronman.scheduler.pulse import (
     RTT_WINDOW_S,
@@ -36,6 +37,8 @@ class FakeTime:
 class ScriptedCoordinator:
     """Answers pulse round trips as told: a reading in which peer "b" last
     pulsed ``age_ms`` before the server's time, taking ``rtt_ms``; or a failure."""
+
+    shared = True  # as Redis: its clock is the cluster's reference
 
     def __init__(self, fake_time: FakeTime) -> None:
         self._time = fake_time
@@ -102,3 +105,19 @@ def test_a_peer_is_stale_past_the_bound_plus_the_slowest_recent_round_trip(setup
     fake_time.now += RTT_WINDOW_S
     pulser.pulse_once()
     assert pulser.progress_of("b") is None
+
+
+def test_the_clock_reference_is_named_for_the_coordinator_that_answers(setup, caplog):
+    pulser, _ = setup
+    pulser.pulse_once()
+    assert pulser._clock.source == REDIS
+    # Standalone: no Redis; the in-process coordinator's clock is this host's.
+    clock = ReferenceClock()
+    alone = Pulser("a", InProcessCoordinator(ttl=30.0), clock=clock,
+                   progress=lambda: Progress("v", True, 0, False), peers=lambda: ["a"],
+                   metrics=NodeMetrics(CollectorRegistry()))
+    with caplog.at_level("INFO", logger="cronman.scheduler.clock"):
+        alone.pulse_once()
+    assert clock.source == IN_PROCESS
+    assert "clock reference: this host's clock (in-process coordinator, no Redis)" in caplog.text
+    assert "redis" not in caplog.text.replace("no Redis", "")
