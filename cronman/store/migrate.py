@@ -61,14 +61,21 @@ class UpgradeReport:
 
 
 def migrations_dir() -> Path:
+    """The Alembic migrations: ``CRONMAN_MIGRATIONS_DIR``, else the repository's
+    ``migrations/`` (a source tree or an editable install), else the copy a wheel
+    carries (``cronman/_migrations``, made by setup.py)."""
     configured = os.environ.get("CRONMAN_MIGRATIONS_DIR")
-    path = Path(configured) if configured else Path(__file__).resolve().parents[2] / "migrations"
-    if not (path / "env.py").is_file():
-        raise RuntimeError(
-            f"Alembic migrations not found at {path}: install cronman editable from its "
-            "repository, or set CRONMAN_MIGRATIONS_DIR to the migrations directory"
-        )
-    return path
+    here = Path(__file__).resolve()
+    candidates = ([Path(configured)] if configured
+                  else [here.parents[2] / "migrations", here.parents[1] / "_migrations"])
+    for path in candidates:
+        if (path / "env.py").is_file():
+            return path
+    raise RuntimeError(
+        f"Alembic migrations not found at {' or '.join(map(str, candidates))}: install "
+        "cronman from its repository, or set CRONMAN_MIGRATIONS_DIR to the migrations "
+        "directory"
+    )
 
 
 def alembic_config(database_url: str) -> Config:
