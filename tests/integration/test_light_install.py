@@ -1,6 +1,8 @@
 """`pip install cronman` alone (no server extra) in a fresh venv: no server dependency is
-present, the CLI starts and names the extra, and the receiver example verifies and
-deduplicates real callbacks from a running cronman (standalone)."""
+present, the CLI starts and names the extra (and only what the extra installs), the
+Python client example runs, and the receiver example verifies and deduplicates real
+callbacks from a running cronman (standalone). Following the hint is tested in
+test_first_hour.py."""
 
 from __future__ import annotations
 
@@ -27,6 +29,10 @@ pytestmark = pytest.mark.slow
 SERVER_MODULES = ("flask", "werkzeug", "sqlalchemy", "alembic", "aiohttp", "psycopg2", "boto3",
                   "botocore", "redis", "gunicorn", "prometheus_client")
 SECRET = "light-secret"
+# What `pip install 'cronman[server]'` adds, by distribution name.
+SERVER_EXTRA = [line.split("==")[0] for line in
+                (REPO / "requirements-server.txt").read_text().splitlines()
+                if line and not line.startswith("#")]
 
 
 @pytest.fixture(scope="module")
@@ -71,11 +77,26 @@ def test_the_cli_starts_and_server_commands_name_the_extra(light):
         out = light_run(light, str(light / "cronman"), *command)
         assert out.returncode == 1, (command, out.stderr)
         assert "pip install 'cronman[server]'" in out.stderr and "SQLAlchemy" in out.stderr
+        # It asks only for what the server extra installs (once it asked for aiohttp).
+        missing = out.stderr.split("(missing: ", 1)[1].split(")", 1)[0].split(", ")
+        assert set(missing) == set(SERVER_EXTRA) and "aiohttp" not in out.stderr
     # Tokens through the API are a client command; the database side names the extra.
     out = light_run(light, str(light / "cronman"), "tokens", "--help")
     assert out.returncode == 0 and "api" in out.stdout and "[server]" in out.stdout
     out = light_run(light, str(light / "cronman"), "tokens", "api", "list", "--help")
     assert out.returncode == 0 and "--url" in out.stdout
+
+
+def test_the_python_client_example_runs_from_the_light_install(light, tmp_path):
+    with Processes(tmp_path) as procs:
+        node = procs.standalone(f"sqlite:///{tmp_path / 'cronman.db'}")
+        out = light_run(light, str(light / "python"), str(REPO / "examples" / "client_usage.py"),
+                        "http://127.0.0.1:9/hook", env={"CRONMAN_URL": node.url},  # type: ignore[attr-defined]
+                        timeout=120)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout.splitlines()[-1])
+    assert report["stale_update"] == "refused" and report["listed"] is True
+    assert report["runs"] == [report["triggered"]]
 
 
 def post(url: str, body: bytes, headers: dict[str, str]) -> int:
