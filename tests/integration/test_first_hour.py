@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -29,8 +28,13 @@ import pytest
 
 from tests.support.api import REPO, free_port
 from tests.support.processes import READY_LINE
+from tests.support.repo_copy import repo_copy
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("first-hour")]
+# Under `--dist loadgroup` the tests of one venv stay on one worker (built once) and
+# the two venvs are built side by side.
+pytestmark = pytest.mark.slow
+FRESH_COPY = pytest.mark.xdist_group("first-hour-fresh-copy")
+SERVER_EXTRA = pytest.mark.xdist_group("first-hour-server-extra")
 
 README = REPO / "README.md"
 # The Quick start's secret: the standalone fixture starts with it, as the README does.
@@ -73,19 +77,6 @@ def user_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def fresh_copy(dest: Path) -> Path:
-    """The repository's files (tracked and new, not ignored: what a clone of this
-    commit holds, with the working tree's changes), nothing built."""
-    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
-                          "--exclude-standard"], cwd=REPO, capture_output=True, check=True)
-    for name in out.stdout.decode().split("\0"):
-        src = REPO / name
-        if name and src.is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / name)
-    return dest
-
-
 def answers(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=1.0) as resp:
@@ -125,7 +116,7 @@ class Standalone:
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory) -> Iterator[Standalone]:
     """``ops/standalone`` in a fresh copy: .venv from requirements.txt alone."""
-    clone = fresh_copy(tmp_path_factory.mktemp("fresh") / "cronman")
+    clone = repo_copy(tmp_path_factory.mktemp("fresh") / "cronman")
     port = free_port()
     log = clone.parent / "standalone.log"
     proc = subprocess.Popen(["ops/standalone", "--bind", f"127.0.0.1:{port}"], cwd=clone,
@@ -151,6 +142,7 @@ def api(url: str, method: str = "GET", body: object = None) -> dict[str, object]
         return json.loads(resp.read() or b"{}")  # type: ignore[no-any-return]
 
 
+@FRESH_COPY
 def test_ops_standalone_on_a_fresh_copy_fires_a_job_at_the_example_receiver(standalone):
     clone = standalone.clone
     venv_bin = clone / ".venv" / "bin"
@@ -200,6 +192,7 @@ def test_ops_standalone_on_a_fresh_copy_fires_a_job_at_the_example_receiver(stan
         stop(receiver)
 
 
+@FRESH_COPY
 def test_every_readme_shell_block_runs(standalone, tmp_path):
     blocks = readme_blocks()
     assert blocks, "no ```sh block in the README"
@@ -235,11 +228,12 @@ def server_venv(tmp_path_factory) -> tuple[Path, str]:
     """`pip install <repo>` (the light side), then the hint a server command prints,
     followed as it is printed, with that venv's pip."""
     venv = tmp_path_factory.mktemp("server") / "venv"
+    source = repo_copy(venv.parent / "source")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     bin_ = venv / "bin"
     env = user_env(PATH=f"{bin_}{os.pathsep}{user_env()['PATH']}")
     pip = [str(bin_ / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, str(REPO)], check=True, timeout=600, cwd=venv.parent, env=env)
+    subprocess.run([*pip, str(source)], check=True, timeout=600, cwd=venv.parent, env=env)
     refused = subprocess.run([str(bin_ / "cronman"), "standalone"], capture_output=True,
                              text=True, timeout=60, cwd=venv.parent, env=env)
     assert refused.returncode == 1, refused.stderr
@@ -251,6 +245,7 @@ def server_venv(tmp_path_factory) -> tuple[Path, str]:
     return bin_, hint.group(1)
 
 
+@SERVER_EXTRA
 def test_the_server_hint_followed_makes_a_server_that_starts(server_venv, tmp_path):
     bin_, hint = server_venv
     assert hint == "pip install 'cronman[server]'"

@@ -23,6 +23,7 @@ import yaml
 from cronman.signing import sign
 from tests.support.api import REPO, free_port
 from tests.support.processes import Processes
+from tests.support.repo_copy import repo_copy
 
 pytestmark = pytest.mark.slow
 
@@ -39,10 +40,11 @@ SERVER_EXTRA = [line.split("==")[0] for line in
 def light(tmp_path_factory) -> Path:
     """A fresh venv holding `pip install <repo>` and nothing else; its bin folder."""
     venv = tmp_path_factory.mktemp("light") / "venv"
+    source = repo_copy(venv.parent / "source")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
            "--disable-pip-version-check"]
-    subprocess.run([*pip, str(REPO)], check=True, timeout=600, cwd=venv.parent)
+    subprocess.run([*pip, str(source)], check=True, timeout=600, cwd=venv.parent)
     return venv / "bin"
 
 
