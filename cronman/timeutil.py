@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -67,3 +68,52 @@ def parse_rfc3339(value: str) -> datetime:
 
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+# -- times relative to now ------------------------------------------------------
+#
+# ``-1h`` is the operator's way to say "an hour ago": ``now``, or a minus sign
+# and one or more ``<n><unit>`` parts in the order w, d, h, m, s (``-90m``,
+# ``-1h30m``, ``-7d``, ``-2w``). The API reads them in its time query
+# parameters (``cronman.api.timeparams``), the client and the CLI everywhere
+# they take a time.
+
+NOW = "now"
+_UNITS = "wdhms"
+# The same as _RELATIVE_RE, for OpenAPI (no named groups; at least one part).
+RELATIVE_PATTERN = "-(?:" + "|".join(
+    rf"\d{{1,9}}{unit}" + "".join(rf"(?:\d{{1,9}}{later})?" for later in _UNITS[i + 1:])
+    for i, unit in enumerate(_UNITS)) + ")"
+_RELATIVE_RE = re.compile(
+    r"^-(?:(?P<w>\d{1,9})w)?(?:(?P<d>\d{1,9})d)?(?:(?P<h>\d{1,9})h)?"
+    r"(?:(?P<m>\d{1,9})m)?(?:(?P<s>\d{1,9})s)?$")
+_UNIT_SECONDS = {"w": 604_800, "d": 86_400, "h": 3_600, "m": 60, "s": 1}
+# An offset longer than this is cut to it (no history is older).
+MAX_RELATIVE = timedelta(days=3650)
+TIME_HINT = ("RFC 3339 (2026-11-13T04:13:22Z), 'now', or relative to now "
+             "(-1h, -30m, -1h30m, -7d)")
+
+
+def relative_offset(raw: str) -> timedelta | None:
+    """How far back ``raw`` points (``now``: zero); None when it is not relative."""
+    text = raw.strip()
+    if text == NOW:
+        return timedelta(0)
+    match = _RELATIVE_RE.match(text)
+    if match is None or text == "-":
+        return None
+    seconds = sum(int(n) * _UNIT_SECONDS[unit]
+                  for unit, n in match.groupdict().items() if n is not None)
+    return timedelta(seconds=min(seconds, int(MAX_RELATIVE.total_seconds())))
+
+
+def parse_time_text(raw: str, *, now: datetime | None = None) -> datetime:
+    """The time ``raw`` names: RFC 3339, ``now`` or relative to ``now`` (default:
+    the clock); ValueError naming the accepted forms otherwise."""
+    offset = relative_offset(raw)
+    if offset is not None:
+        return (utcnow() if now is None else now) - offset
+    try:
+        return parse_rfc3339(raw)
+    except ValueError:
+        raise ValueError(f"must be {TIME_HINT}, not {raw!r}") from None
