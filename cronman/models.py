@@ -134,6 +134,7 @@ class JobFilter:
     labels: tuple[tuple[str, str], ...] = ()
     paused: bool | None = None
     name_prefix: str | None = None
+    name: str | None = None  # exactly this name (case-sensitive)
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,11 +31,11 @@ class JobHistory(ApiView):
             reject_bad_strings(cursor, "cursor")
         store = api_context().store
         if not ID_RE.match(job_id):
-            raise NotFound(f"no job {job_id!r}")
+            raise NotFound(f"no job with id {job_id!r}")
         job = store.jobs.get_job(job_id)
         namespace = job.namespace if job is not None else store.history.job_namespace(job_id)
         if namespace is None:
-            raise NotFound(f"no job {job_id!r}")
+            raise NotFound(f"no job with id {job_id!r}")
         principal().require(namespace)
         page = store.history.list_history(job_id, limit, cursor)
         return json_response({"items": [e.to_json() for e in page.items],

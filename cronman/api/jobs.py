@@ -81,7 +81,7 @@ def load_job(job_id: str) -> Job:
     """The live job ``job_id`` the caller may see; 404 / 403 otherwise."""
     job: Job | None = _store().jobs.get_job(job_id) if ID_RE.match(job_id) else None
     if job is None:
-        raise NotFound(f"no job {job_id!r}")
+        raise NotFound(f"no job with id {job_id!r}")
     principal().require(job.namespace)
     return job
 
@@ -218,10 +218,10 @@ class JobItem(ApiView):
         except DependentsExist as exc:  # name only the dependents the caller may see
             who = principal()
             seen = [d for d in exc.dependents if who.allows(d[0])]
-            raise Conflict(dependents_message(seen, exc.more, len(exc.dependents) - len(seen))
-                           ) from None
+            raise Conflict(dependents_message(seen, exc.more, len(exc.dependents) - len(seen)),
+                           field="force") from None
         if not deleted:
-            raise NotFound(f"no job {job_id!r}")
+            raise NotFound(f"no job with id {job_id!r}")
         return Response(status=204)
 
     def _replace(self, job_id: str, *, merge: bool) -> Response:

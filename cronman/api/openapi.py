@@ -78,7 +78,7 @@ def paths() -> dict[str, Any]:
                          ok("200", "Job", "the job"), "400 403 404 409 413", job,
                          body="JobPatch"),
             "delete": op("deleteJob", "Delete a job (409 while other jobs depend on it, "
-                          "unless forced)",
+                          "unless forced: the error's field is force)",
                           ok("204", None, "deleted; no fire after the answer plus 2 s"),
                           "400 403 404 409", [*job, query(
                               "force", {"type": "boolean", "default": False},

@@ -10,7 +10,7 @@ from typing import Any
 
 from cronman.api import openapi_parts as pt
 from cronman.api import openapi_schemas as sc
-from cronman.api.names import ID_PATTERN, NAME_MAX
+from cronman.api.names import ID_PATTERN, NAME_MAX, NAME_RE
 from cronman.api.run_search import JOB_FILTER_MAX, STATS_MAX_STEP
 from cronman.api.timeparams import RELATIVE_PATTERN
 from cronman.store.codec import JOB_CURSOR_PATTERN, NAME_CURSOR_PATTERN, SEARCH_CURSOR_PATTERN
@@ -79,6 +79,10 @@ def console_components(components: dict[str, Any]) -> dict[str, Any]:
 
 def _job_list_params() -> list[dict[str, Any]]:
     return [
+        pt.query("name", {"type": "string", "minLength": 1, "maxLength": NAME_MAX,
+                          "pattern": NAME_RE.pattern},
+                  "only the jobs of exactly this name (case-sensitive); with namespace, "
+                  "at most one: how a client finds the id of namespace/name"),
         pt.query("name_prefix", {"type": "string", "maxLength": NAME_MAX},
                   "only jobs whose name starts with this (case-sensitive)"),
         pt.query("sort", {"enum": ["id", "name"], "default": "id"},
@@ -104,7 +108,7 @@ def console_paths(paths: dict[str, Any]) -> dict[str, Any]:
                 f"^(?:{JOB_CURSOR_PATTERN})?$|^(?:{NAME_CURSOR_PATTERN})$")}
     job_list.extend(_job_list_params())
     paths["/v1/jobs"]["get"]["summary"] = (
-        "List jobs (id or name order, keyset pagination), by namespace, labels, name prefix")
+        "List jobs (id or name order, keyset pagination), by namespace, labels, name, name prefix")
     paths["/v1/runs"] = {"get": pt.op(
         "searchRuns", "Runs across jobs, newest scheduled first",
         pt.ok("200", "RunItemList", "a page of runs, each with its job's name and namespace"),

@@ -175,7 +175,7 @@ def paths() -> dict[str, Any]:
                        ok("200", "Calendar", "the calendar"), "400 403 404 409 413",
                        calendar, body="CalendarReplace"),
             "delete": op("deleteCalendar", "Delete an exclusion calendar (409 while jobs "
-                          "name it, unless forced)", ok("204", None, "deleted"),
+                          "name it, unless forced: the error's field is force)", ok("204", None, "deleted"),
                           "400 403 404 409", [*calendar, FORCE]),
         },
         "/v1/jobs/{job_id}/dependencies": {

@@ -103,7 +103,7 @@ class JobStore(Protocol):
 
     def search_jobs(self, flt: JobFilter, limit: int, cursor: str | None) -> Page:
         """Live jobs in (namespace, name) order -- the operator's list -- with
-        ``list_jobs``'s filters (``name_prefix`` is case-sensitive); keyset
+        ``list_jobs``'s filters (``name`` and ``name_prefix`` are case-sensitive); keyset
         pagination on (namespace, name), which is unique among live jobs."""
 
 

@@ -129,8 +129,8 @@ class SqlCalendarStore:
             users = _referencing(tx.conn, current.namespace, current.name)
             if users and not force:
                 raise Conflict(f"jobs name this calendar: {_shown(users)}; take it out of "
-                               "them first, or delete with force=true (they then fire on "
-                               "its dates)")
+                               "them first, or force the delete (they then fire on "
+                               "its dates)", field="force")
             tx.conn.execute(delete(cal).where(cal.c.id == calendar_id))
             tx.announce([CALENDARS_CHANGED])
             return True

@@ -108,8 +108,11 @@ def dependents_message(dependents: list[tuple[str, str, str]], more: bool,
     shown = ", ".join(f"{ns}/{name} ({kind})" for ns, name, kind in dependents)
     if hidden:
         shown = (shown + ", " if shown else "") + f"{hidden} in other namespaces"
+    # Neutral on how to force: the API names its ``force`` parameter in the
+    # error's field, the CLI its ``--force``.
     return (f"other jobs depend on this job: {shown}{' and more' if more else ''}; delete "
-            "them or their dependency first, or delete with force=true")
+            "them or their dependency first, or force the delete (they are left as "
+            "they are)")
 
 
 def record_deleted(tx: Tx, job_id: str, *, force: bool) -> None:

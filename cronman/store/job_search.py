@@ -1,5 +1,5 @@
 """The operator's job list: live jobs in (namespace, name) order, searchable
-by name prefix and labels (``JobStore.search_jobs``).
+by exact name, name prefix and labels (``JobStore.search_jobs``).
 
 The order is that of the unique index on live jobs' (namespace, name), so a
 page is one index range from the cursor on. A name prefix is a ``LIKE
@@ -34,6 +34,8 @@ class JobQueries:
             conds.append(jobs.c.namespace.in_(list(flt.namespaces)))
         if flt.paused is not None:
             conds.append(jobs.c.paused == flt.paused)
+        if flt.name is not None:
+            conds.append(jobs.c.name == flt.name)
         if flt.name_prefix:
             conds.append(name_starts_with(flt.name_prefix, self._db.dialect))
         if flt.labels:

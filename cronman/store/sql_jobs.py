@@ -132,7 +132,7 @@ class SqlJobStore(JobQueries):
         if not changes:
             job = self.get_job(job_id)
             if job is None:
-                raise NotFound(f"no job {job_id}")
+                raise NotFound(f"no job with id {job_id!r}")
             if expected_version is not None and job.version != expected_version:
                 raise _stale(job.version, expected_version)
             return job
@@ -159,7 +159,7 @@ class SqlJobStore(JobQueries):
                     select(jobs.c.version).where(jobs.c.id == job_id,
                                                  jobs.c.deleted_at.is_(None))).scalar()
                 if current is None:
-                    raise NotFound(f"no job {job_id}")
+                    raise NotFound(f"no job with id {job_id!r}")
                 raise _stale(current, expected_version)
             tx.announce([job_id])
             job = job_from_row(row)

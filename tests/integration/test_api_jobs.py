@@ -236,6 +236,38 @@ def test_list_filters(client):
         assert error_of(client.get("/v1/jobs" + query), 400)["field"] == field
 
 
+def test_exact_name_filter(client):
+    """``name=``: the jobs of exactly that name (how clients find namespace/name's id)."""
+    digest = create(client, name="daily-digest", namespace="examples")
+    create(client, name="daily-digest-2", namespace="examples")
+    create(client, name="Daily-Digest", namespace="examples")
+    other = create(client, name="daily-digest", namespace="other", paused=True)
+    create(client, name="reports/daily", namespace="examples")
+
+    def ids(query):
+        resp = client.get("/v1/jobs" + query)
+        assert resp.status_code == 200, resp.get_json()
+        return [j["id"] for j in resp.get_json()["items"]]
+
+    assert ids("?namespace=examples&name=daily-digest") == [digest["id"]]
+    assert sorted(ids("?name=daily-digest")) == sorted([digest["id"], other["id"]])
+    assert ids("?name=daily-digest&paused=true") == [other["id"]]
+    assert ids("?namespace=examples&name=daily") == []
+    assert len(ids("?namespace=examples&name=reports%2Fdaily")) == 1
+    assert ids("?name=daily-digest&sort=name") == [digest["id"], other["id"]]
+    assert error_of(client.get("/v1/jobs?name="), 400)["field"] == "name"
+    assert error_of(client.get("/v1/jobs?name=" + "x" * 257), 400)["field"] == "name"
+    assert error_of(client.get("/v1/jobs?name=a%00b"), 400)["field"] == "name"
+    assert error_of(client.get("/v1/jobs?name=xyz!"), 400)["field"] == "name"
+
+
+def test_a_missing_job_id_is_named_as_an_id(client):
+    job_id = "0190a1b2-c3d4-7e5f-8a9b-0123456789ab"
+    for resp in (client.get(f"/v1/jobs/{job_id}"), client.delete(f"/v1/jobs/{job_id}"),
+                 client.get(f"/v1/jobs/{job_id}/history")):
+        assert error_of(resp, 404)["message"] == f"no job with id '{job_id}'"
+
+
 def test_pagination_while_jobs_come_and_go(client):
     """No job that existed throughout is skipped, none is returned twice."""
     ids = [j["id"] for j in client.post("/v1/jobs/bulk", json={

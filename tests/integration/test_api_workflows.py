@@ -135,7 +135,8 @@ def test_a_job_others_depend_on_is_deleted_only_when_forced(client, store):
     up = create(client, "up", schedule=EVERY_MINUTE)
     down = create(client, "down", schedule=after("up"))
     e = error(client.delete(f"/v1/jobs/{up['id']}"), 409)
-    assert "default/down (after)" in e["message"] and "force" in e["message"]
+    assert "default/down (after)" in e["message"] and "force the delete" in e["message"]
+    assert e["field"] == "force" and "force=true" not in e["message"]
     assert client.get(f"/v1/jobs/{up['id']}").status_code == 200
     assert error(client.delete(f"/v1/jobs/{up['id']}?force=maybe"))["field"] == "force"
     assert client.delete(f"/v1/jobs/{up['id']}?force=true").status_code == 204
@@ -294,6 +295,7 @@ def test_calendars_crud_and_references(client, store):
         "namespace": "billing", "name": "renamed", "dates": []}), 409)["field"] == "name"
     e = error(client.delete(f"/v1/calendars/{cal['id']}"), 409)
     assert "billing/report" in e["message"] and "ops/mail" in e["message"]
+    assert e["field"] == "force" and "force the delete" in e["message"]
     assert client.delete(f"/v1/calendars/{cal['id']}?force=true").status_code == 204
     assert client.get(f"/v1/calendars/{cal['id']}").status_code == 404
 
