@@ -7,6 +7,11 @@
         for run in api.iter_job_runs(job["id"], statuses=["failed"]):
             api.replay_run(run["id"])
 
+A job is named by its id or as ``namespace/name`` (or a bare name with
+``namespace=``) wherever a call takes one (:mod:`cronman.client.job_refs`);
+a time is an aware ``datetime``, RFC 3339, ``now`` or relative to now
+(``-1h``, ``-90m``, ``-7d``).
+
 List calls come in two forms: ``list_*`` returns one ``Page`` (pass its
 ``next_cursor`` back), ``iter_*`` follows the cursors to the end. Every error
 is an ``ApiError`` (see :mod:`cronman.client.errors`); 503 answers and
@@ -23,6 +28,7 @@ from types import TracebackType
 from typing import Any, cast
 
 from cronman.client.errors import ApiError, BulkCreateError
+from cronman.client.job_refs import resolve_job
 from cronman.client.notifications import NotificationCalls
 from cronman.client.tokens import TokenCalls
 from cronman.client.transport import (
@@ -45,6 +51,7 @@ from cronman.client.types import (
     follow_pages,
 )
 from cronman.client.workflows import WorkflowCalls
+from cronman.timeutil import format_rfc3339, relative_offset, utcnow
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 DEFAULT_TIMEOUT = 30.0
@@ -127,11 +134,14 @@ class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls):
 
     def list_jobs(self, *, namespace: str | None = None, labels: Labels = (),
                   paused: bool | None = None, limit: int = 100,
-                  cursor: str | None = None) -> Page[Job]:
-        """One page of ``GET /v1/jobs`` (labels as ``{"team": "a"}`` or ``["team:a"]``)."""
+                  cursor: str | None = None, name: str | None = None) -> Page[Job]:
+        """One page of ``GET /v1/jobs`` (labels as ``{"team": "a"}`` or ``["team:a"]``;
+        ``name``: exactly that name)."""
         query: list[tuple[str, str]] = [("limit", str(limit))]
         if namespace is not None:
             query.append(("namespace", namespace))
+        if name is not None:
+            query.append(("name", name))
         query += [("label", label) for label in _label_filters(labels)]
         if paused is not None:
             query.append(("paused", "true" if paused else "false"))
@@ -143,66 +153,84 @@ class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls):
         return follow_pages(lambda cursor: self.list_jobs(
             namespace=namespace, labels=labels, paused=paused, limit=page_size, cursor=cursor))
 
-    def get_job(self, job_id: str) -> Job:
-        """``GET /v1/jobs/{id}``: the job with its ``last_run``."""
-        return cast(Job, self.request("GET", _job(job_id)))
+    def resolve_job(self, job: str, namespace: str | None = None) -> str:
+        """The id of the job ``job`` names: an id (as it is), ``namespace/name``, or a
+        name in ``namespace`` (or, without one, unique among the namespaces the
+        token may read). ``NotFoundError`` names what was asked when there is none."""
+        return resolve_job(self.request, job, namespace)
 
-    def replace_job(self, job_id: str, spec: JobSpec | Mapping[str, Any], *,
-                    version: int | None = None) -> Job:
+    def get_job(self, job: str, *, namespace: str | None = None) -> Job:
+        """``GET /v1/jobs/{id}``: the job with its ``last_run``."""
+        return cast(Job, self.request("GET", self._job(job, namespace)))
+
+    def replace_job(self, job: str, spec: JobSpec | Mapping[str, Any], *,
+                    version: int | None = None, namespace: str | None = None) -> Job:
         """``PUT``: the job becomes ``spec`` (omitted keys take their defaults).
 
         With ``version`` the API refuses the change (``ConflictError``) when the
         job is no longer at that version: someone changed it since it was read.
         Redacted secrets read from the API may be sent back as they are.
         """
-        return cast(Job, self.request("PUT", _job(job_id), _versioned(spec, version)))
+        return cast(Job, self.request("PUT", self._job(job, namespace),
+                                      _versioned(spec, version)))
 
-    def update_job(self, job_id: str, changes: JobSpec | Mapping[str, Any], *,
-                   version: int | None = None) -> Job:
+    def update_job(self, job: str, changes: JobSpec | Mapping[str, Any], *,
+                   version: int | None = None, namespace: str | None = None) -> Job:
         """``PATCH``: the top-level keys of ``changes`` replace the job's (``version`` as above)."""
-        return cast(Job, self.request("PATCH", _job(job_id), _versioned(changes, version)))
+        return cast(Job, self.request("PATCH", self._job(job, namespace),
+                                      _versioned(changes, version)))
 
-    def delete_job(self, job_id: str) -> None:
+    def delete_job(self, job: str, *, namespace: str | None = None) -> None:
         """``DELETE``: no fire after the answer plus 2 s."""
-        self.request("DELETE", _job(job_id))
+        self.request("DELETE", self._job(job, namespace))
 
-    def pause_job(self, job_id: str) -> Job:
-        return cast(Job, self.request("POST", _job(job_id) + "/pause"))
+    def pause_job(self, job: str, *, namespace: str | None = None) -> Job:
+        return cast(Job, self.request("POST", self._job(job, namespace) + "/pause"))
 
-    def resume_job(self, job_id: str) -> Job:
-        return cast(Job, self.request("POST", _job(job_id) + "/resume"))
+    def resume_job(self, job: str, *, namespace: str | None = None) -> Job:
+        return cast(Job, self.request("POST", self._job(job, namespace) + "/resume"))
 
-    def trigger_job(self, job_id: str) -> Run:
+    def trigger_job(self, job: str, *, namespace: str | None = None) -> Run:
         """Fire once now, outside the schedule: the new run (status ``claimed``)."""
-        return cast(Run, self.request("POST", _job(job_id) + "/trigger"))
+        return cast(Run, self.request("POST", self._job(job, namespace) + "/trigger"))
 
-    def next_fire_times(self, job_id: str, count: int = 10) -> list[str]:
+    def next_fire_times(self, job: str, count: int = 10, *,
+                        namespace: str | None = None) -> list[str]:
         """The job's next ``count`` (≤ 100) fire times, RFC 3339 UTC."""
-        answer = self.request("GET", _job(job_id) + "/next", query=[("count", str(count))])
+        answer = self.request("GET", self._job(job, namespace) + "/next",
+                              query=[("count", str(count))])
         return cast(list[str], answer["fire_times"])
 
-    def backfill_job(self, job_id: str, since: str | datetime,
-                     until: str | datetime) -> Backfill:
-        """Fire every scheduled time in [since, until] that has no run yet (≤ 10,000)."""
+    def backfill_job(self, job: str, since: str | datetime, until: str | datetime, *,
+                     namespace: str | None = None) -> Backfill:
+        """Fire every scheduled time in [since, until] that has no run yet (≤ 10,000).
+
+        ``requested`` of the answer counts the runs made, ``fire_times`` the
+        schedule's times in the range: the others already had runs.
+        """
         body = {"since": _time(since), "until": _time(until)}
-        return cast(Backfill, self.request("POST", _job(job_id) + "/backfill", body))
+        return cast(Backfill, self.request("POST", self._job(job, namespace) + "/backfill",
+                                           body))
 
-    def list_job_history(self, job_id: str, *, limit: int = 100,
-                         cursor: str | None = None) -> Page[HistoryEntry]:
-        """One page of a job's recorded changes, newest first (a deleted job's too)."""
-        return self._page(_job(job_id) + "/history", [("limit", str(limit))], cursor)
+    def list_job_history(self, job: str, *, limit: int = 100, cursor: str | None = None,
+                         namespace: str | None = None) -> Page[HistoryEntry]:
+        """One page of a job's recorded changes, newest first (a deleted job's too, by id)."""
+        return self._page(self._job(job, namespace) + "/history", [("limit", str(limit))],
+                          cursor)
 
-    def iter_job_history(self, job_id: str, *,
-                         page_size: int = PAGE_MAX) -> Iterator[HistoryEntry]:
+    def iter_job_history(self, job: str, *, page_size: int = PAGE_MAX,
+                         namespace: str | None = None) -> Iterator[HistoryEntry]:
         """Every recorded change of a job, newest first."""
+        job_id = self.resolve_job(job, namespace)
         return follow_pages(lambda cursor: self.list_job_history(job_id, limit=page_size,
                                                             cursor=cursor))
 
     # -- runs ------------------------------------------------------------------
 
-    def list_job_runs(self, job_id: str, *, since: str | datetime | None = None,
+    def list_job_runs(self, job: str, *, since: str | datetime | None = None,
                       until: str | datetime | None = None, statuses: Iterable[str] = (),
-                      limit: int = 100, cursor: str | None = None) -> Page[Run]:
+                      limit: int = 100, cursor: str | None = None,
+                      namespace: str | None = None) -> Page[Run]:
         """One page of a job's runs, newest first."""
         query: list[tuple[str, str]] = [("limit", str(limit))]
         if since is not None:
@@ -210,15 +238,19 @@ class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls):
         if until is not None:
             query.append(("until", _time(until)))
         query += [("status", s) for s in statuses]
-        return self._page(_job(job_id) + "/runs", query, cursor)
+        return self._page(self._job(job, namespace) + "/runs", query, cursor)
 
-    def iter_job_runs(self, job_id: str, *, since: str | datetime | None = None,
+    def iter_job_runs(self, job: str, *, since: str | datetime | None = None,
                       until: str | datetime | None = None, statuses: Iterable[str] = (),
-                      page_size: int = PAGE_MAX) -> Iterator[Run]:
-        """Every run of a job matching the filters, newest first."""
+                      page_size: int = PAGE_MAX, namespace: str | None = None) -> Iterator[Run]:
+        """Every run of a job matching the filters, newest first (a relative
+        ``since``/``until`` is read once, so the pages cover one window)."""
         wanted = tuple(statuses)
+        job_id = self.resolve_job(job, namespace)
+        lo = None if since is None else _time(since)
+        hi = None if until is None else _time(until)
         return follow_pages(lambda cursor: self.list_job_runs(
-            job_id, since=since, until=until, statuses=wanted, limit=page_size, cursor=cursor))
+            job_id, since=lo, until=hi, statuses=wanted, limit=page_size, cursor=cursor))
 
     def list_runs(self, *, statuses: Iterable[str] = (), since: str | datetime | None = None,
                   until: str | datetime | None = None, namespace: str | None = None,
@@ -228,20 +260,22 @@ class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls):
         each with its job's ``job_name`` and ``namespace``.
 
         ``since``/``until`` take RFC 3339, an aware datetime, ``now`` or a time
-        relative to now (``-1h``, ``-90m``, ``-1h30m``, ``-7d``); left out, the
-        API reads from the oldest retained run to a day ahead. Filters of one
-        kind are alternatives (any of the statuses), filters of different
-        kinds all apply. The answer covers only the token's namespaces.
+        relative to now (``-1h``, ``-90m``, ``-1h30m``, ``-7d``; the API reads
+        these by its clock); left out, the API reads from the oldest retained
+        run to a day ahead. ``job_ids`` are jobs as every call names them (id,
+        ``namespace/name``, or a name in ``namespace``). Filters of one kind are
+        alternatives (any of the statuses), filters of different kinds all
+        apply. The answer covers only the token's namespaces.
         """
         query: list[tuple[str, str]] = [("limit", str(limit))]
         query += [("status", s) for s in statuses]
         if since is not None:
-            query.append(("since", _time(since)))
+            query.append(("since", _time(since, keep_relative=True)))
         if until is not None:
-            query.append(("until", _time(until)))
+            query.append(("until", _time(until, keep_relative=True)))
         if namespace is not None:
             query.append(("namespace", namespace))
-        query += [("job", j) for j in job_ids]
+        query += [("job", self.resolve_job(j, namespace)) for j in job_ids]
         query += [("target_kind", k) for k in target_kinds]
         return self._page("/v1/runs", query, cursor)
 
@@ -258,7 +292,8 @@ class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls):
         """
         filters: dict[str, Any] = {
             "statuses": tuple(statuses), "since": since, "until": until,
-            "namespace": namespace, "job_ids": tuple(job_ids),
+            "namespace": namespace,
+            "job_ids": tuple(self.resolve_job(j, namespace) for j in job_ids),
             "target_kinds": tuple(target_kinds)}
         return follow_pages(lambda cursor: self.list_runs(**filters, limit=page_size,
                                                      cursor=cursor))
@@ -299,10 +334,10 @@ class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls):
         answer = self.request("GET", path, query=query)
         return Page(items=list(answer["items"]), next_cursor=answer.get("next_cursor"))
 
+    def _job(self, job: str, namespace: str | None) -> str:
+        """The path of the job ``job`` names (a name is looked up first)."""
+        return "/v1/jobs/" + quote_segment(self.resolve_job(job, namespace))
 
-
-def _job(job_id: str) -> str:
-    return "/v1/jobs/" + quote_segment(job_id)
 
 
 def _run(run_id: str) -> str:
@@ -316,11 +351,18 @@ def _versioned(spec: Mapping[str, Any], version: int | None) -> dict[str, Any]:
     return body
 
 
-def _time(value: str | datetime) -> str:
+def _time(value: str | datetime, *, keep_relative: bool = False) -> str:
+    """A time as the API takes it: ``now`` and ``-1h`` become RFC 3339 by this
+    clock, unless ``keep_relative`` (for the calls whose API reads them itself);
+    any other string goes as it is (the API checks it)."""
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise ValueError("a naive datetime is ambiguous; give it a timezone")
         return value.isoformat()
+    if not keep_relative:
+        offset = relative_offset(value)
+        if offset is not None:
+            return format_rfc3339(utcnow() - offset) or ""
     return value
 
 

@@ -71,6 +71,8 @@ class NotificationCalls:
 
     request: Callable[..., Any]
     _page: Callable[..., Page[Any]]
+    # CronmanClient's: the id of a job named by id, namespace/name, or a name.
+    resolve_job: Callable[[str, str | None], str]
 
     # -- namespace rules ---------------------------------------------------------
 
@@ -111,12 +113,13 @@ class NotificationCalls:
                            statuses: Iterable[str] = (), events: Iterable[str] = (),
                            limit: int = 100, cursor: str | None = None) -> Page[Notification]:
         """One page of ``GET /v1/notifications``, newest first (``events``: failed,
-        lost, recovered, late, digest)."""
+        lost, recovered, late, digest; ``job_id``: a job's id, ``namespace/name``,
+        or a name in ``namespace``)."""
         query = [("limit", str(limit))]
         if namespace is not None:
             query.append(("namespace", namespace))
         if job_id is not None:
-            query.append(("job_id", job_id))
+            query.append(("job_id", self.resolve_job(job_id, namespace)))
         query += [("status", s) for s in statuses]
         query += [("event", e) for e in events]
         return self._page("/v1/notifications", query, cursor)
@@ -125,6 +128,8 @@ class NotificationCalls:
                            statuses: Iterable[str] = (), events: Iterable[str] = (),
                            page_size: int = PAGE_MAX) -> Iterator[Notification]:
         wanted_statuses, wanted_events = tuple(statuses), tuple(events)
+        if job_id is not None:
+            job_id = self.resolve_job(job_id, namespace)
         return follow_pages(lambda cursor: self.list_notifications(
             namespace=namespace, job_id=job_id, statuses=wanted_statuses,
             events=wanted_events, limit=page_size, cursor=cursor))

@@ -16,8 +16,10 @@ Waits double from ``backoff`` up to ``max_backoff``, with jitter; a
 
 from __future__ import annotations
 
+import html
 import json
 import random
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,6 +40,11 @@ from cronman.client.errors import ApiError, error_for
 
 RETRY_STATUSES = frozenset({502, 503, 504})
 SAFE_METHODS = frozenset({"GET", "HEAD"})
+# How much of an answer that is not the API's error envelope an error quotes.
+EXCERPT_CHARS = 160
+_TITLE_RE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
+_DROPPED_RE = re.compile(r"<(script|style|head)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+_TAG_RE = re.compile(r"<[^>]*>")
 Query = Sequence[tuple[str, str]]
 
 
@@ -142,10 +149,12 @@ class Transport:
             except ValueError as exc:
                 raise ApiError(resp.status, "bad_answer",
                                f"the API answered with invalid JSON: {exc}") from None
-        raise _error_from(resp.status, raw, resp.reason or "", resp.headers.get("Retry-After"))
+        raise _error_from(resp.status, raw, resp.reason or "", resp.headers.get("Retry-After"),
+                          resp.headers.get("Content-Type") or "")
 
 
-def _error_from(status: int, raw: bytes, reason: str, retry_after: str | None) -> ApiError:
+def _error_from(status: int, raw: bytes, reason: str, retry_after: str | None,
+                content_type: str = "") -> ApiError:
     wait: float | None = None
     if retry_after:
         try:
@@ -157,8 +166,25 @@ def _error_from(status: int, raw: bytes, reason: str, retry_after: str | None) -
         return error_for(status, str(err.get("code") or "error"),
                          str(err.get("message") or reason), err.get("field"), retry_after=wait)
     except (ValueError, KeyError, TypeError, AttributeError):
-        text = raw.decode("utf-8", "replace").strip()[:200]
+        text = excerpt(raw, content_type)
         return error_for(status, "error", text or reason or f"HTTP {status}", retry_after=wait)
+
+
+def excerpt(raw: bytes, content_type: str = "") -> str:
+    """A short one-line excerpt of an answer that is not the API's JSON: an HTML
+    page (a proxy's 502, say) by its title, or else its text without tags."""
+    text = raw.decode("utf-8", "replace")
+    is_html = "html" in content_type.lower() or text.lstrip()[:1] == "<"
+    if is_html:
+        title = _TITLE_RE.search(text)
+        text = title.group(1) if title else _TAG_RE.sub(" ", _DROPPED_RE.sub(" ", text))
+        text = html.unescape(text)
+    text = " ".join(text.split())
+    if len(text) > EXCERPT_CHARS:
+        text = text[:EXCERPT_CHARS - 1].rstrip() + "…"
+    if is_html and text:
+        return f"{text} (an HTML page, not the API's JSON)"
+    return text
 
 
 def _reason(exc: BaseException) -> str:

@@ -54,21 +54,24 @@ class WorkflowCalls:
 
     request: Callable[..., Any]
     _page: Callable[..., Page[Any]]
+    # CronmanClient's: a job path from an id, namespace/name, or a name in a namespace.
+    _job: Callable[[str, str | None], str]
 
-    def job_dependencies(self, job_id: str) -> JobDependencies:
+    def job_dependencies(self, job: str, *, namespace: str | None = None) -> JobDependencies:
         """The job's upstream jobs and the jobs downstream of it."""
         return cast(JobDependencies,
-                    self.request("GET", f"/v1/jobs/{quote_segment(job_id)}/dependencies"))
+                    self.request("GET", self._job(job, namespace) + "/dependencies"))
 
-    def next_fires(self, job_id: str, count: int = 10) -> dict[str, Any]:
+    def next_fires(self, job: str, count: int = 10, *,
+                   namespace: str | None = None) -> dict[str, Any]:
         """``GET /v1/jobs/{id}/next``: ``fire_times`` and, of them, the ``excluded``
         ones ({fire_time, calendar}) an exclusion calendar skips."""
         return cast(dict[str, Any], self.request(
-            "GET", f"/v1/jobs/{quote_segment(job_id)}/next", query=[("count", str(count))]))
+            "GET", self._job(job, namespace) + "/next", query=[("count", str(count))]))
 
-    def delete_job_forced(self, job_id: str) -> None:
+    def delete_job_forced(self, job: str, *, namespace: str | None = None) -> None:
         """``DELETE`` even though other jobs depend on it (they are left as they are)."""
-        self.request("DELETE", f"/v1/jobs/{quote_segment(job_id)}", query=[("force", "true")])
+        self.request("DELETE", self._job(job, namespace), query=[("force", "true")])
 
     # -- calendars ---------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from cronman.client import (
 from tests.support.api import free_port
 
 FAST = RetryPolicy(attempts=4, backoff=0.01, max_backoff=0.05)
+JOB_ID = "0190a1b2-c3d4-7e5f-8a9b-0123456789ab"
 
 
 @contextmanager
@@ -70,7 +71,7 @@ def test_503_is_retried_for_every_method_then_succeeds():
 def test_503_gives_up_after_the_attempts():
     with scripted([unavailable()] * 5) as (url, seen):
         with pytest.raises(Unavailable) as exc:
-            CronmanClient(url, retry=FAST).get_job("j1")
+            CronmanClient(url, retry=FAST).get_job(JOB_ID)
     assert len(seen) == 4 and exc.value.code == "store_unavailable"
 
 
@@ -96,7 +97,7 @@ def test_errors_carry_code_message_and_field_and_are_not_retried():
             400, "invalid", "schedule.timezone")
         assert str(exc.value) == "HTTP 400: unknown time zone (schedule.timezone)"
         with pytest.raises(ConflictError):
-            client.replace_job("j1", {"name": "a"}, version=3)
+            client.replace_job(JOB_ID, {"name": "a"}, version=3)
     assert len(seen) == 2 and json.loads(seen[1][2])["version"] == 3
 
 
@@ -123,3 +124,28 @@ def test_pages_are_followed_and_queries_encoded():
     assert [i["id"] for i in items] == ["a", "b", "c"]
     assert seen[0][1] == "/v1/jobs?limit=2&namespace=ns&label=team%3Aa+b"
     assert seen[1][1].endswith("&cursor=c%2F1")
+
+
+def test_a_job_named_by_namespace_and_name_is_looked_up_once_then_called_by_id():
+    page = {"items": [{"id": JOB_ID, "namespace": "examples", "name": "reports/daily"}],
+            "next_cursor": None}
+    with scripted([(200, page), (202, {"id": "r1"}), (200, {"fire_times": []})]) as (url, seen):
+        client = CronmanClient(url, retry=FAST)
+        assert client.trigger_job("examples/reports/daily") == {"id": "r1"}
+        client.next_fires(JOB_ID.upper(), 3)  # an id: no lookup
+    assert [(m, p) for m, p, _ in seen] == [
+        ("GET", "/v1/jobs?name=reports%2Fdaily&limit=6&namespace=examples"),
+        ("POST", f"/v1/jobs/{JOB_ID}/trigger"),
+        ("GET", f"/v1/jobs/{JOB_ID.upper()}/next?count=3")]
+
+
+def test_excerpts_of_answers_that_are_not_the_apis_json():
+    from cronman.client.transport import EXCERPT_CHARS, excerpt
+
+    page = b"<html><head><title>502 Bad\n  Gateway</title></head><body>" + b"x" * 5000
+    assert excerpt(page, "text/html") == "502 Bad Gateway (an HTML page, not the API's JSON)"
+    untitled = (b"<html><head><style>p {}</style></head><body><h1>Service &amp; "
+                b"co</h1>\n<p>down</p><script>x()</script></body></html>")
+    assert excerpt(untitled) == "Service & co down (an HTML page, not the API's JSON)"
+    text = excerpt(b"plain " * 100, "text/plain")
+    assert len(text) == EXCERPT_CHARS and text.endswith("…") and "\n" not in text
