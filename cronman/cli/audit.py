@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from cronman.cli.group import RET_ERROR, RET_UNAVAILABLE, cli
+from cronman.cli.options import DAY, TIME_HELP
 from cronman.cli.output import format_table
 from cronman.config import Settings
 
@@ -77,14 +78,14 @@ def export(database_url: str | None, url: str | None, s3_endpoint_url: str | Non
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path),
               default=DEFAULT_CACHE, show_default=True,
               help="where a bucket's objects are fetched to")
-@click.option("--since", type=click.DateTime(["%Y-%m-%d"]), default=None,
-              help="fetch only objects of this day (UTC) and later")
-@click.option("--until", type=click.DateTime(["%Y-%m-%d"]), default=None,
-              help="fetch only objects of this day (UTC) and earlier")
+@click.option("--since", type=DAY, default=None,
+              help=f"fetch only objects of this day (UTC) and later: 2026-11-13 or {TIME_HELP}")
+@click.option("--until", type=DAY, default=None,
+              help=f"fetch only objects of this day (UTC) and earlier: 2026-11-13 or {TIME_HELP}")
 @click.option("-o", "--output", "fmt", type=click.Choice(["table", "json", "csv"]),
               default="table", show_default=True)
 def query(sql: str, url: str | None, s3_endpoint_url: str | None, cache_dir: Path,
-          since: Any, until: Any, fmt: str) -> None:
+          since: date | None, until: date | None, fmt: str) -> None:
     """Run SQL (DuckDB) over the exported objects.
 
     Views: jobs, job_history, scheduled_jobs (= runs); one row per change,
@@ -97,10 +98,8 @@ def query(sql: str, url: str | None, s3_endpoint_url: str | None, cache_dir: Pat
 
     settings = _settings(url=url, s3_endpoint_url=s3_endpoint_url)
     sink = open_sink(settings.url, s3_endpoint_url=settings.s3_endpoint_url)
-    day_since: date | None = since.date() if since else None
-    day_until: date | None = until.date() if until else None
     try:
-        result = query_sink(sql, sink, cache_dir=cache_dir, since=day_since, until=day_until)
+        result = query_sink(sql, sink, cache_dir=cache_dir, since=since, until=until)
     except duckdb.Error as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(RET_ERROR)

@@ -12,10 +12,14 @@ import yaml
 from cronman.cli.documents import DocumentError, load_definitions
 from cronman.cli.group import RET_ERROR, cli
 from cronman.cli.options import (
+    JOB_HELP,
+    TIME,
+    TIME_HELP,
     client_command,
     collect,
     fail,
     first_page_only,
+    job_namespace,
     more_hint,
     progress,
 )
@@ -31,7 +35,13 @@ from cronman.cli.output import (
     to_json,
     to_yaml,
 )
-from cronman.client import BULK_MAX, PAGE_MAX, BulkCreateError, CronmanClient, Job
+from cronman.client import (
+    BULK_MAX,
+    PAGE_MAX,
+    BulkCreateError,
+    CronmanClient,
+    Job,
+)
 from cronman.vocabulary import RUN_STATUSES
 
 # Keys the API assigns; dropped from a definition read back for an update.
@@ -40,7 +50,11 @@ SERVER_KEYS = ("id", "version", "created_at", "updated_at", "next_fire_at", "las
 
 @cli.group("jobs")
 def jobs() -> None:
-    """Create, list, change and run jobs through the API."""
+    """Create, list, change and run jobs through the API.
+
+    A command that takes a JOB takes its id, namespace/name, or a bare name
+    with -n NAMESPACE (or one that only one namespace holds).
+    """
 
 
 def _definitions(path: str) -> list[dict[str, Any]]:
@@ -109,17 +123,19 @@ def jobs_list(client: CronmanClient, fmt: str, namespace: str | None,
     more_hint(fmt, "jobs", cursor)
 
 
-@jobs.command("get")
-@click.argument("job_id")
+@jobs.command("get", epilog=JOB_HELP)
+@click.argument("job")
+@job_namespace
 @client_command
-def jobs_get(client: CronmanClient, fmt: str, job_id: str) -> None:
+def jobs_get(client: CronmanClient, fmt: str, job: str, namespace: str | None) -> None:
     """Show one job and its last run."""
-    job = client.get_job(job_id)
-    emit(fmt, job, lambda: job_details(job))
+    found = client.get_job(job, namespace=namespace)
+    emit(fmt, found, lambda: job_details(found))
 
 
-@jobs.command("update")
-@click.argument("job_id")
+@jobs.command("update", epilog=JOB_HELP)
+@click.argument("job")
+@job_namespace
 @click.option("-f", "--file", "path", default=None,
               help="JSON or YAML: its top-level keys replace the job's ('-': stdin)")
 @click.option("--set", "assignments", multiple=True, metavar="PATH=VALUE",
@@ -128,8 +144,9 @@ def jobs_get(client: CronmanClient, fmt: str, job_id: str) -> None:
 @click.option("--if-version", type=int, default=None,
               help="refuse unless the job is at this version")
 @client_command
-def jobs_update(client: CronmanClient, fmt: str, job_id: str, path: str | None,
-                assignments: tuple[str, ...], if_version: int | None) -> None:
+def jobs_update(client: CronmanClient, fmt: str, job: str, namespace: str | None,
+                path: str | None, assignments: tuple[str, ...],
+                if_version: int | None) -> None:
     """Change a job: keys from a file and/or single values.
 
     The job is read, changed and written back with its version, so a change
@@ -144,6 +161,7 @@ def jobs_update(client: CronmanClient, fmt: str, job_id: str, path: str | None,
             raise click.BadParameter(f"holds {len(specs)} jobs; update takes one",
                                      param_hint="-f")
         changes = specs[0]
+    job_id = client.resolve_job(job, namespace)
     current = client.get_job(job_id)
     if if_version is not None and current["version"] != if_version:
         click.echo(f"error: the job is at version {current['version']}, not {if_version}",
@@ -153,8 +171,8 @@ def jobs_update(client: CronmanClient, fmt: str, job_id: str, path: str | None,
     spec.update({k: v for k, v in changes.items() if k not in SERVER_KEYS})
     for assignment in assignments:
         _assign(spec, assignment)
-    job = client.replace_job(job_id, spec, version=current["version"])
-    emit(fmt, job, lambda: jobs_table([job]), lambda: jobs_wide([job]))
+    updated = client.replace_job(job_id, spec, version=current["version"])
+    emit(fmt, updated, lambda: jobs_table([updated]), lambda: jobs_wide([updated]))
 
 
 def _assign(spec: dict[str, Any], assignment: str) -> None:
@@ -179,34 +197,39 @@ def _assign(spec: dict[str, Any], assignment: str) -> None:
 
 
 def _job_action(name: str, help_text: str) -> None:
-    @jobs.command(name, help=help_text)
-    @click.argument("job_id")
+    @jobs.command(name, help=help_text, epilog=JOB_HELP)
+    @click.argument("job")
+    @job_namespace
     @client_command
-    def command(client: CronmanClient, fmt: str, job_id: str) -> None:
-        job = client.pause_job(job_id) if name == "pause" else client.resume_job(job_id)
-        emit(fmt, job, lambda: jobs_table([job]), lambda: jobs_wide([job]))
+    def command(client: CronmanClient, fmt: str, job: str, namespace: str | None) -> None:
+        act = client.pause_job if name == "pause" else client.resume_job
+        done = act(job, namespace=namespace)
+        emit(fmt, done, lambda: jobs_table([done]), lambda: jobs_wide([done]))
 
 
 _job_action("pause", "Pause a job (it keeps its schedule; no fires until resumed).")
 _job_action("resume", "Resume a paused job.")
 
 
-@jobs.command("trigger")
-@click.argument("job_id")
+@jobs.command("trigger", epilog=JOB_HELP)
+@click.argument("job")
+@job_namespace
 @client_command
-def jobs_trigger(client: CronmanClient, fmt: str, job_id: str) -> None:
+def jobs_trigger(client: CronmanClient, fmt: str, job: str, namespace: str | None) -> None:
     """Fire a job once now, outside its schedule."""
-    run = client.trigger_job(job_id)
+    run = client.trigger_job(job, namespace=namespace)
     emit(fmt, run, lambda: runs_table([run]), lambda: runs_wide([run]))
 
 
-@jobs.command("next")
-@click.argument("job_id")
+@jobs.command("next", epilog=JOB_HELP)
+@click.argument("job")
+@job_namespace
 @click.option("--count", "-c", type=click.IntRange(1, 100), default=10, show_default=True)
 @client_command
-def jobs_next(client: CronmanClient, fmt: str, job_id: str, count: int) -> None:
+def jobs_next(client: CronmanClient, fmt: str, job: str, namespace: str | None,
+              count: int) -> None:
     """The job's next fire times (and which an exclusion calendar skips)."""
-    answer = client.next_fires(job_id, count)
+    answer = client.next_fires(job, count, namespace=namespace)
     times = answer["fire_times"]
     skipped = {e["fire_time"]: e["calendar"] for e in answer.get("excluded") or ()}
     emit(fmt, answer, lambda: "\n".join(
@@ -214,32 +237,54 @@ def jobs_next(client: CronmanClient, fmt: str, job_id: str, count: int) -> None:
         if times else "no fire times")
 
 
-@jobs.command("backfill")
-@click.argument("job_id")
-@click.option("--since", required=True, help="RFC 3339 (start of the range)")
-@click.option("--until", required=True, help="RFC 3339 (end of the range)")
+@jobs.command("backfill", epilog=JOB_HELP)
+@click.argument("job")
+@job_namespace
+@click.option("--since", type=TIME, required=True, help=f"start of the range: {TIME_HELP}")
+@click.option("--until", type=TIME, default="now", show_default=True,
+              help=f"end of the range (at most now): {TIME_HELP}")
 @client_command
-def jobs_backfill(client: CronmanClient, fmt: str, job_id: str, since: str, until: str) -> None:
+def jobs_backfill(client: CronmanClient, fmt: str, job: str, namespace: str | None,
+                  since: str, until: str) -> None:
     """Fire every scheduled time in a range that has no run yet (at most 10,000)."""
-    answer = client.backfill_job(job_id, since, until)
-    emit(fmt, answer, lambda: f"requested {answer['requested']} runs "
-                              f"({answer['fire_times']} fire times in the range)")
+    answer = client.backfill_job(job, since, until, namespace=namespace)
+    emit(fmt, answer, lambda: backfill_text(answer["requested"], answer["fire_times"]))
 
 
-@jobs.command("runs")
-@click.argument("job_id")
+def backfill_text(requested: int, fire_times: int) -> str:
+    """What a backfill did, and why it requested fewer runs than the range has fire times."""
+    if fire_times == 0:
+        return "requested 0 runs: the job's schedule has no fire times in the range"
+    text = (f"requested {requested} {_plural(requested, 'run')} for {fire_times} "
+            f"{_plural(fire_times, 'fire time')} in the range")
+    had = fire_times - requested
+    if had == 0:
+        return text
+    if requested == 0:
+        return text + (": it already has a run" if had == 1 else ": each already has a run")
+    return text + f": {had} already {'has a run' if had == 1 else 'have runs'}"
+
+
+def _plural(n: int, noun: str) -> str:
+    return noun if n == 1 else noun + "s"
+
+
+@jobs.command("runs", epilog=JOB_HELP)
+@click.argument("job")
+@job_namespace
 @click.option("--status", "statuses", multiple=True, type=click.Choice([s.value for s in RUN_STATUSES]),
               help="a status (repeatable)")
-@click.option("--since", default=None, help="RFC 3339")
-@click.option("--until", default=None, help="RFC 3339")
+@click.option("--since", type=TIME, default=None, help=f"scheduled at or after: {TIME_HELP}")
+@click.option("--until", type=TIME, default=None, help=f"scheduled before: {TIME_HELP}")
 @click.option("--limit", type=click.IntRange(1, PAGE_MAX), default=20, show_default=True)
 @click.option("--all", "follow", is_flag=True, help="every run in the range (all pages)")
 @click.option("--cursor", default=None, help="start at this next_cursor of a previous page")
 @client_command
-def jobs_runs(client: CronmanClient, fmt: str, job_id: str, statuses: tuple[str, ...],
-              since: str | None, until: str | None, limit: int, follow: bool,
-              cursor: str | None) -> None:
+def jobs_runs(client: CronmanClient, fmt: str, job: str, namespace: str | None,
+              statuses: tuple[str, ...], since: str | None, until: str | None, limit: int,
+              follow: bool, cursor: str | None) -> None:
     """A job's runs, newest first (runs across jobs: `cronman runs list`)."""
+    job_id = client.resolve_job(job, namespace)
     if follow:
         first_page_only(cursor)
         runs = collect(client.iter_job_runs(job_id, since=since, until=until,
@@ -255,18 +300,20 @@ def jobs_runs(client: CronmanClient, fmt: str, job_id: str, statuses: tuple[str,
     more_hint(fmt, "runs", cursor)
 
 
-@jobs.command("history")
-@click.argument("job_id")
+@jobs.command("history", epilog=JOB_HELP + " (a deleted job: its id)")
+@click.argument("job")
+@job_namespace
 @click.option("--limit", type=click.IntRange(1, PAGE_MAX), default=20, show_default=True)
 @click.option("--all", "follow", is_flag=True, help="every recorded change (all pages)")
 @click.option("--cursor", default=None, help="start at this next_cursor of a previous page")
 @client_command
-def jobs_history(client: CronmanClient, fmt: str, job_id: str, limit: int,
-                 follow: bool, cursor: str | None) -> None:
+def jobs_history(client: CronmanClient, fmt: str, job: str, namespace: str | None,
+                 limit: int, follow: bool, cursor: str | None) -> None:
     """Who changed a job, when, through which request, and what changed (newest first).
 
     -o json or yaml shows each change's definition before and after (secrets redacted).
     """
+    job_id = client.resolve_job(job, namespace)
     if follow:
         first_page_only(cursor)
         entries = collect(client.iter_job_history(job_id, page_size=limit), "changes", limit)
@@ -279,21 +326,26 @@ def jobs_history(client: CronmanClient, fmt: str, job_id: str, limit: int,
     more_hint(fmt, "changes", cursor)
 
 
-@jobs.command("delete")
-@click.argument("job_ids", nargs=-1, required=True)
+@jobs.command("delete", epilog=JOB_HELP)
+@click.argument("jobs_", metavar="JOB...", nargs=-1, required=True)
+@job_namespace
 @click.option("--force", is_flag=True, help="even jobs others depend on (they are left as "
                                             "they are)")
 @client_command
-def jobs_delete(client: CronmanClient, fmt: str, job_ids: Sequence[str], force: bool) -> None:
+def jobs_delete(client: CronmanClient, fmt: str, jobs_: Sequence[str], namespace: str | None,
+                force: bool) -> None:
     """Delete jobs (a job other jobs depend on only with --force)."""
-    for job_id in job_ids:
+    deleted: list[str] = []
+    for job in jobs_:
+        job_id = client.resolve_job(job, namespace)
         if force:
             client.delete_job_forced(job_id)
         else:
             client.delete_job(job_id)
+        deleted.append(job_id)
         if fmt == "table" or fmt == "wide":
-            click.echo(f"deleted {job_id}")
+            click.echo(f"deleted {job}" if job == job_id else f"deleted {job} ({job_id})")
     if fmt == "json":
-        click.echo(to_json({"deleted": list(job_ids)}))
+        click.echo(to_json({"deleted": deleted}))
     elif fmt == "yaml":
-        click.echo(to_yaml({"deleted": list(job_ids)}))
+        click.echo(to_yaml({"deleted": deleted}))

@@ -98,7 +98,8 @@ def rules_wide(rules: Sequence[Mapping[str, Any]]) -> str:
 
 @notifications.command("list")
 @click.option("--namespace", "-n", default=None)
-@click.option("--job", "job_id", default=None, help="only this job's")
+@click.option("--job", "job_id", metavar="JOB", default=None,
+              help="only this job's: an id, namespace/name, or a name (in -n NAMESPACE)")
 @click.option("--status", "statuses", multiple=True, type=click.Choice(STATUSES),
               help="repeatable")
 @click.option("--event", "events", multiple=True, type=click.Choice(EVENTS),

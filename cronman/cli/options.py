@@ -1,7 +1,11 @@
-"""What every client command shares: ``--url``, ``--token``, ``-o``, errors, progress.
+"""What every client command shares: ``--url``, ``--token``, ``-o``, errors, progress,
+how a job is named (``JOB``: an id, ``namespace/name``, or a name with ``-n``) and
+how a time is given (``TIME``: RFC 3339, ``now``, or relative to now: ``-1h``).
 
 An API error prints its message and field and exits non-zero: 1 for a
-refused request, 3 when the API cannot be reached or is unavailable.
+refused request, 3 when the API cannot be reached or is unavailable. The
+message names the CLI's own spelling: the API's ``force`` parameter is
+``--force`` here, and a 401 says how to give a token.
 """
 
 from __future__ import annotations
@@ -10,28 +14,98 @@ import functools
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from datetime import date
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from cronman.cli.group import RET_ERROR, RET_UNAVAILABLE
 from cronman.cli.output import FORMATS
-from cronman.client import DEFAULT_URL, ApiError, CronmanClient, Unavailable
+from cronman.client import DEFAULT_URL, ApiError, CronmanClient, Unauthenticated, Unavailable
+from cronman.timeutil import TIME_HINT, parse_time_text
 
 # Connections the CLI's client keeps per host: the most requests a command
 # (``jobs apply --parallel``) has in flight at once.
 MAX_PARALLEL = 32
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+TIME_HELP = "RFC 3339, 'now', or relative to now: -1h, -30m, -1h30m, -7d"
+JOB_HELP = "JOB is a job id, namespace/name, or a name (in -n NAMESPACE)"
+# Fields of API errors that are options of the command that sent the request.
+FIELD_FLAGS = {"force": "--force"}
+TOKEN_HINT = "give a token with --token or CRONMAN_TOKEN"
 
 
 def exit_code(exc: ApiError) -> int:
     return RET_UNAVAILABLE if isinstance(exc, Unavailable) else RET_ERROR
 
 
+def describe(exc: ApiError) -> str:
+    """An API error as the CLI says it: its field as the CLI's flag, a 401 with the way
+    to give a token."""
+    field = FIELD_FLAGS.get(exc.field or "", exc.field)
+    text = str(exc.with_field(field)) if field != exc.field else str(exc)
+    if isinstance(exc, Unauthenticated):
+        text += f"; {TOKEN_HINT}"
+    return text
+
+
 def fail(exc: ApiError, prefix: str = "error") -> None:
-    click.echo(f"{prefix}: {exc}", err=True)
+    click.echo(f"{prefix}: {describe(exc)}", err=True)
     sys.exit(exit_code(exc))
+
+
+if TYPE_CHECKING:  # generic from click 8.2 on; the package allows 8.1
+    _StrParam = click.ParamType[str, Any]
+    _DayParam = click.ParamType[date, Any]
+else:
+    _StrParam = _DayParam = click.ParamType
+
+
+class TimeParam(_StrParam):
+    """A time option: RFC 3339, ``now`` or relative to now (``-1h``), checked here and
+    passed on as given (the client reads ``now`` and ``-1h`` when it sends it)."""
+
+    name = "time"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> str:
+        text = str(value).strip()
+        try:
+            parse_time_text(text)
+        except ValueError:
+            self.fail(f"must be {TIME_HINT}, not {value!r}", param, ctx)
+        return text
+
+
+TIME = TimeParam()
+
+
+class DayParam(_DayParam):
+    """A day option: ``2026-11-13``, or a time in any of ``TIME``'s forms (its UTC day)."""
+
+    name = "day"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> date:
+        if isinstance(value, date):
+            return value
+        text = str(value).strip()
+        try:
+            return date.fromisoformat(text) if len(text) == 10 else parse_time_text(text).date()
+        except ValueError:
+            self.fail(f"must be a day (2026-11-13) or {TIME_HINT}, not {value!r}", param, ctx)
+
+
+DAY = DayParam()
+
+
+def job_namespace(func: F) -> F:
+    """``-n/--namespace``: where a bare job name given to the command lives."""
+    return click.option("--namespace", "-n", default=None,
+                        help="the namespace of a JOB given as a bare name")(func)
 
 
 def client_command(func: Callable[..., Any]) -> Callable[..., Any]:

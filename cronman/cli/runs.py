@@ -8,7 +8,14 @@ import click
 
 from cronman.cli.group import cli
 from cronman.cli.jobs import jobs
-from cronman.cli.options import client_command, collect, first_page_only, more_hint
+from cronman.cli.options import (
+    TIME,
+    TIME_HELP,
+    client_command,
+    collect,
+    first_page_only,
+    more_hint,
+)
 from cronman.cli.output import (
     cluster_text,
     emit,
@@ -21,24 +28,24 @@ from cronman.cli.output import (
 from cronman.client import PAGE_MAX, CronmanClient, RunItem
 from cronman.vocabulary import RUN_STATUSES, TARGET_KINDS
 
-TIME_HELP = "RFC 3339, 'now', or relative to now: -1h, -30m, -1h30m, -7d"
-
 
 @cli.group("runs")
 def runs() -> None:
-    """List, read and replay runs (runs across jobs; a job's runs: `cronman jobs runs JOB_ID`)."""
+    """List, read and replay runs (runs across jobs; a job's runs: `cronman jobs runs JOB`)."""
 
 
 @runs.command("list")
 @click.option("--status", "statuses", multiple=True,
               type=click.Choice([s.value for s in RUN_STATUSES]), help="a status (repeatable)")
-@click.option("--since", default=None,
+@click.option("--since", type=TIME, default=None,
               help=f"scheduled at or after: {TIME_HELP} [default: the oldest run kept]")
-@click.option("--until", default=None,
+@click.option("--until", type=TIME, default=None,
               help=f"scheduled before: {TIME_HELP} [default: a day from now]")
-@click.option("--namespace", "-n", default=None, help="only jobs of this namespace")
-@click.option("--job", "job_ids", multiple=True, metavar="JOB_ID",
-              help="only this job's runs (repeatable, at most 100)")
+@click.option("--namespace", "-n", default=None,
+              help="only jobs of this namespace (and where a bare --job name lives)")
+@click.option("--job", "job_ids", multiple=True, metavar="JOB",
+              help="only this job's runs: an id, namespace/name, or a name (repeatable, "
+                   "at most 100)")
 @click.option("--target-kind", "target_kinds", multiple=True,
               type=click.Choice([k.value for k in TARGET_KINDS]),
               help="only jobs with this kind of target (repeatable)")
@@ -56,7 +63,7 @@ def runs_list(client: CronmanClient, fmt: str, statuses: tuple[str, ...], since:
     \b
     cronman runs list --status failed --since -1h      # what failed in the last hour
     cronman runs list -n billing --status failed --status lost --all -o json
-    cronman runs list --job JOB_ID --job JOB_ID --since 2026-11-01T00:00:00Z
+    cronman runs list --job billing/digest --job JOB_ID --since 2026-11-01T00:00:00Z
     """
     filters: dict[str, Any] = {"statuses": statuses, "since": since, "until": until,
                                "namespace": namespace, "job_ids": job_ids,

@@ -1,11 +1,11 @@
 """``cronman jobs deps`` and ``cronman calendars ...``: dependencies and exclusion calendars.
 
-    cronman jobs deps JOB_ID                       # upstream and downstream jobs
+    cronman jobs deps billing/digest               # upstream and downstream jobs
     cronman calendars create -f de-holidays.yaml   # {namespace, name, timezone, dates}
     cronman calendars list -n billing
     cronman calendars delete ID --force            # even though jobs name it
 
-Why a run waited or was skipped: ``cronman jobs runs JOB_ID`` (its GATE
+Why a run waited or was skipped: ``cronman jobs runs JOB`` (its GATE
 column; ``-o yaml`` shows the whole ``gate``).
 """
 
@@ -19,7 +19,7 @@ import click
 from cronman.cli.documents import DocumentError, load_definitions
 from cronman.cli.group import cli
 from cronman.cli.jobs import jobs
-from cronman.cli.options import client_command
+from cronman.cli.options import JOB_HELP, client_command, job_namespace
 from cronman.cli.output import emit, format_table
 from cronman.client import PAGE_MAX, CronmanClient
 
@@ -38,13 +38,14 @@ def edges_table(deps: Mapping[str, Any]) -> str:
     return format_table(("SIDE", "KIND", "JOB ID", "JOB", "DELETED"), rows)
 
 
-@jobs.command("deps")
-@click.argument("job_id")
+@jobs.command("deps", epilog=JOB_HELP)
+@click.argument("job")
+@job_namespace
 @client_command
-def jobs_deps(client: CronmanClient, fmt: str, job_id: str) -> None:
+def jobs_deps(client: CronmanClient, fmt: str, job: str, namespace: str | None) -> None:
     """A job's upstream jobs (it depends on them, or runs after them) and
     downstream jobs (they depend on it, or run after it)."""
-    deps = client.job_dependencies(job_id)
+    deps = client.job_dependencies(job, namespace=namespace)
     emit(fmt, deps, lambda: edges_table(deps))
 
 

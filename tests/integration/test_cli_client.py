@@ -158,6 +158,7 @@ def test_tokens_and_an_api_that_needs_them(tmp_path):
 
         res = client("jobs", "list")
         assert res.exit_code == RET_ERROR and "HTTP 401" in res.stderr
+        assert "give a token with --token or CRONMAN_TOKEN" in res.stderr
         job = write(tmp_path, "job.json", job_spec("t", namespace="team-a"))
         assert client("jobs", "create", "-f", job, token=secret).exit_code == 0
         other = write(tmp_path, "other.json", job_spec("t", namespace="team-b"))
@@ -189,3 +190,200 @@ def test_cluster_table_with_nodes_and_agents():
     assert lines[3].startswith("sched-1 ") and lines[3].endswith("  4")
     assert lines[4].startswith("sched-22") and lines[4].endswith("  0")
     assert "agent-1" in lines[-1]
+
+
+# -- a job by its name; times relative to now; messages in the CLI's own words ------------
+
+
+EVERY_MINUTE = {"kind": "cron", "cron": "* * * * *", "timezone": "UTC"}
+
+
+def test_every_job_command_takes_namespace_name_or_a_name_with_n(run, tmp_path):
+    res = run("jobs", "create", "--json", "-f", write(tmp_path, "job.json", job_spec(
+        "daily-digest", namespace="examples", schedule=EVERY_MINUTE)))
+    assert res.exit_code == 0, res.output
+    job_id = json.loads(res.stdout)["id"]
+    down = json.loads(run("jobs", "create", "--json", "-f", write(tmp_path, "down.json", job_spec(
+        "after-digest", namespace="examples",
+        schedule={"kind": "after", "jobs": ["daily-digest"]}))).stdout)
+
+    for ref in (["examples/daily-digest"], ["-n", "examples", "daily-digest"],
+                ["daily-digest"], [job_id]):
+        res = run("jobs", "get", *ref, "--json")
+        assert res.exit_code == 0, (ref, res.output)
+        assert json.loads(res.stdout)["id"] == job_id
+    ref = "examples/daily-digest"
+    assert json.loads(run("jobs", "pause", ref, "--json").stdout)["paused"] is True
+    assert json.loads(run("jobs", "resume", "-n", "examples", "daily-digest",
+                          "--json").stdout)["paused"] is False
+    res = run("jobs", "update", ref, "--set", "labels.team=a", "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["labels"] == {"team": "a"}
+    assert len(json.loads(run("jobs", "next", ref, "-c", "3", "--json").stdout)[
+        "fire_times"]) == 3
+    run_id = json.loads(run("jobs", "trigger", ref, "--json").stdout)["id"]
+    assert [r["id"] for r in json.loads(run("jobs", "runs", ref, "--json").stdout)[
+        "items"]] == [run_id]
+    assert [r["id"] for r in json.loads(run("runs", "list", "--job", ref, "--json").stdout)[
+        "items"]] == [run_id]
+    assert [r["id"] for r in json.loads(run("runs", "list", "-n", "examples", "--job",
+                                            "daily-digest", "--json").stdout)["items"]] == [run_id]
+    history = json.loads(run("jobs", "history", ref, "--json").stdout)["items"]
+    assert {"create", "pause", "resume", "update", "trigger"} <= {e["action"] for e in history}
+    deps = json.loads(run("jobs", "deps", ref, "--json").stdout)
+    assert [e["job_id"] for e in deps["downstream"]] == [down["id"]]
+    res = run("notifications", "list", "--job", ref, "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["items"] == []
+    res = run("jobs", "backfill", ref, "--since", "-3m", "--json")
+    assert res.exit_code == 0, res.output
+
+    # Deleting: the 409 names the CLI's flag, not the API's parameter.
+    res = run("jobs", "delete", ref)
+    assert res.exit_code == RET_ERROR and "examples/after-digest (after)" in res.stderr
+    assert "(--force)" in res.stderr and "force=true" not in res.stderr
+    res = run("jobs", "delete", "-n", "examples", "daily-digest", "after-digest", "--force")
+    assert res.exit_code == 0, res.output
+    assert res.stdout.splitlines() == [f"deleted daily-digest ({job_id})",
+                                       f"deleted after-digest ({down['id']})"]
+    res = run("jobs", "get", ref)
+    assert res.exit_code == RET_ERROR
+    assert "no job named daily-digest in namespace examples" in res.stderr
+
+
+def test_a_missing_job_says_what_was_asked(run, tmp_path):
+    for ns in ("refs-a", "refs-b"):
+        assert run("jobs", "create", "-f", write(tmp_path, f"{ns}.json", job_spec(
+            "twin", namespace=ns))).exit_code == 0
+    absent = "0190a1b2-c3d4-7e5f-8a9b-0123456789ab"
+    for args, said in [
+        (["jobs", "get", "refs-a/nope"], "no job named nope in namespace refs-a"),
+        (["jobs", "get", "-n", "refs-a", "nope"], "no job named nope in namespace refs-a"),
+        (["jobs", "trigger", "nope-anywhere"], "no job named nope-anywhere in any namespace"),
+        (["jobs", "get", absent], f"no job with id '{absent}'"),
+        (["jobs", "delete", absent], f"no job with id '{absent}'"),
+        (["jobs", "history", absent], f"no job with id '{absent}'"),
+        (["jobs", "runs", "refs-a/nope"], "no job named nope in namespace refs-a"),
+        (["runs", "list", "--job", "refs-a/nope"], "no job named nope in namespace refs-a"),
+        (["jobs", "get", "twin"], "are in several namespaces (refs-a, refs-b): give "
+                                  "namespace/name"),
+        (["jobs", "get", "-n", "refs-b", "refs-a/twin"], "'refs-a/twin' is in namespace "
+                                                         "'refs-a', not in 'refs-b'"),
+    ]:
+        res = run(*args)
+        assert res.exit_code == RET_ERROR, (args, res.output)
+        assert said in res.stderr, (args, res.stderr)
+        assert "nothing at" not in res.stderr
+    assert run("jobs", "get", "-n", "refs-b", "twin").exit_code == 0
+
+
+def test_every_time_option_takes_now_and_times_relative_to_now(run, tmp_path):
+    from datetime import timedelta
+
+    from cronman.timeutil import format_rfc3339, utcnow
+
+    res = run("jobs", "create", "--json", "-f", write(tmp_path, "job.json", job_spec(
+        "each-minute", namespace="times", schedule=EVERY_MINUTE)))
+    job_id = json.loads(res.stdout)["id"]
+    minute = utcnow().replace(second=0, microsecond=0)
+    fixed = ["--since", format_rfc3339(minute - timedelta(minutes=5)),
+             "--until", format_rfc3339(minute - timedelta(minutes=1))]
+    res = run("jobs", "backfill", job_id, *fixed)
+    assert res.stdout == "requested 5 runs for 5 fire times in the range\n", res.output
+    res = run("jobs", "backfill", job_id, *fixed)  # why none, this time
+    assert res.stdout == ("requested 0 runs for 5 fire times in the range: each already has "
+                          "a run\n"), res.output
+
+    res = run("jobs", "backfill", job_id, "--since", "-10m", "--until", "now", "--json")
+    assert res.exit_code == 0, res.output
+    answer = json.loads(res.stdout)
+    assert answer["fire_times"] - answer["requested"] == 5 and answer["requested"] >= 4
+    res = run("jobs", "backfill", "times/each-minute", "--since", "-2h", "--until", "-90m")
+    assert res.exit_code == 0 and res.stdout.startswith("requested 30 runs for 30 "), res.output
+
+    assert 1 <= len(json.loads(run("jobs", "runs", job_id, "--since", "-1m", "--json").stdout)[
+        "items"]) <= 2
+    runs = json.loads(run("jobs", "runs", job_id, "--since", "-3h", "--until", "now",
+                          "--json", "--all", "--limit", "7").stdout)["items"]
+    assert len(runs) == 5 + answer["requested"] + 30
+    assert json.loads(run("jobs", "runs", job_id, "--since", "-11m", "--until", "-6m",
+                          "--json").stdout)["items"]
+    for args in (["jobs", "runs", job_id, "--since", "yesterday"],
+                 ["jobs", "backfill", job_id, "--since", "-5x"],
+                 ["runs", "list", "--until", "2026-13-01T00:00:00Z"]):
+        res = run(*args)
+        assert res.exit_code == 2, (args, res.output)
+        assert "'now', or relative to now" in res.stderr and "--" in res.stderr
+
+
+def test_the_client_names_jobs_and_reads_relative_times(server):
+    from datetime import timedelta
+
+    from cronman.client import CronmanClient, NotFoundError
+    from cronman.timeutil import utcnow
+
+    with CronmanClient(server) as api:
+        job = api.create_job(job_spec("by-name", namespace="client-side",
+                                      schedule=EVERY_MINUTE))
+        assert api.resolve_job("client-side/by-name") == job["id"]
+        assert api.get_job("by-name", namespace="client-side")["id"] == job["id"]
+        assert [j["id"] for j in api.list_jobs(name="by-name").items] == [job["id"]]
+        answer = api.backfill_job("client-side/by-name", "-3m", "now")
+        assert 2 <= answer["requested"] == answer["fire_times"] <= 3
+        runs = api.list_job_runs("by-name", namespace="client-side", since="-1h").items
+        assert len(runs) == answer["requested"]
+        until = utcnow() - timedelta(hours=1)
+        assert api.list_job_runs(job["id"], until=until).items == []
+        assert len(list(api.iter_runs(job_ids=["client-side/by-name"], since="-1h"))) == len(
+            runs)
+        assert len(api.next_fires("client-side/by-name", 2)["fire_times"]) == 2
+        api.pause_job("client-side/by-name")
+        assert api.get_job(job["id"])["paused"] is True
+        api.delete_job("by-name", namespace="client-side")
+        with pytest.raises(NotFoundError, match="no job named by-name in namespace client-side"):
+            api.trigger_job("client-side/by-name")
+
+
+HTML_502 = """<!DOCTYPE html>
+<html>
+<head><title>502 Bad Gateway</title>
+<style>body { font-family: sans-serif; margin: 4em; }</style></head>
+<body>
+<center><h1>502 Bad Gateway</h1></center>
+<hr><center>nginx/1.24.0</center>
+""" + "<!-- a padding comment -->\n" * 20 + "</body></html>\n"
+
+
+@pytest.fixture
+def html_proxy():
+    """A loopback HTTP server answering every request as a broken proxy does: 502, HTML."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = HTML_502.encode()
+            self.send_response(502)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.mark.parametrize("fmt", ["table", "wide", "json"])
+def test_an_html_error_page_is_shown_as_its_status_and_a_short_excerpt(run, html_proxy, fmt):
+    res = run("jobs", "list", "-o", fmt, "--url", html_proxy)
+    assert res.exit_code == RET_UNAVAILABLE, res.output
+    assert res.stdout == ""
+    lines = res.stderr.strip().splitlines()
+    assert lines == ["error: HTTP 502: 502 Bad Gateway (an HTML page, not the API's JSON)"]
