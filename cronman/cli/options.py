@@ -36,24 +36,25 @@ JOB_HELP = "JOB is a job id, namespace/name, or a name (in -n NAMESPACE)"
 # Fields of API errors that are options of the command that sent the request.
 FIELD_FLAGS = {"force": "--force"}
 TOKEN_HINT = "give a token with --token or CRONMAN_TOKEN"
+WRONG_TOKEN_HINT = "check the token given by --token or CRONMAN_TOKEN"
 
 
 def exit_code(exc: ApiError) -> int:
     return RET_UNAVAILABLE if isinstance(exc, Unavailable) else RET_ERROR
 
 
-def describe(exc: ApiError) -> str:
+def describe(exc: ApiError, *, token_given: bool = False) -> str:
     """An API error as the CLI says it: its field as the CLI's flag, a 401 with the way
-    to give a token."""
+    to give a token (or to check the one given)."""
     field = FIELD_FLAGS.get(exc.field or "", exc.field)
     text = str(exc.with_field(field)) if field != exc.field else str(exc)
     if isinstance(exc, Unauthenticated):
-        text += f"; {TOKEN_HINT}"
+        text += f"; {WRONG_TOKEN_HINT if token_given else TOKEN_HINT}"
     return text
 
 
-def fail(exc: ApiError, prefix: str = "error") -> None:
-    click.echo(f"{prefix}: {describe(exc)}", err=True)
+def fail(exc: ApiError, prefix: str = "error", *, token_given: bool = False) -> None:
+    click.echo(f"{prefix}: {describe(exc, token_given=token_given)}", err=True)
     sys.exit(exit_code(exc))
 
 
@@ -124,7 +125,7 @@ def client_command(func: Callable[..., Any]) -> Callable[..., Any]:
         try:
             func(client=client, fmt="json" if as_json else fmt, **kwargs)
         except ApiError as exc:
-            fail(exc)
+            fail(exc, token_given=bool(token))
         finally:
             client.close()
 

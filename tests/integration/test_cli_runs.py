@@ -214,6 +214,7 @@ def test_cli_errors(world, run):
     assert res.exit_code == RET_ERROR and "HTTP 403" in res.stderr
     res = run(token="cm_not-a-token")
     assert res.exit_code == RET_ERROR and "HTTP 401" in res.stderr
+    assert "check the token given by --token or CRONMAN_TOKEN" in res.stderr
     assert run("--status", "done").exit_code == RET_USAGE
     down = CliRunner().invoke(cli, ["runs", "list", "--url", f"http://127.0.0.1:{free_port()}"],
                               catch_exceptions=False)
