@@ -335,6 +335,12 @@ def test_query_fetches_from_the_bucket_by_day(audit_db, s3, tmp_path, monkeypatc
     out = CliRunner().invoke(cli, ["audit", "query", "--cache-dir", str(cache), "-o", "csv",
                                    "SELECT count(DISTINCT id) AS n FROM runs"])
     assert out.output.splitlines() == ["n", str(len(expected.attempts))]
+    # Days as every time option takes them: relative to now (today's objects, fetched anew).
+    out = CliRunner().invoke(cli, ["audit", "query", "--cache-dir", str(tmp_path / "cache2"),
+                                   "-o", "csv", "--since", "-1d", "--until", "now",
+                                   "SELECT count(DISTINCT id) AS n FROM runs"])
+    assert out.exit_code == 0, out.output
+    assert out.output.splitlines() == ["n", str(len(expected.attempts))]
 
 
 def test_slot_lag_in_the_api_and_the_warning(audit_db, monkeypatch):
