@@ -12,6 +12,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 from cronman.eventloop import DEFAULT_EVENT_LOOP, EVENT_LOOPS
 
@@ -68,6 +69,9 @@ class Settings:
     api_bind: str = DEFAULT_API_BIND
     auth: str | None = None
     min_interval: float = DEFAULT_MIN_INTERVAL
+    # Origins besides the API's own whose browser pages may write (comma-separated
+    # scheme://host[:port]; see cronman.api.origins).
+    allowed_origins: str | None = None
     # Tuning knobs, not part of the public contract (documented in README).
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     sync_poll_interval: float = DEFAULT_SYNC_POLL_INTERVAL
@@ -132,6 +136,7 @@ class Settings:
         if self.agent_placement_timeout <= 0:
             raise ValueError("CRONMAN_AGENT_PLACEMENT_TIMEOUT must be > 0")
         parse_labels(self.agent_labels)
+        parse_origins(self.allowed_origins)
         if not 0 < self.smtp_port < 65536:
             raise ValueError("CRONMAN_SMTP_PORT must be a TCP port (1-65535)")
         if self.smtp_username and not self.smtp_starttls:
@@ -147,6 +152,10 @@ class Settings:
     @property
     def agent_label_map(self) -> dict[str, str]:
         return parse_labels(self.agent_labels)
+
+    @property
+    def allowed_origin_set(self) -> frozenset[str]:
+        return frozenset(parse_origins(self.allowed_origins))
 
     @property
     def api_on_loopback(self) -> bool:
@@ -220,6 +229,39 @@ def parse_labels(text: str | None) -> dict[str, str]:
             raise ValueError(f"CRONMAN_AGENT_LABELS: {item!r} is not key=value")
         labels[key.strip()] = value.strip()
     return labels
+
+
+def origin_of(url: str) -> str | None:
+    """The origin of an http(s) URL as ``scheme://host[:port]`` (lower case, the
+    scheme's default port left out, IPv6 in brackets); None for anything else."""
+    try:
+        parts = urlsplit(url.strip())
+        scheme, host, port = parts.scheme.lower(), parts.hostname, parts.port
+    except ValueError:
+        return None
+    default = {"http": 80, "https": 443}.get(scheme)
+    if default is None or not host or parts.username is not None or parts.password is not None:
+        return None
+    host = host.rstrip(".")
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{scheme}://{host}" if port in (None, default) else f"{scheme}://{host}:{port}"
+
+
+def parse_origins(text: str | None) -> list[str]:
+    """``https://a.example,http://b:8080`` (CRONMAN_ALLOWED_ORIGINS), normalised;
+    ValueError for anything but bare http(s) origins (no wildcard, no path)."""
+    out: list[str] = []
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        origin = origin_of(item)
+        if origin is None or urlsplit(item).path not in ("", "/") or "?" in item or "#" in item:
+            raise ValueError(f"CRONMAN_ALLOWED_ORIGINS: {item!r} is not an origin "
+                             "(scheme://host[:port], http or https, nothing after it)")
+        out.append(origin)
+    return out
 
 
 def _convert(name: str, type_name: Any, raw: str) -> Any:

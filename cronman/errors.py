@@ -46,6 +46,13 @@ class Conflict(CronmanError):
     http_status = 409
 
 
+class UnsupportedMediaType(CronmanError):
+    """A request body of a type the endpoint does not take (JSON endpoints: JSON only)."""
+
+    code = "unsupported_media_type"
+    http_status = 415
+
+
 class Unauthorized(CronmanError):
     code = "unauthorized"
     http_status = 401

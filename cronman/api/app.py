@@ -35,6 +35,7 @@ from cronman.api.auth import TokenAuth
 from cronman.api.common import MAX_BODY_BYTES, error_response, json_response
 from cronman.api.console import CONSOLE_BLUEPRINTS, require_write_access
 from cronman.api.context import EXTENSION_KEY, ApiContext
+from cronman.api.origins import OriginGuard
 from cronman.config import Settings
 from cronman.coordination.base import Coordinator
 from cronman.errors import CronmanError
@@ -64,6 +65,7 @@ def create_app(settings: Settings, *, store: Store | None = None,
     app.extensions[EXTENSION_KEY] = ctx
     auth = TokenAuth(settings, lambda: ctx.store.tokens)
     app.extensions[AUTH_KEY] = auth
+    guard = OriginGuard(settings, auth)
 
     metrics.install(app, lambda: ctx.store.jobs.count_live_jobs())
     request_ids.install(app)
@@ -76,6 +78,7 @@ def create_app(settings: Settings, *, store: Store | None = None,
     @app.before_request
     def _authenticate() -> None:
         auth.note_local_address(local_address(request.environ))
+        guard.check()
         if request.path.startswith(V1_PREFIX) or request.path == "/v1":
             g.principal = auth.authenticate(request.headers.get("Authorization"))
             require_write_access(g.principal, request.method)

@@ -100,6 +100,11 @@ class TokenAuth:
             log.warning("a request came in on %s, not a loopback address: /v1 calls need "
                         "a token from now on (unless CRONMAN_AUTH=off)", address)
 
+    @property
+    def exposed(self) -> bool:
+        """Whether the API is (or has been) reachable beyond loopback."""
+        return self._exposed_on is not None
+
     def state(self) -> AuthState:
         """The current state; may read the token table (cached)."""
         if self._configured == AUTH_OFF:

@@ -12,7 +12,7 @@ from flask.views import MethodView
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from cronman.api.auth import OPEN, Principal
-from cronman.errors import CronmanError, ValidationError
+from cronman.errors import CronmanError, UnsupportedMediaType, ValidationError
 
 # Request size caps: a single job (with its 64 KiB target body) fits in the
 # first; a bulk request of up to 1000 jobs in the second.
@@ -27,10 +27,20 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def read_json(*, max_bytes: int | None = None, required: bool = True) -> Any:
-    """The request body parsed as JSON; 400 when it is not, 413 when too large.
+def is_json_type(content_type: str | None) -> bool:
+    """``application/json`` or ``application/<anything>+json`` (parameters aside)."""
+    media = (content_type or "").partition(";")[0].strip().lower()
+    kind, _, sub = media.partition("/")
+    return kind == "application" and (sub == "json" or (sub.endswith("+json") and len(sub) > 5))
 
-    The content type is not checked: a body is read as JSON whatever it says.
+
+def read_json(*, max_bytes: int | None = None, required: bool = True) -> Any:
+    """The request body parsed as JSON; 400 when it is not, 413 when too large,
+    415 when it does not say it is JSON (``Content-Type: application/json``).
+
+    Only a JSON content type is read: a browser sends ``text/plain`` and form
+    bodies to another site without asking it first (no CORS preflight), so a
+    body read whatever it says would let any page write (see ``origins``).
     A body sent without a length (chunked) is held to the same limit: werkzeug
     stops reading such a stream at the limit without a word, so one byte more
     is let through to see whether the body goes on.
@@ -46,6 +56,11 @@ def read_json(*, max_bytes: int | None = None, required: bool = True) -> Any:
         if required:
             raise ValidationError("the request body must be a JSON object")
         return None
+    if not is_json_type(request.content_type):
+        given = request.content_type
+        raise UnsupportedMediaType(
+            "the request body must be JSON, sent with 'Content-Type: application/json' "
+            f"(this one's: {repr(given[:100]) if given else 'none'})")
     try:
         value = json.loads(data, parse_constant=_refuse_constant)
     except (ValueError, RecursionError) as exc:

@@ -64,7 +64,10 @@ def asset_response(data: bytes, name: str, *, csp: str = CSP) -> Response:
     resp.headers["Cache-Control"] = "no-cache"
     resp.headers["Content-Security-Policy"] = csp
     resp.headers["X-Content-Type-Options"] = "nosniff"
-    resp.headers["Referrer-Policy"] = "no-referrer"
+    # Nothing to other sites; to this one, its own URL. Under "no-referrer" a
+    # browser following the Fetch standard sends "Origin: null" with the
+    # console's POSTs, which the origin check (``origins``) must refuse.
+    resp.headers["Referrer-Policy"] = "same-origin"
     resp.add_etag()
     resp.make_conditional(request)
     return resp

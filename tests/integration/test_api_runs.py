@@ -173,4 +173,7 @@ def test_backfill_limits(client):
                           "until": format_rfc3339(now), "extra": 1}, "extra")]:
         assert error_of(client.post(f"/v1/jobs/{job['id']}/backfill", json=body),
                         400)["field"] == field
-    error_of(client.post(f"/v1/jobs/{job['id']}/backfill", data=b"{", content_type="x"), 400)
+    error_of(client.post(f"/v1/jobs/{job['id']}/backfill", data=b"{",
+                         content_type="application/json"), 400)
+    # A body that does not say it is JSON is not read (a cross-site "simple" request).
+    error_of(client.post(f"/v1/jobs/{job['id']}/backfill", data=b"{", content_type="x"), 415)

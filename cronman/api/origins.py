@@ -1,0 +1,104 @@
+"""Cross-site requests: refused before anything else looks at them.
+
+A page on another site can make a browser send a "simple" request (a POST
+of ``text/plain`` or a form, no CORS preflight) to the API, with whatever
+credentials the browser holds -- or none, which is enough while the API is
+open (``CRONMAN_AUTH=off``, or loopback before the first token). Two checks
+keep such requests out:
+
+- **Origin.** A request with any method but GET, HEAD and OPTIONS whose
+  ``Origin`` header (without one, its ``Referer``) is not the API's own
+  origin nor one of ``CRONMAN_ALLOWED_ORIGINS`` is a 403. ``Origin: null``
+  (sandboxed frames, ``data:`` pages) is refused too. A request with neither
+  header is no browser's (the CLI, the client, curl) and passes. The API's
+  own origin is the request's scheme and its ``Host`` header: behind a
+  reverse proxy, the proxy must pass ``Host`` on (and ``X-Forwarded-Proto``,
+  which gunicorn honours from the addresses in its ``forwarded_allow_ips``,
+  loopback by default); ``X-Forwarded-Host`` is not trusted. An operator
+  whose proxy rewrites ``Host`` lists the public origin in
+  ``CRONMAN_ALLOWED_ORIGINS``.
+- **Host (DNS rebinding).** While the API listens on loopback only and
+  needs no token, a request whose ``Host`` is not a loopback name
+  (``localhost``, ``*.localhost``, a loopback address) nor the host of an
+  allowed origin is a 403, whatever its method: a name of the attacker's
+  that resolves to 127.0.0.1 would make the API same-origin with the
+  attacker's page.
+
+JSON bodies must also say so (``read_json``: 415 otherwise), which a
+"simple" cross-site request cannot.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from flask import request
+
+from cronman.api.auth import TokenAuth
+from cronman.config import AUTH_REQUIRED, Settings, is_loopback_address, origin_of
+from cronman.errors import Forbidden
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+SETTING = "CRONMAN_ALLOWED_ORIGINS"
+
+
+def own_origin() -> str | None:
+    """This request's idea of the API's origin: its scheme and Host header."""
+    return origin_of(f"{request.scheme}://{request.host}") if request.host else None
+
+
+def host_name(host: str) -> str:
+    """The name of a Host header (lower case, port and brackets aside; "" if none)."""
+    try:
+        name = urlsplit(f"http://{host}").hostname
+    except ValueError:
+        return ""
+    return (name or "").rstrip(".")
+
+
+def is_loopback_name(name: str) -> bool:
+    """Whether only loopback answers to ``name`` (RFC 6761 keeps *.localhost there)."""
+    return name == "localhost" or name.endswith(".localhost") or is_loopback_address(name)
+
+
+class OriginGuard:
+    """Refuses cross-site writes and, while the API is open on loopback,
+    foreign Host names (see the module docstring)."""
+
+    def __init__(self, settings: Settings, auth: TokenAuth) -> None:
+        self._allowed = settings.allowed_origin_set
+        self._allowed_names = frozenset(host_name(o.partition("://")[2]) for o in self._allowed)
+        self._auth = auth
+
+    def check(self) -> None:
+        """Raises ``Forbidden`` for a request the rules refuse."""
+        self._check_host()
+        if request.method.upper() in SAFE_METHODS:
+            return
+        sent = request.headers.get("Origin")
+        what = "Origin"
+        if sent is None:
+            sent = request.headers.get("Referer")
+            what = "Referer"
+            if sent is None:
+                return
+        origin = origin_of(sent)
+        mine = own_origin()
+        if origin is not None and (origin == mine or origin in self._allowed):
+            return
+        raise Forbidden(f"cross-site request refused: its {what} {sent.strip()[:200]!r} is "
+                        f"not this API's origin ({mine}); an operator may allow other "
+                        f"origins with {SETTING}")
+
+    def _check_host(self) -> None:
+        host = request.host
+        name = host_name(host)
+        if name and (is_loopback_name(name) or name in self._allowed_names):
+            return
+        if self._auth.exposed or self._auth.state().mode == AUTH_REQUIRED:
+            return
+        raise Forbidden(f"Host {host[:200]!r} is not a loopback name, and this API needs no "
+                        "token while it listens on loopback only: a request naming it could "
+                        "come from another site's page (DNS rebinding); create a token, or "
+                        f"list the origin in {SETTING}")
+
