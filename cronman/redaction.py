@@ -10,16 +10,20 @@ taken for a secret (fail closed).
 
 Because a client may PUT back what it read, ``restore_redacted`` puts the
 stored value back where a request carries exactly the redacted form of it --
-but only while the target keeps its destination (``destination``: scheme,
-host and port of an http URL; queue and endpoint of an sqs target; image and
-command of a container, which could print its env). A stored secret never
-follows a changed destination: there a redacted value is refused (400 naming
-it) and must be given again.
+but only while the object keeps its destination (``destination``: scheme,
+host and port of an http target's or a webhook channel's URL; queue,
+endpoint and region of an sqs target; image and command of a container,
+which could print its env). A stored secret never follows a changed
+destination: there a redacted value is refused (400 naming it) and must be
+given again. This is the one rule for every kind that holds secrets
+(targets, dead letters, a job's notification channels, namespace rules):
+a kind ``DESTINATIONS`` does not know has no destination, and no stored
+secret is ever restored into it (fail closed).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -63,17 +67,33 @@ def redact_target(target: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return out
 
 
-def destination(target: Mapping[str, Any]) -> tuple[Any, ...]:
-    """Where a target's secrets go: what must not change for them to stay."""
-    kind = target.get("kind")
-    if kind == "http":
-        return (kind, _url_destination(target.get("url")))
-    if kind == "sqs":
-        return (kind, _url_destination(target.get("queue_url")),
-                _url_destination(target.get("endpoint_url")), target.get("region"))
+def _http(target: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (_url_destination(target.get("url")),)
+
+
+def _sqs(target: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (_url_destination(target.get("queue_url")),
+            _url_destination(target.get("endpoint_url")), target.get("region"))
+
+
+def _container(target: Mapping[str, Any]) -> tuple[Any, ...]:
     command = target.get("command")
-    return (kind, target.get("image"),
-            tuple(command) if isinstance(command, list) else command)
+    return (target.get("image"), tuple(command) if isinstance(command, list) else command)
+
+
+# Where each kind's secrets go, by ``kind``: targets and dead letters (http,
+# sqs, container) and notification channels (webhook; email holds none).
+DESTINATIONS: dict[str, Callable[[Mapping[str, Any]], tuple[Any, ...]]] = {
+    "http": _http, "webhook": _http, "sqs": _sqs, "container": _container,
+}
+
+
+def destination(target: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """Where a target's (or channel's) secrets go: what must not change for
+    them to stay; None for a kind without a known destination."""
+    kind = target.get("kind")
+    where = DESTINATIONS.get(kind) if isinstance(kind, str) else None
+    return None if where is None else (kind, *where(target))
 
 
 def _url_destination(url: Any) -> tuple[Any, ...] | None:
@@ -96,14 +116,16 @@ def restore_redacted(given: Any, stored: Mapping[str, Any] | None, field: str = 
 
     A value equal to the redacted form of the stored value under the same key
     (header names compared case-insensitively) is replaced by the stored one,
-    if the target keeps its ``destination``; if the destination changed, such
-    a value is a ``ValidationError`` naming it (``field`` is the target's
-    path: ``target``, ``dead_letter``). Anything else -- a new value, a new
+    if the target keeps its ``destination``; if the destination changed (or
+    the kind has none), such a value is a ``ValidationError`` naming it
+    (``field`` is the target's path: ``target``, ``dead_letter``,
+    ``notify[0].channel``, ``channel``). Anything else -- a new value, a new
     key -- is taken as sent.
     """
     if not isinstance(given, dict) or not isinstance(stored, Mapping):
         return given
-    moved = destination(given) != destination(stored)
+    before = destination(stored)
+    moved = before is None or destination(given) != before
     out = dict(given)
     for key in SECRET_MAPS:
         new, old = out.get(key), stored.get(key)
@@ -140,6 +162,7 @@ def restore_redacted_notify(given: Any, stored: list[dict[str, Any]] | None) -> 
     for i, rule in enumerate(given):
         old = stored[i] if i < len(stored) else None
         if isinstance(rule, dict) and isinstance(old, Mapping):
-            rule = {**rule, "channel": restore_redacted(rule.get("channel"), old.get("channel"))}
+            rule = {**rule, "channel": restore_redacted(rule.get("channel"), old.get("channel"),
+                                                        f"notify[{i}].channel")}
         out.append(rule)
     return out

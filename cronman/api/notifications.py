@@ -96,7 +96,8 @@ def _rule_body(body: Any, *, stored: RuleRecord | None) -> tuple[str, str, dict[
     namespace = v.check_namespace(DEFAULT_NAMESPACE if raw_namespace is None else raw_namespace)
     spec = {k: obj[k] for k in RULE_KEYS if k in obj}
     if stored is not None and isinstance(spec.get("channel"), dict):
-        spec["channel"] = restore_redacted(spec["channel"], stored.rule.get("channel"))
+        spec["channel"] = restore_redacted(spec["channel"], stored.rule.get("channel"),
+                                           "channel")
     rule = validate_rule(spec, "")
     return namespace, name, rule
 

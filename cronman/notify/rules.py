@@ -15,8 +15,10 @@ A rule is one JSON object, the same whether it is an item of a job's
 - ``channel`` (required): ``{"kind": "email", "to": [addresses]}``, or
   ``{"kind": "webhook", "url", "headers", "timeout"}`` -- a POST of JSON,
   signed like callbacks, through the http target's client and its
-  private-address guard. Header values are secrets: the API shows them
-  redacted (``redact_channel``).
+  private-address guard. Header values are secrets (but for those that
+  describe the request, ``Content-Type``...): the API shows them redacted
+  (``redact_channel``), and a stored one stays with its URL's host only
+  (``cronman.redaction.restore_redacted``).
 - ``digest_interval`` (seconds, default 900): the rate limit. One message per
   rule and job, then at most one per interval: what happens in between is
   folded into one digest sent when the interval ends.
@@ -37,6 +39,7 @@ from typing import Any
 from cronman.callbacks.validation import validate_target
 from cronman.errors import ValidationError
 from cronman.fieldspec import type_name
+from cronman.redaction import is_secret
 from cronman.vocabulary import (
     CHANNEL_KINDS,
     DEFAULT_DIGEST_INTERVAL,
@@ -204,11 +207,14 @@ def validate_job_notify(value: Any, field: str = "notify") -> list[dict[str, Any
 
 
 def redact_channel(channel: Mapping[str, Any], redact: Redact) -> dict[str, Any]:
-    """The channel as the API shows it: webhook header values redacted."""
+    """The channel as the API shows it: webhook header values redacted, but
+    for those that hold no secret (``Content-Type``...), as in targets: what
+    is shown in full is what a PUT of it back keeps (``restore_redacted``)."""
     out = dict(channel)
     headers = out.get("headers")
     if isinstance(headers, Mapping):
-        out["headers"] = {k: redact(v) for k, v in headers.items()}
+        out["headers"] = {k: redact(v) if is_secret("headers", k) else v
+                          for k, v in headers.items()}
     return out
 
 

@@ -525,6 +525,32 @@ def test_same_destination_keeps_secrets_and_dead_letters_are_guarded_too(client,
     assert store.jobs.get_job(box["id"]).target["env"] == {"DB_PASSWORD": "hunter2hunter2"}
 
 
+@pytest.mark.parametrize("key, stored, moved, field", [
+    ("target", {"kind": "http", "url": "https://hooks.example.com/x",
+                "headers": {"X-Api-Key": "target-secret-123"}},
+     {"url": "https://elsewhere.example.org/x"}, "target.headers.X-Api-Key"),
+    ("target", {"kind": "container", "image": "busybox", "command": ["true"],
+                "env": {"TOKEN": "container-secret"}},
+     {"image": "evil/image"}, "target.env.TOKEN"),
+    ("dead_letter", {"kind": "http", "url": "https://dlq.example.com/in",
+                     "headers": {"X-Token": "dead-letter-secret"}},
+     {"url": "https://dlq.example.com:444/in"}, "dead_letter.headers.X-Token"),
+])
+def test_a_stored_secret_never_follows_a_changed_destination_of_any_kind(
+        client, store, key, stored, moved, field):
+    """One rule for every kind that holds secrets (sqs targets hold none;
+    notification channels and rules: test_api_notifications)."""
+    job = create(client, **{key: stored})
+    for method in (client.patch, client.put):
+        body = {key: {**job[key], **moved}}
+        if method == client.put:
+            body = {**job, **body}
+        err = error_of(method(f"/v1/jobs/{job['id']}", json=body), 400)
+        assert err["field"] == field, err
+    kept = getattr(store.jobs.get_job(job["id"]), key)
+    assert {k: kept[k] for k in stored} == stored
+
+
 def test_public_headers_are_shown_in_full(client):
     job = create(client, target={"kind": "http", "url": "https://hooks.example.com/x",
                                  "headers": {"Content-Type": "application/json",

@@ -126,6 +126,61 @@ def test_put_keeps_a_redacted_webhook_secret(client, store):
     assert stored.channel["headers"] == HOOK["headers"] and stored.digest_interval == 60
 
 
+@pytest.mark.parametrize("new_url", [
+    "https://attacker.example.net/cronman",   # another host
+    "http://hooks.example.com/cronman",       # another scheme
+    "https://hooks.example.com:8443/cronman",  # another port
+])
+def test_a_webhook_secret_never_follows_a_changed_url(client, store, new_url):
+    """Found by probing: a PATCH of a job's notify channel (or a PUT of a
+    namespace rule) to a new URL kept the stored Authorization header, and
+    the next failure delivered it to the new host."""
+    notify = [{"events": ["failed"], "channel": MAIL},
+              {"events": ["failed"], "channel": HOOK}]
+    job = client.post("/v1/jobs", json=job_spec(notify=notify)).get_json()
+    moved = [job["notify"][0], {**job["notify"][1], "channel": {
+        **job["notify"][1]["channel"], "url": new_url}}]
+    for method in (client.patch, client.put):
+        body = {"notify": moved} if method == client.patch else {**job, "notify": moved}
+        err = error_of(method(f"/v1/jobs/{job['id']}", json=body), 400)
+        assert err["field"] == "notify[1].channel.headers.Authorization"
+        assert "give the value again" in err["message"]
+    assert store.jobs.get_job(job["id"]).notify[1]["channel"] == {**HOOK, "timeout": 10}
+    # Given again, the new value goes with the new URL.
+    moved[1]["channel"]["headers"] = {"Authorization": "Bearer for-the-new-host"}
+    assert client.patch(f"/v1/jobs/{job['id']}", json={"notify": moved}).status_code == 200
+    assert store.jobs.get_job(job["id"]).notify[1]["channel"]["headers"] == {
+        "Authorization": "Bearer for-the-new-host"}
+
+    rule = client.post("/v1/notification-rules", json={
+        "namespace": "billing", "name": "hook", "events": ["failed"], "channel": HOOK}).get_json()
+    err = error_of(client.put(f"/v1/notification-rules/{rule['id']}", json={
+        **rule, "channel": {**rule["channel"], "url": new_url}}), 400)
+    assert err["field"] == "channel.headers.Authorization"
+    [stored] = store.notification_rules.all_rules()["billing"]
+    assert stored.channel["url"] == HOOK["url"] and stored.channel["headers"] == HOOK["headers"]
+    # The same host (another path) keeps the stored secret.
+    same = client.put(f"/v1/notification-rules/{rule['id']}", json={
+        **rule, "channel": {**rule["channel"], "url": "https://HOOKS.example.com/other"}})
+    assert same.status_code == 200, same.get_json()
+    [stored] = store.notification_rules.all_rules()["billing"]
+    assert stored.channel["headers"] == HOOK["headers"]
+
+
+def test_a_webhook_s_public_headers_are_shown_and_kept_as_they_are(client, store):
+    """A channel's Content-Type was shown redacted ("appl…"), and a PUT of
+    what was read stored the redacted text: channels follow the targets' rule."""
+    hook = {**HOOK, "headers": {**HOOK["headers"], "Content-Type": "application/json"}}
+    rule = client.post("/v1/notification-rules", json={
+        "namespace": "billing", "name": "typed", "events": ["failed"], "channel": hook}
+    ).get_json()
+    assert rule["channel"]["headers"] == {"Authorization": "Bear…",
+                                          "Content-Type": "application/json"}
+    assert client.put(f"/v1/notification-rules/{rule['id']}", json=rule).status_code == 200
+    [stored] = store.notification_rules.all_rules()["billing"]
+    assert stored.channel["headers"] == hook["headers"]
+
+
 def _outbox(store, job, *, kinds=("failed", "lost")):
     """Events of ``job`` put in the outbox as a notifier would."""
     [rule] = job_rules(job.id, job.notify)

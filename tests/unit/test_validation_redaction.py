@@ -80,3 +80,21 @@ def test_redacted_values_refused_when_the_destination_moved():
     # Public headers are shown in full, so sending them back is no restore.
     sent["headers"] = {"Authorization": "Bearer fresh-value", "Content-Type": "text/plain"}
     assert restore_redacted(sent, stored) == sent
+
+
+def test_a_webhook_s_destination_is_its_url_and_an_unknown_kind_keeps_nothing():
+    hook = {"kind": "webhook", "url": "https://a.example.com/x",
+            "headers": {"Authorization": "Bearer abcdefghijkl"}}
+    sent = {**hook, "headers": {"Authorization": "Bear…"}}
+    assert restore_redacted(sent, hook)["headers"] == hook["headers"]
+    with pytest.raises(ValidationError) as caught:
+        restore_redacted({**sent, "url": "https://b.example.com/x"}, hook, "channel")
+    assert caught.value.field == "channel.headers.Authorization"
+    # A kind without a destination case (one added later, say) fails closed:
+    # its redacted values are never restored, even where nothing changed.
+    future = {**hook, "kind": "pager"}
+    assert destination(future) is None
+    with pytest.raises(ValidationError):
+        restore_redacted({**sent, "kind": "pager"}, future)
+    for kind in ("http", "webhook", "sqs", "container"):
+        assert destination({"kind": kind}) is not None, kind
