@@ -5,8 +5,8 @@ Both read only what the caller's token may see (runs of jobs in its
 namespaces) and both bound ``scheduled_for`` on every call: ``since``
 defaults to the start of the retained history (runs) or an hour ago
 (stats), ``until`` to a day from now (runs; no run is scheduled further
-ahead than a claim's lead) or now (stats), and times older than the
-retention are cut to it. ``since``/``until`` take RFC 3339 or a time
+ahead than a claim's lead) or now (stats); times older than the
+retention are cut to it, and an ``until`` beyond a day from now to that. ``since``/``until`` take RFC 3339 or a time
 relative to now (``-1h``; see ``timeparams``).
 """
 
@@ -94,8 +94,7 @@ class RunSearchView(ApiView):
         floor = history_start(now)
         since = parse_time_or_relative(args.get("since"), "since", now=now) or floor
         until = parse_time_or_relative(args.get("until"), "until", now=now)
-        if until is None:
-            until = now + FUTURE_HORIZON
+        until = min(until or now + FUTURE_HORIZON, now + FUTURE_HORIZON)
         since = max(since, floor)
         namespace = parse_namespace()
         job_ids = []

@@ -84,7 +84,9 @@ def search_windows(since: datetime, hi: datetime | None, now: datetime
     windows: list[tuple[datetime, datetime | None]] = [(edge, hi)]
     width = _DAY
     while edge > since:
-        lo = max(since, edge - width)
+        # Compared before subtracting: a far ``hi`` (year 9999) would take the
+        # doubled width below year 1 (an OverflowError).
+        lo = since if edge - since <= width else edge - width
         windows.append((lo, edge))
         edge = lo
         width *= 2

@@ -17,6 +17,7 @@ from cronman.coordination.memory import InProcessCoordinator
 from cronman.ids import run_id_for
 from cronman.models import Run, RunUpdate
 from cronman.processes.api import make_app
+from cronman.store.codec import encode_search_cursor
 from cronman.timeutil import format_rfc3339, parse_rfc3339, utcnow
 from tests.support.api import job_spec
 
@@ -148,6 +149,25 @@ def test_runs_bad_input_names_the_parameter(client, history):
                          ("namespace=bad ns", "namespace"), ("cursor=zzzz", "cursor"),
                          ("sort=id", "sort")):
         assert error_of(client.get(f"/v1/runs?{query}"), 400)["field"] == field, query
+
+
+def test_times_at_the_end_of_the_calendar_are_no_500(client, history):
+    """Found by probing: until=9999-12-31T23:59:59.999999Z was an OverflowError
+    (a 500) on PostgreSQL: an until beyond a day ahead is cut to it (no run is
+    scheduled further ahead), and so is a cursor's time, wherever it points."""
+    everything = {i["id"] for i in pages(client, "/v1/runs")}
+    end = "9999-12-31T23:59:59.999999Z"
+    assert {i["id"] for i in pages(client, f"/v1/runs?until={end}")} == everything
+    assert client.get(f"/v1/runs?since={end}").get_json()["items"] == []
+    assert client.get(f"/v1/runs?since=0001-01-01T00:00:00Z&until={end}").status_code == 200
+    # The furthest a cursor may point (year 9892).
+    far = encode_search_cursor(parse_rfc3339("9892-01-01T00:00:00Z"), next(iter(history["runs"])))
+    resp = client.get(f"/v1/runs?cursor={far}")
+    assert resp.status_code == 200, resp.get_data(as_text=True)
+    assert {i["id"] for i in resp.get_json()["items"]} <= everything
+    assert client.get(f"/v1/stats/runs?until={end}").status_code == 200
+    job_id = history["jobs"]["digest"]["id"]
+    assert client.get(f"/v1/jobs/{job_id}/runs?until={end}").status_code == 200
 
 
 def test_tokens_scope_runs_and_stats(client, store, history):

@@ -70,3 +70,11 @@ def test_search_windows_cover_the_range_newest_first_in_doubling_days():
     midnight = datetime(2026, 11, 24, tzinfo=UTC)
     assert search_windows(midnight - timedelta(hours=1), midnight, NOW) == [
         (midnight - timedelta(hours=1), midnight)]
+
+
+def test_search_windows_reach_the_end_of_the_calendar():
+    """The doubled width once went below year 1 (OverflowError) from year 9999."""
+    since = NOW - timedelta(days=46)
+    windows = search_windows(since, datetime(9999, 12, 31, tzinfo=UTC), NOW)
+    assert windows[-1][0] == since and windows[0][1] == datetime(9999, 12, 31, tzinfo=UTC)
+    assert all(lo < hi for lo, hi in windows if hi is not None)
