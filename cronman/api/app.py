@@ -32,7 +32,7 @@ from cronman.api import (
 )
 from cronman.api.auth import EXTENSION_KEY as AUTH_KEY
 from cronman.api.auth import TokenAuth
-from cronman.api.common import MAX_BODY_BYTES, error_response, json_response
+from cronman.api.common import MAX_BODY_BYTES, error_response, json_response, principal
 from cronman.api.console import CONSOLE_BLUEPRINTS, require_write_access
 from cronman.api.context import EXTENSION_KEY, ApiContext
 from cronman.api.origins import OriginGuard
@@ -40,6 +40,7 @@ from cronman.config import Settings
 from cronman.coordination.base import Coordinator
 from cronman.errors import CronmanError
 from cronman.store.base import Store
+from cronman.store.dag import DependencyCycle
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,10 @@ def local_address(environ: dict[str, Any]) -> str | None:
 
 
 def _install_error_handlers(app: Flask) -> None:
+    @app.errorhandler(DependencyCycle)
+    def _cycle(exc: DependencyCycle) -> Response:  # jobs of other namespaces go unnamed
+        return error_response(exc.shown_to(principal().allows))
+
     @app.errorhandler(CronmanError)
     def _cronman_error(exc: CronmanError) -> Response:
         if exc.http_status >= 500:

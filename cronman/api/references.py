@@ -4,8 +4,10 @@ The upstream jobs of ``depends_on`` and of an ``after`` schedule may be given
 as a job id, ``namespace/name`` or a name in the job's own namespace; they
 are stored as ids (a renamed upstream stays the same upstream). Jobs of the
 same request (a bulk create) may name each other. Exclusion calendars are
-stored by name and must exist. Both follow token scopes: a reference into a
-namespace outside the caller's token is a 403 naming it.
+stored by name and must exist. Both follow token scopes: a reference by
+name into a namespace outside the caller's token is a 403 naming it (the
+caller named it; whether the job exists is not looked up); a job id of such
+a namespace is a 400, as an id no job has.
 
 What a reference names is checked here, against the store; the store checks
 it again in the transaction that writes the job (an upstream deleted
@@ -89,7 +91,9 @@ def resolve(store: Any, items: Sequence[Pending], who: Principal) -> None:
             found_id: str | None = None
             if JOB_ID_RE.match(ref):
                 job = by_id.get(ref.lower())
-                if job is not None:
+                # A job the caller may not see is as unknown as one that does
+                # not exist: a 403 naming its namespace would tell them apart.
+                if job is not None and who.allows(job.namespace):
                     found_id, found_ns = job.id, job.namespace
                 elif ref.lower() in batch_ids:
                     found_id, found_ns = ref.lower(), batch_ids[ref.lower()]

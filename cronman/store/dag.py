@@ -23,7 +23,7 @@ SQLite serialises writers: the locks are PostgreSQL's only.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import delete, insert, select
@@ -88,6 +88,33 @@ def record_changed(tx: Tx, job_id: str, spec: Mapping[str, Any]) -> None:
     if new:
         added = [link for link in new if (link[0], link[1]) not in old]
         _add(tx, {job_id: (new, "")}, check=bool(added))
+
+
+class DependencyCycle(ValidationError):
+    """A write would close a cycle; ``path`` is its (namespace, name) in
+    order, the first job again at the end. The API names only the jobs the
+    caller may see (``message_for``)."""
+
+    def __init__(self, path: Sequence[tuple[str, str]], *, field: str | None = None) -> None:
+        self.path = list(path)
+        super().__init__(cycle_message(self.path), field=field)
+
+    def prefixed(self, prefix: str) -> DependencyCycle:
+        return DependencyCycle(self.path, field=f"{prefix}.{self.field}" if self.field
+                               else prefix)
+
+    def shown_to(self, allows: Callable[[str], bool]) -> ValidationError:
+        """The same error naming only jobs of the namespaces ``allows``."""
+        return ValidationError(cycle_message(self.path, allows), field=self.field)
+
+
+HIDDEN_JOB = "(a job of another namespace)"
+
+
+def cycle_message(path: Sequence[tuple[str, str]],
+                  allows: Callable[[str], bool] = lambda _: True) -> str:
+    shown = " → ".join(f"{ns}/{name}" if allows(ns) else HIDDEN_JOB for ns, name in path)
+    return f"would make a cycle of dependencies: {shown} (each job depends on the one before it)"
 
 
 class DependentsExist(Conflict):
@@ -193,11 +220,10 @@ def _refuse_cycles(tx: Tx, wanted: dict[str, tuple[list[Link], str]]) -> None:
         if path is None:
             continue
         names = _names(tx, path)
-        shown = " → ".join(names.get(j, j) for j in reversed(path))
         first_up = path[1] if len(path) > 1 else job_id
         field = next((f for u, _, f in links if u == first_up), links[0][2])
-        raise ValidationError(f"would make a cycle of dependencies: {shown} (each job depends "
-                              "on the one before it)", field=_prefixed(prefix, field))
+        raise DependencyCycle([names.get(j, ("", j)) for j in reversed(path)],
+                              field=_prefixed(prefix, field))
 
 
 def _path_back(up: Mapping[str, Iterable[str]], start: str) -> list[str] | None:
@@ -215,7 +241,7 @@ def _path_back(up: Mapping[str, Iterable[str]], start: str) -> list[str] | None:
     return None
 
 
-def _names(tx: Tx, ids: Sequence[str]) -> dict[str, str]:
+def _names(tx: Tx, ids: Sequence[str]) -> dict[str, tuple[str, str]]:
     rows = tx.conn.execute(select(jobs.c.id, jobs.c.namespace, jobs.c.name)
                            .where(jobs.c.id.in_(sorted(set(ids))))).all()
-    return {job_id: f"{ns}/{name}" for job_id, ns, name in rows}
+    return {job_id: (ns, name) for job_id, ns, name in rows}

@@ -169,6 +169,43 @@ def test_dependencies_across_namespaces_follow_token_scopes(client, store):
     assert "1 in other namespaces" in e["message"] and "train" not in e["message"]
 
 
+def test_a_cycle_names_only_the_jobs_the_caller_may_see(client, store):
+    """Found by probing: a cycle error named jobs of namespaces the caller's
+    token cannot see."""
+    both, _ = store.tokens.create_token("both", ["ml", "billing"])
+    ml, _ = store.tokens.create_token("ml-team", ["ml"])
+    h_both, h_ml = ({"Authorization": f"Bearer {t}"} for t in (both, ml))
+    a = create(client, "a", namespace="ml", schedule=EVERY_MINUTE, headers=h_both)
+    create(client, "secret-report", namespace="billing", schedule=after("ml/a"), headers=h_both)
+    c = create(client, "c", namespace="ml", schedule=after("billing/secret-report"),
+               headers=h_both)
+    closing = {"depends_on": [{"job": c["id"], "within": 60}]}
+    e = error(client.patch(f"/v1/jobs/{a['id']}", json=closing, headers=h_ml))
+    assert e["field"] == "depends_on[0].job" and "cycle" in e["message"]
+    assert "billing" not in e["message"] and "secret-report" not in e["message"]
+    assert "ml/a → (a job of another namespace) → ml/c → ml/a" in e["message"]
+    e = error(client.patch(f"/v1/jobs/{a['id']}", json=closing, headers=h_both))
+    assert "ml/a → billing/secret-report → ml/c → ml/a" in e["message"]
+
+
+def test_a_foreign_job_id_is_answered_as_an_unknown_one(client, store):
+    """Found by probing: depends_on naming another namespace's job by id was
+    a 403 naming that namespace, an unknown id a 400: an existence oracle."""
+    foreign = create(client, "export", namespace="billing", schedule=EVERY_MINUTE)
+    unknown = "01900000-0000-7000-8000-000000000000"
+    ml, _ = store.tokens.create_token("ml-team", ["ml"])
+    h_ml = {"Authorization": f"Bearer {ml}"}
+    answers = []
+    for ref in (foreign["id"], unknown):
+        for spec in ({"depends_on": [{"job": ref, "within": 60}]}, {"schedule": after(ref)}):
+            resp = client.post("/v1/jobs", headers=h_ml, json=job_spec(
+                "train", namespace="ml", **{"schedule": EVERY_MINUTE, **spec}))
+            e = error(resp, 400)
+            answers.append((e["code"], e["field"], e["message"].replace(ref, "<id>")))
+            assert "billing" not in e["message"]
+    assert answers[:2] == answers[2:]
+
+
 # -- triggers ------------------------------------------------------------------------------
 
 
