@@ -1,5 +1,9 @@
 """``GET /v1/cluster``: the scheduler nodes the coordinator sees, and the worker agents.
 
+An agent's ``running_runs`` lists only the runs of jobs in the caller's
+namespaces (all of them for an admin token, or while no token is needed);
+its counts (``running``, ``slots_used``) are the agent's, whoever asks.
+
 Agents come from the agent directory (``coordination.agents``): the one the
 app was given (``cronman standalone`` puts its in-process one in
 ``app.extensions[AGENTS_KEY]``), else a Redis one made on first use when
@@ -9,15 +13,18 @@ Redis is configured.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
 from flask import Blueprint, Response, current_app
 
-from cronman.api.common import ApiView, json_response
+from cronman.api.auth import OPEN, Principal
+from cronman.api.common import ApiView, json_response, principal
 from cronman.api.context import api_context
 from cronman.coordination.agents import AgentDirectory, AgentInfo
 from cronman.coordination.base import OVERLOADED_BEHIND_MS, NodeInfo
+from cronman.store.base import Store
 from cronman.timeutil import format_rfc3339, utcnow
 
 AGENTS_KEY = "cronman.agents"
@@ -47,7 +54,8 @@ def node_json(node: NodeInfo, now: datetime) -> dict[str, Any]:
     return out
 
 
-def agent_json(agent: AgentInfo, now: datetime) -> dict[str, Any]:
+def agent_json(agent: AgentInfo, now: datetime,
+               visible: Callable[[str], bool] = lambda _: True) -> dict[str, Any]:
     age = None
     if agent.last_heartbeat is not None:
         age = round(max(0.0, (now - agent.last_heartbeat).total_seconds()), 3)
@@ -70,7 +78,7 @@ def agent_json(agent: AgentInfo, now: datetime) -> dict[str, Any]:
         "slots_used": agent.used.slots,
         "slots_free": free.slots,
         "running": len(agent.running),
-        "running_runs": list(agent.running),
+        "running_runs": [r for r in agent.running if visible(r)],
     }
 
 
@@ -87,24 +95,36 @@ def agent_directory() -> AgentDirectory | None:
     return directory
 
 
-def cluster_json() -> dict[str, Any]:
+def visible_runs(store: Store, who: Principal, run_ids: Sequence[str]) -> Callable[[str], bool]:
+    """Whether the caller may see each of ``run_ids`` (its job in their namespaces)."""
+    if who.is_admin or not run_ids:
+        return lambda _: True
+    runs = store.runs.get_runs(run_ids)
+    namespace = {j.id: j.namespace for j in store.jobs.get_jobs(
+        sorted({r.job_id for r in runs.values()}))}
+    seen = {r.id for r in runs.values() if who.allows(namespace.get(r.job_id, ""))}
+    return seen.__contains__
+
+
+def cluster_json(who: Principal = OPEN) -> dict[str, Any]:
     """Raises ``CoordinatorUnavailable`` when the membership cannot be read."""
     ctx = api_context()
     coordinator = ctx.coordinator
     nodes: list[NodeInfo] = coordinator.live_members() if coordinator is not None else []
     directory = agent_directory()
     agents = directory.live_agents() if directory is not None else []
+    visible = visible_runs(ctx.store, who, [r for a in agents for r in a.running])
     now = utcnow()
     return {
         "replicas": ctx.settings.replicas,
         "nodes": [node_json(n, now) for n in sorted(nodes, key=lambda n: n.id)],
-        "agents": [agent_json(a, now) for a in agents],
+        "agents": [agent_json(a, now, visible) for a in agents],
     }
 
 
 class Cluster(ApiView):
     def get(self) -> Response:
-        return json_response(cluster_json())
+        return json_response(cluster_json(principal()))
 
 
 bp.add_url_rule("/cluster", view_func=Cluster.as_view("cluster"))

@@ -175,6 +175,9 @@ class RunStore(Protocol):
 
     def get_run(self, run_id: str) -> Run | None: ...
 
+    def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
+        """The runs of these ids that exist, by id (ids of no run left out)."""
+
     def list_runs(self, job_id: str, flt: RunFilter, limit: int, cursor: str | None) -> Page:
         """A job's runs, newest scheduled_for first."""
 

@@ -62,6 +62,22 @@ class RunReads:
             row = conn.execute(stmt).first()
         return None if row is None else run_from_row(row)
 
+    def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
+        """See ``RunStore.get_runs``."""
+        spans = {run_id: span for run_id in dict.fromkeys(run_ids)
+                 if (span := run_key_range(run_id)) is not None}
+        found: dict[str, Run] = {}
+        with self._db.read() as conn:
+            for chunk in run_bulk.chunks(sorted(spans)):
+                lo = min(spans[r][0] for r in chunk)
+                hi = max(spans[r][1] for r in chunk)
+                stmt = select(sj).where(sj.c.id.in_(list(chunk)), sj.c.scheduled_for >= lo,
+                                        sj.c.scheduled_for < hi)
+                for row in conn.execute(stmt):
+                    run = run_from_row(row)
+                    found[run.id] = run
+        return found
+
     def list_runs(self, job_id: str, flt: RunFilter, limit: int, cursor: str | None) -> Page:
         """Newest first; ``since`` is inclusive, ``until`` exclusive.
 

@@ -7,10 +7,15 @@ from datetime import timedelta
 
 import pytest
 
+from cronman.api.cluster import AGENTS_KEY
 from cronman.config import Settings
+from cronman.coordination.agents import AgentInfo, Capacity
+from cronman.coordination.agents_memory import InProcessAgentDirectory
 from cronman.coordination.base import NodeInfo
 from cronman.coordination.memory import InProcessCoordinator
 from cronman.coordination.redis import RedisCoordinator
+from cronman.ids import run_id_for
+from cronman.models import Run
 from cronman.processes.api import make_app
 from cronman.timeutil import utcnow
 from tests.support.api import free_port, job_spec
@@ -161,6 +166,41 @@ def test_cluster_from_the_coordinator(store, database_url):
     coordinator.leave("sched-1")
     assert [n["id"] for n in app.test_client().get("/v1/cluster").get_json()["nodes"]] == [
         "sched-0"]
+
+
+def test_cluster_shows_a_token_only_the_running_runs_of_its_namespaces(app, client, store):
+    """Found by probing: /v1/cluster listed every namespace's running runs to any token."""
+    now = utcnow()
+    run_ids = {}
+    for ns in ("billing", "search"):
+        job = client.post("/v1/jobs", json=job_spec(f"{ns}-box", namespace=ns)).get_json()
+        run = Run(id=run_id_for(job["id"], now), job_id=job["id"], scheduled_for=now,
+                  status="claimed", attempt=1, node_id="n1", claimed_at=now,
+                  lease_expires_at=now + timedelta(minutes=1))
+        assert store.runs.claim_runs([run]) == {run.id}
+        run_ids[ns] = run.id
+    directory = InProcessAgentDirectory()
+    directory.agent_heartbeat(AgentInfo(
+        id="worker-1", capacity=Capacity(4, 2048, 8), labels={}, address="host-1",
+        runtime="process", running=[run_ids["billing"], run_ids["search"], "gone-run"]),
+        30_000)
+    app.extensions[AGENTS_KEY] = directory
+    billing, _ = store.tokens.create_token("billing", ["billing"])
+    admin, _ = store.tokens.create_token("admin", None)
+
+    def agent(token):
+        resp = client.get("/v1/cluster", headers={"Authorization": f"Bearer {token}"})
+        assert resp.status_code == 200, resp.get_json()
+        (one,) = resp.get_json()["agents"]
+        return one
+
+    mine = agent(billing)
+    assert mine["running_runs"] == [run_ids["billing"]]
+    assert run_ids["search"] not in str(mine)
+    assert mine["running"] == 3  # the agent's count, as slots_used says anyway
+    assert agent(admin)["running_runs"] == [run_ids["billing"], run_ids["search"], "gone-run"]
+    assert store.runs.get_runs([run_ids["search"], "gone-run", run_ids["search"]]) == {
+        run_ids["search"]: store.runs.get_run(run_ids["search"])}
 
 
 @pytest.mark.redis
