@@ -50,6 +50,7 @@ class Standalone:
         """Migrate, open the store, start serving the API; returns its URL."""
         from werkzeug.serving import make_server
 
+        from cronman.api.access_log import RequestHandler
         from cronman.api.app import create_app
         from cronman.coordination.memory import InProcessCoordinator
         from cronman.store import open_store
@@ -65,7 +66,8 @@ class Standalone:
         self.coordinator = InProcessCoordinator(ttl=s.heartbeat_ttl)
         self.app = create_app(s, store=self.store, coordinator=self.coordinator)
         host, port = split_bind(s.api_bind)
-        self.server = make_server(host, port, self.app, threaded=True)
+        self.server = make_server(host, port, self.app, threaded=True,
+                                  request_handler=RequestHandler)
         self._thread = threading.Thread(target=self.server.serve_forever, name="cronman-api",
                                         daemon=True)
         self._thread.start()

@@ -62,17 +62,19 @@ def http(method: str, url: str, body: Any = None, token: str | None = None,
 @contextmanager
 def running_api(database_url: str, *, workers: int = 1, threads: int = 4,
                 extra_env: dict[str, str] | None = None,
-                startup_timeout: float = 30.0, log_path: Path | None = None) -> Iterator[str]:
+                startup_timeout: float = 30.0, log_path: Path | None = None,
+                extra_args: tuple[str, ...] = ()) -> Iterator[str]:
     """`cronman api` on a free loopback port; yields its base URL; stops it by PID.
 
-    Its output goes to ``log_path`` when given (complete once the block ends).
+    Its output goes to ``log_path`` when given (complete once the block ends);
+    ``extra_args`` go on its command line (``--access-log``).
     """
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRONMAN_")}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     env.update({"CRONMAN_DATABASE_URL": database_url, **(extra_env or {})})
     cmd = [*CRONMAN, "api", "--bind", f"127.0.0.1:{port}",
-           "--workers", str(workers), "--threads", str(threads)]
+           "--workers", str(workers), "--threads", str(threads), *extra_args]
     sink = open(log_path, "wb") if log_path is not None else None  # noqa: SIM115
     proc = subprocess.Popen(cmd, env=env, cwd=REPO,
                             stdout=sink if sink is not None else subprocess.PIPE,

@@ -185,3 +185,40 @@ def test_a_stuck_event_loop_fails_liveness():
         thread.join(5)
         loop.close()
     assert not loop_turns(loop, deadline=0.1)  # closed
+
+
+def test_access_lines_redact_sensitive_query_values():
+    from cronman.api.access_log import redact_query, redact_target, redact_url
+
+    assert redact_query("limit=5&token=abc&API_KEY=x&sig=1&status=failed&flag") == \
+        "limit=5&token=***&API_KEY=***&sig=***&status=failed&flag"
+    assert redact_target("/v1/runs?since=-1h&access_token=t#frag") == \
+        "/v1/runs?since=-1h&access_token=***#frag"
+    assert redact_target("/v1/jobs") == "/v1/jobs"
+    assert redact_url("https://u:pw@console.example/?password=p&view=1") == \
+        "https://console.example/?password=***&view=1"
+
+
+def test_standalone_request_lines_are_redacted(caplog):
+    """werkzeug's request lines (cronman standalone, shown at debug level)."""
+    import urllib.request
+
+    from werkzeug.serving import make_server
+
+    from cronman.api.access_log import RequestHandler
+
+    def app(environ, start_response):
+        start_response("204 No Content", [])
+        return [b""]
+
+    server = make_server("127.0.0.1", 0, app, request_handler=RequestHandler)
+    thread = threading.Thread(target=server.handle_request)
+    thread.start()
+    with caplog.at_level(logging.INFO, logger="werkzeug"):
+        urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/v1/jobs?token=SECRET&x=1",
+                               timeout=10).close()
+        thread.join(10)
+    server.server_close()
+    lines = [r.getMessage() for r in caplog.records if r.name == "werkzeug"]
+    assert any("/v1/jobs?token=***&x=1" in line for line in lines), lines
+    assert "SECRET" not in " ".join(lines)
