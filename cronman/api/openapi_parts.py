@@ -65,7 +65,7 @@ URI_TOO_LONG = {"description": "request line too long for the server (gunicorn: 
 def resp(status: str) -> dict[str, Any]:
     name = {"400": "BadRequest", "401": "Unauthorized", "403": "Forbidden",
             "404": "NotFound", "409": "Conflict", "413": "TooLarge",
-            "503": "Unavailable"}[status]
+            "415": "UnsupportedMediaType", "503": "Unavailable"}[status]
     return {"$ref": f"#/components/responses/{name}"}
 
 
@@ -88,7 +88,8 @@ def op(op_id: str, summary: str, ok: dict[str, Any], errors: str,
     out: dict[str, Any] = {"operationId": op_id, "summary": summary, "responses": responses}
     if params:
         out["parameters"] = params
-    if body is not None:
+    if body is not None:  # a body not sent as JSON is not read
+        responses.setdefault("415", resp("415"))
         out["requestBody"] = {"required": True,
                               "content": {JSON: {"schema": ref(body)}}}
     if not secured:

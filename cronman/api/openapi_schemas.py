@@ -331,10 +331,16 @@ def components() -> dict[str, Any]:
             for name, desc in (
                 ("BadRequest", "invalid input; `field` names the offending value"),
                 ("Unauthorized", "missing, unknown or revoked token"),
-                ("Forbidden", "namespace outside the token's namespaces"),
+                ("Forbidden", "namespace outside the token's namespaces, a read-only "
+                              "token's write, or a cross-site request (an Origin or "
+                              "Referer that is not the API's own nor in "
+                              "CRONMAN_ALLOWED_ORIGINS; a Host that is no loopback name "
+                              "while the API needs no token)"),
                 ("NotFound", "no such resource"),
                 ("Conflict", "name taken in its namespace, stale version, or run in flight"),
                 ("TooLarge", "request body too large"),
+                ("UnsupportedMediaType", "a request body not sent as "
+                                         "`Content-Type: application/json`"),
                 ("Unavailable", "database or Redis unreachable"),
             )
         },
