@@ -77,12 +77,18 @@ def create_app(settings: Settings, *, store: Store | None = None,
         app.register_blueprint(bp)
 
     @app.before_request
-    def _authenticate() -> None:
+    def _authenticate() -> Response | None:
         auth.note_local_address(local_address(request.environ))
         guard.check()
+        preflight = guard.preflight()
+        if preflight is not None:
+            return preflight
         if request.path.startswith(V1_PREFIX) or request.path == "/v1":
             g.principal = auth.authenticate(request.headers.get("Authorization"))
             require_write_access(g.principal, request.method)
+        return None
+
+    app.after_request(guard.add_cors)
 
     _install_error_handlers(app)
     return app

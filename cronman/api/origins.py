@@ -26,13 +26,19 @@ keep such requests out:
 
 JSON bodies must also say so (``read_json``: 415 otherwise), which a
 "simple" cross-site request cannot.
+
+A console served from an allowed origin gets CORS answers: its preflights
+(``OPTIONS`` with ``Access-Control-Request-Method``) a 204 before any token
+is asked for, and every answer to it ``Access-Control-Allow-Origin`` (no
+cookies are involved: the token goes in ``Authorization``). Other origins
+get no CORS header at all, so a browser lets them read nothing.
 """
 
 from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from flask import request
+from flask import Response, request
 
 from cronman.api.auth import TokenAuth
 from cronman.config import AUTH_REQUIRED, Settings, is_loopback_address, origin_of
@@ -40,6 +46,10 @@ from cronman.errors import Forbidden
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 SETTING = "CRONMAN_ALLOWED_ORIGINS"
+CORS_METHODS = "GET, HEAD, POST, PUT, PATCH, DELETE"
+CORS_HEADERS = "Authorization, Content-Type, X-Request-Id"
+CORS_EXPOSED = "Location, X-Request-Id, WWW-Authenticate"
+CORS_MAX_AGE = "600"
 
 
 def own_origin() -> str | None:
@@ -89,6 +99,35 @@ class OriginGuard:
         raise Forbidden(f"cross-site request refused: its {what} {sent.strip()[:200]!r} is "
                         f"not this API's origin ({mine}); an operator may allow other "
                         f"origins with {SETTING}")
+
+    def allowed_origin(self) -> str | None:
+        """This request's Origin when it is one of CRONMAN_ALLOWED_ORIGINS."""
+        sent = request.headers.get("Origin")
+        origin = origin_of(sent) if sent else None
+        return origin if origin in self._allowed else None
+
+    def preflight(self) -> Response | None:
+        """The answer to a CORS preflight from an allowed origin (None otherwise)."""
+        if request.method != "OPTIONS" or "Access-Control-Request-Method" not in request.headers:
+            return None
+        origin = self.allowed_origin()
+        if origin is None:
+            return None
+        resp = Response(status=204)
+        resp.headers.update({"Access-Control-Allow-Origin": origin,
+                             "Access-Control-Allow-Methods": CORS_METHODS,
+                             "Access-Control-Allow-Headers": CORS_HEADERS,
+                             "Access-Control-Max-Age": CORS_MAX_AGE, "Vary": "Origin"})
+        return resp
+
+    def add_cors(self, resp: Response) -> Response:
+        """An answer to an allowed origin, readable by its pages."""
+        origin = self.allowed_origin()
+        if origin is not None and "Access-Control-Allow-Origin" not in resp.headers:
+            resp.headers["Access-Control-Allow-Origin"] = origin
+            resp.headers["Access-Control-Expose-Headers"] = CORS_EXPOSED
+            resp.vary.add("Origin")
+        return resp
 
     def _check_host(self) -> None:
         host = request.host

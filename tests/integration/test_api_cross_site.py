@@ -172,6 +172,48 @@ def test_with_tokens_a_foreign_host_is_a_proxy_s_business(tmp_path):
         assert status == 403
 
 
+def test_a_console_on_an_allowed_origin_gets_cors_answers(tmp_path):
+    """With tokens needed: an allowed origin's preflight is answered before
+    any token is asked for, and its answers are readable; others get no CORS."""
+    url = f"sqlite:///{tmp_path / 'cronman.db'}"
+    upgrade(url)
+    store = open_store(url, settings=Settings(database_url=url))
+    try:
+        token, _ = store.tokens.create_token("admin", None)
+    finally:
+        store.close()
+    with running_api(url, extra_env={"CRONMAN_ALLOWED_ORIGINS": ALLOWED}) as base:
+        host, port = base.removeprefix("http://").split(":")
+        ask = {"Access-Control-Request-Method": "POST",
+               "Access-Control-Request-Headers": "authorization, content-type"}
+
+        def raw(method, path, headers, body=None):
+            conn = http_client.HTTPConnection(host, int(port), timeout=30)
+            try:
+                conn.request(method, path, body=body, headers=headers)
+                resp = conn.getresponse()
+                resp.read()
+                return resp.status, {k.lower(): v for k, v in resp.getheaders()}
+            finally:
+                conn.close()
+
+        status, headers = raw("OPTIONS", "/v1/jobs", {"Origin": ALLOWED, **ask})
+        assert status == 204
+        assert headers["access-control-allow-origin"] == ALLOWED
+        assert "POST" in headers["access-control-allow-methods"]
+        assert {"authorization", "content-type"} <= {
+            h.strip().lower() for h in headers["access-control-allow-headers"].split(",")}
+        status, headers = raw("OPTIONS", "/v1/jobs", {"Origin": EVIL, **ask})
+        assert status == 401 and "access-control-allow-origin" not in headers
+        bearer = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        status, headers = raw("POST", "/v1/jobs", {**bearer, "Origin": ALLOWED},
+                              spec_bytes("from-the-console"))
+        assert status == 201 and headers["access-control-allow-origin"] == ALLOWED
+        assert "Location" in headers["access-control-expose-headers"]
+        status, headers = raw("GET", "/v1/jobs", {**bearer, "Origin": EVIL})
+        assert status == 200 and "access-control-allow-origin" not in headers
+
+
 def test_the_access_log_keeps_no_secret_of_a_url(tmp_path):
     """Found by probing: the opt-in access log recorded query strings whole,
     so a token passed as ``?token=`` (which the API refuses: a 400) was kept."""
