@@ -7,44 +7,76 @@ enough; :mod:`cronman.receiver` builds on it).
 
 When ``CRONMAN_SIGNING_SECRET`` is set, every HTTP callback carries::
 
-    Cronman-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">
+    Cronman-Signature: t=<unix seconds>,v2=<hex HMAC-SHA256 of the signed string>
 
-where ``<body>`` is the exact bytes of the request body (empty for a request
-without one) and the HMAC key is the secret's UTF-8 bytes.
+keyed by the job's **namespace's own signing key** (never the cluster
+secret itself), over this signed string (fields joined by ``\\n``, no
+trailing newline, all ASCII/UTF-8)::
+
+    v2
+    <t>                        the same digits as in the header
+    <Cronman-Job-Id>
+    <Cronman-Run-Id>
+    <Cronman-Scheduled-For>    exactly as in the header, e.g. 2026-11-22T07:00:00Z
+    <url>                      the job's target URL, exactly as the job holds it
+    <hex SHA-256 of the body>  of the exact body bytes (empty body: e3b0c442...b855)
+
+A signature is therefore valid for one namespace, one job, one run, one
+fire time, one URL and one body: a tenant who sends itself a callback
+learns nothing that another tenant's receiver (another key, another URL)
+or another of its jobs (another job id) would accept. ``v1`` (the body
+alone, under the cluster secret) is no longer sent nor accepted.
+
+Keys: a namespace's key is a 64-character hex string; the HMAC key is its
+ASCII bytes. An operator or the namespace's own token reads it with
+``GET /v1/namespaces/{ns}/signing-key`` and rotates it with ``POST
+/v1/namespaces/{ns}/signing-key/rotate``: for the overlap window given
+there, callbacks carry two ``v2`` values (new key and previous key), so a
+receiver may switch to the new key at any time within it. A receiver may
+likewise hold several keys.
 
 How a receiver verifies a callback:
 
 1. Read the raw request body as bytes, before any JSON parsing.
 2. Split the header on ``,`` into ``key=value`` pairs: one ``t`` and one or
-   more ``v1`` (during a key rotation the sender may sign with several
-   secrets; a receiver may likewise hold several).
-3. Refuse the request if ``t`` is more than 5 minutes away from your clock
-   (a replayed request).
-4. Compute ``hex(HMAC-SHA256(secret, t + "." + body))`` and compare it, in
-   constant time, with each ``v1`` value; accept if any matches.
+   more ``v2``.
+3. Refuse the request if ``t`` is more than 5 minutes away from your clock.
+4. Build the signed string from ``t``, the request's own ``Cronman-Job-Id``,
+   ``Cronman-Run-Id`` and ``Cronman-Scheduled-For`` headers, the URL you
+   expect cronman to call (your public URL: behind a proxy the request line
+   differs) and the body's SHA-256; compute its HMAC-SHA256 under your key
+   and compare it, in constant time, with each ``v2`` value.
 5. Deduplicate on ``Cronman-Run-Id``: a retried attempt carries the same run id.
 
 In Python, with cronman installed (the light package is enough)::
 
-    from cronman.receiver import verify_signature
+    from cronman.receiver import verify_callback
 
-    ok = verify_signature(secret, request.headers["Cronman-Signature"], request.get_data())
+    callback = verify_callback(key, request.headers, request.get_data(),
+                               url="https://billing.example.com/hook")
 
 Without it (the same steps by hand)::
 
     import hashlib, hmac, time
 
-    def verify(secret: str, header: str, body: bytes, tolerance: int = 300) -> bool:
-        pairs = [p.split("=", 1) for p in header.split(",") if "=" in p]
-        ts = [v for k, v in pairs if k.strip() == "t"]
-        sigs = [v.strip() for k, v in pairs if k.strip() == "v1"]
-        if len(ts) != 1 or not ts[0].strip().isdigit() or not sigs:
+    def verify(key: str, url: str, headers, body: bytes, tolerance: int = 300) -> bool:
+        pairs = [p.split("=", 1) for p in headers["Cronman-Signature"].split(",") if "=" in p]
+        ts = [v.strip() for k, v in pairs if k.strip() == "t"]
+        sigs = [v.strip() for k, v in pairs if k.strip() == "v2"]
+        if len(ts) != 1 or not ts[0].isdigit() or not sigs:
             return False
         if abs(time.time() - int(ts[0])) > tolerance:
             return False
-        mac = hmac.new(secret.encode(), ts[0].strip().encode() + b"." + body, hashlib.sha256)
-        expected = mac.hexdigest()
+        signed = "\\n".join(["v2", ts[0], headers["Cronman-Job-Id"], headers["Cronman-Run-Id"],
+                            headers["Cronman-Scheduled-For"], url,
+                            hashlib.sha256(body).hexdigest()])
+        expected = hmac.new(key.encode(), signed.encode(), hashlib.sha256).hexdigest()
         return any(hmac.compare_digest(expected, s) for s in sigs)
+
+Failure notifications (webhook channels) are signed the same way, under the
+job's namespace's key, with ``Cronman-Notification-Id`` in the run id's
+place and an empty scheduled time (so a notification's signature is never a
+valid callback's).
 """
 
 from __future__ import annotations
@@ -55,7 +87,9 @@ import time
 from collections.abc import Sequence
 
 SIGNATURE_HEADER = "Cronman-Signature"
+SIGNATURE_VERSION = "v2"
 DEFAULT_TOLERANCE = 300
+_KEY_CONTEXT = b"cronman-namespace-signing-key"
 
 Secret = str | bytes
 
@@ -70,69 +104,107 @@ def _keys(secrets: Secret | Sequence[Secret]) -> list[bytes]:
     return [_key(s) for s in secrets]
 
 
-def signature_hex(secret: Secret, body: bytes, timestamp: int) -> str:
-    """Hex HMAC-SHA256 of ``"<timestamp>.<body>"`` under ``secret``."""
-    return hmac.new(_key(secret), b"%d." % timestamp + body, hashlib.sha256).hexdigest()
+def namespace_key(cluster_secret: Secret, namespace: str, generation: int = 0) -> str:
+    """The signing key of ``namespace`` at ``generation`` (0 until its first rotation).
 
-
-def sign(secret: Secret | Sequence[Secret], body: bytes, timestamp: int) -> str:
-    """The ``Cronman-Signature`` header value for ``body`` sent at ``timestamp``.
-
-    ``secret`` may be a sequence (new secret first) to sign with several keys
-    during a rotation: the header then carries one ``v1=`` per key.
+    Derived, not stored: hex HMAC-SHA256 of ``"cronman-namespace-signing-key
+    \\n<generation>\\n<namespace>"`` under the cluster secret. One namespace's
+    key tells nothing about another's, nor about the cluster secret.
     """
-    msg = b"%d." % timestamp + body
-    sigs = ",".join("v1=" + hmac.new(k, msg, hashlib.sha256).hexdigest() for k in _keys(secret))
-    return f"t={timestamp},{sigs}"
+    msg = b"%s\n%d\n%s" % (_KEY_CONTEXT, generation, namespace.encode("utf-8"))
+    return hmac.new(_key(cluster_secret), msg, hashlib.sha256).hexdigest()
+
+
+def body_digest(body: bytes) -> bytes:
+    """The body's part of the signed string: its hex SHA-256, as ASCII bytes."""
+    return hashlib.sha256(body).hexdigest().encode("ascii")
+
+
+def context_tail(url: str, body: bytes) -> bytes:
+    """The end of the signed string that depends only on the target: ``\\n<url>\\n<sha256>``."""
+    return b"\n" + url.encode("utf-8") + b"\n" + body_digest(body)
+
+
+def signed_string(timestamp: int, job_id: str, run_id: str, scheduled_for: str, url: str,
+                  body: bytes) -> bytes:
+    """The exact bytes a ``v2`` signature is the HMAC of (see the module docstring)."""
+    return _head(timestamp, job_id, run_id, scheduled_for) + context_tail(url, body)
+
+
+def _head(timestamp: int, job_id: str, run_id: str, scheduled_for: str) -> bytes:
+    return b"v2\n%d\n%s\n%s\n%s" % (timestamp, job_id.encode("utf-8"),
+                                     run_id.encode("utf-8"), scheduled_for.encode("utf-8"))
+
+
+def sign(key: Secret | Sequence[Secret], timestamp: int, *, job_id: str, run_id: str,
+         scheduled_for: str, url: str, body: bytes) -> str:
+    """The ``Cronman-Signature`` header value of one request sent at ``timestamp``.
+
+    ``key`` may be a sequence (new key first) during a rotation: the header
+    then carries one ``v2=`` per key.
+    """
+    return Signer(key).sign(timestamp, job_id, run_id, scheduled_for,
+                            context_tail(url, body))
 
 
 class Signer:
-    """``sign`` with the keys prepared once (the HTTP target signs every request)."""
+    """``sign`` with the keys prepared once (the HTTP target signs every request).
+
+    The caller prepares ``context_tail(url, body)`` once per target: per
+    request only the short head (time, ids, fire time) is hashed with it.
+    """
 
     __slots__ = ("_macs",)
 
-    def __init__(self, secret: Secret | Sequence[Secret]) -> None:
-        self._macs = [hmac.new(k, digestmod=hashlib.sha256) for k in _keys(secret)]
+    def __init__(self, key: Secret | Sequence[Secret]) -> None:
+        self._macs = [hmac.new(k, digestmod=hashlib.sha256) for k in _keys(key)]
 
-    def __call__(self, body: bytes, timestamp: int) -> str:
-        msg = b"%d." % timestamp + body
+    def sign(self, timestamp: int, job_id: str, run_id: str, scheduled_for: str,
+             tail: bytes) -> str:
+        msg = _head(timestamp, job_id, run_id, scheduled_for) + tail
         parts = [f"t={timestamp}"]
         for base in self._macs:
             mac = base.copy()
             mac.update(msg)
-            parts.append("v1=" + mac.hexdigest())
+            parts.append("v2=" + mac.hexdigest())
         return ",".join(parts)
 
 
 def verify_signature(
-    secret: Secret | Sequence[Secret],
+    key: Secret | Sequence[Secret],
     header_value: str | None,
     body: bytes,
     *,
+    job_id: str,
+    run_id: str,
+    scheduled_for: str,
+    url: str,
     tolerance: float | None = DEFAULT_TOLERANCE,
     now: float | None = None,
 ) -> bool:
-    """Whether ``header_value`` is a valid, fresh signature of ``body``.
+    """Whether ``header_value`` is a valid, fresh ``v2`` signature of this request.
 
-    ``secret`` may be one secret or several (any of them may have signed).
-    The header may carry several ``v1=`` values; one match is enough. A
-    timestamp more than ``tolerance`` seconds from ``now`` (default: the
-    clock) is refused; ``tolerance=None`` turns that check off. Malformed
-    headers give False, never an exception.
+    ``job_id``, ``run_id`` and ``scheduled_for`` are the request's own
+    ``Cronman-*`` headers; ``url`` is the URL the receiver expects cronman to
+    call (the job's target URL). ``key`` may be one key or several (any of
+    them may have signed); the header may carry several ``v2=`` values, one
+    match is enough. A timestamp more than ``tolerance`` seconds from ``now``
+    (default: the clock) is refused; ``tolerance=None`` turns that check
+    off. Malformed headers give False, never an exception.
     """
     if not header_value or not isinstance(header_value, str):
         return False
     timestamps: list[str] = []
     candidates: list[str] = []
     for part in header_value.split(","):
-        key, sep, value = part.partition("=")
+        name, sep, value = part.partition("=")
         if not sep:
             continue
-        key = key.strip()
+        name = name.strip()
         value = value.strip()
-        if key == "t":
+        if name == "t":
             timestamps.append(value)
-        elif key == "v1" and value and value.isascii():
+        elif name == SIGNATURE_VERSION and value and value.isascii():
             candidates.append(value.lower())
     if len(timestamps) != 1 or not candidates:
         return False
@@ -144,9 +216,9 @@ def verify_signature(
         current = time.time() if now is None else now
         if abs(current - timestamp) > tolerance:
             return False
-    msg = b"%d." % timestamp + body
+    msg = signed_string(timestamp, job_id, run_id, scheduled_for, url, body)
     matched = False
-    for secret_key in _keys(secret):
+    for secret_key in _keys(key):
         expected = hmac.new(secret_key, msg, hashlib.sha256).hexdigest()
         for candidate in candidates:
             # Compare every pair (no early exit), so timing says nothing about which matched.

@@ -28,6 +28,7 @@ from cronman.api import (
     openapi,
     request_ids,
     runs,
+    signing_keys,
     tokens,
 )
 from cronman.api.auth import EXTENSION_KEY as AUTH_KEY
@@ -71,7 +72,8 @@ def create_app(settings: Settings, *, store: Store | None = None,
     metrics.install(app, lambda: ctx.store.jobs.count_live_jobs())
     request_ids.install(app)
     for bp in (jobs.bp, runs.bp, history.bp, audit.bp, cluster.bp, health.bp, metrics.bp,
-               openapi.bp, dashboard.bp, notifications.bp, tokens.bp, calendars.bp):
+               openapi.bp, dashboard.bp, notifications.bp, tokens.bp, calendars.bp,
+               signing_keys.bp):
         app.register_blueprint(bp)
     for bp in CONSOLE_BLUEPRINTS:
         app.register_blueprint(bp)

@@ -15,7 +15,13 @@ from typing import Any
 from flask import Blueprint, Response
 
 from cronman import __version__
-from cronman.api import audit_openapi, notify_openapi, tokens_openapi, workflow_openapi
+from cronman.api import (
+    audit_openapi,
+    notify_openapi,
+    signing_openapi,
+    tokens_openapi,
+    workflow_openapi,
+)
 from cronman.api import validation as v
 from cronman.api.common import ApiView, json_response
 from cronman.api.openapi_console import console_components, console_paths
@@ -187,10 +193,11 @@ def openapi_document() -> dict[str, Any]:
         "security": [{"bearer": []}],
         "paths": {**console_paths(paths()), **audit_openapi.paths(),
                   **notify_openapi.paths(), **tokens_openapi.paths(),
-                  **workflow_openapi.paths()},
+                  **workflow_openapi.paths(), **signing_openapi.paths()},
         "components": _with_schemas(console_components(components()),
                                     {**audit_openapi.schemas(), **notify_openapi.schemas(),
-                                     **tokens_openapi.schemas(), **workflow_openapi.schemas()}),
+                                     **tokens_openapi.schemas(), **workflow_openapi.schemas(),
+                                     **signing_openapi.schemas()}),
     }
 
 

@@ -22,6 +22,7 @@ from cronman.callbacks.base import Answered, Delivery, Outcome, Target
 from cronman.callbacks.dead_letter import dead_letter_delivery, run_record, validate_dead_letter
 from cronman.callbacks.validation import validate_target
 from cronman.config import Settings
+from cronman.signing_keys import NamespaceSigners
 from cronman.vocabulary import TARGET_KINDS, TargetKind
 
 if TYPE_CHECKING:
@@ -49,7 +50,11 @@ __all__ = [
 class TargetRegistry(Mapping[str, Target]):
     """Targets by kind; ``deliver`` routes a delivery to the one for its target's kind."""
 
-    def __init__(self, targets: Iterable[Target] = ()) -> None:
+    def __init__(self, targets: Iterable[Target] = (),
+                 signers: NamespaceSigners | None = None) -> None:
+        # The namespaces' signing keys the http target signs with; the node
+        # keeps their rotations current.
+        self.signers = signers or NamespaceSigners(None)
         self._targets: dict[str, Target] = {}
         self._starts: dict[str, Callable[[Delivery], Awaitable[Outcome]]] = {}
         for target in targets:
@@ -119,7 +124,9 @@ def build_targets(
     from cronman.callbacks.http import HttpTarget
     from cronman.callbacks.sqs import SqsTarget
 
-    registry = TargetRegistry([HttpTarget(settings), SqsTarget(settings, executor=sqs_executor)])
+    signers = NamespaceSigners(settings.signing_secret)
+    registry = TargetRegistry([HttpTarget(settings, signers=signers),
+                               SqsTarget(settings, executor=sqs_executor)], signers)
     if agents is not None:
         from cronman.callbacks.container import ContainerTarget
 

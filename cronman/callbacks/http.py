@@ -5,7 +5,8 @@ Behaviour (SPEC §3): a 2xx answer is success; any other status, a redirect
 timeout or a connection error is a failed attempt. Every request carries
 ``Cronman-Job-Id``, ``Cronman-Run-Id``, ``Cronman-Scheduled-For``,
 ``Cronman-Attempt`` and, with a signing secret, ``Cronman-Signature``
-(see :mod:`cronman.callbacks.signing`). ``result`` holds ``http_status`` and,
+(``v2``, under the job's namespace's key, over the time, ids, fire time,
+URL and body: see :mod:`cronman.signing`). ``result`` holds ``http_status`` and,
 when the answer had a body, ``response_snippet`` (its first KiB, decoded as
 UTF-8 with replacement; no more than that is read: the connection is then
 closed). An answer's head is bounded (100 headers, 64 KiB: the client's
@@ -27,7 +28,9 @@ many fires a node dispatches: the parts of a request that depend only on the
 job's target object (encoded request line and headers, body, timeout, the
 IP-literal check) are prepared once per target object and reused; target
 objects are treated as immutable (a job change yields a new one). Only the
-per-run headers, and the signature, are built per call.
+per-run headers, and the signature (the body's digest and the URL are
+prepared with the target, so a fire hashes ~200 bytes whatever the body's
+size), are built per call.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ from cronman.callbacks.httpclient import (
     ResponseTooLarge,
     ServerDisconnected,
 )
-from cronman.callbacks.signing import Signer
+from cronman.callbacks.signing import NamespaceSigners, context_tail
 from cronman.callbacks.ssrf import PrivateAddressError, literal_refusal
 from cronman.config import Settings
 from cronman.eventloop import PerLoop
@@ -82,19 +85,22 @@ _SAFE_VALUE = re.compile(r"[0-9A-Za-z._:-]{1,128}")
 class _Prepared:
     """The parts of a request that depend only on the target object."""
 
-    __slots__ = ("target", "request", "body", "timeout", "timeout_label", "refusal")
+    __slots__ = ("target", "request", "body", "sign_tail", "timeout", "timeout_label",
+                 "refusal")
 
     def __init__(self, target: dict[str, Any], allow_private: bool) -> None:
         self.target = target  # kept so the cache key (its id) cannot be reused
         body = target.get("body") or ""
         self.body: bytes = body.encode("utf-8") if body else b""
+        url = target["url"]
         self.request = PreparedRequest(
             target.get("method") or "POST",
-            target["url"],
+            url,
             headers=target.get("headers") or {},
             body=self.body or None,
             default_headers=DEFAULT_HEADERS,
         )
+        self.sign_tail = context_tail(url, self.body)
         seconds = target.get("timeout") or 10
         self.timeout = float(seconds)
         self.timeout_label = f"{seconds:g}s"
@@ -106,6 +112,8 @@ class HttpTarget:
 
     ``resolver`` and ``ssl_context`` replace the system resolver and the
     default TLS context (certificates checked against the system's CAs).
+    ``signers`` holds the namespaces' keys (the node keeps their rotations
+    current); by default every namespace at its first key.
     """
 
     kind = "http"
@@ -119,8 +127,9 @@ class HttpTarget:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         resolver: Resolver | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        signers: NamespaceSigners | None = None,
     ) -> None:
-        self._signer = Signer(settings.signing_secret) if settings.signing_secret else None
+        self.signers = signers or NamespaceSigners(settings.signing_secret)
         self._allow_private = settings.allow_private_targets
         self.pool_limit = pool_limit
         self._keepalive_timeout = keepalive_timeout
@@ -181,13 +190,17 @@ class HttpTarget:
         if not (_SAFE_VALUE.fullmatch(job_id) and _SAFE_VALUE.fullmatch(run_id)):
             return Answered(Outcome(False, error="invalid job or run id for a header",
                                     retryable=False))
+        scheduled = self._format_scheduled_for(delivery.scheduled_for)
         # Encoded here at once: ids checked above, a time and a number.
         lines = (f"Cronman-Job-Id: {job_id}\r\nCronman-Run-Id: {run_id}\r\n"
-                 f"Cronman-Scheduled-For: {self._format_scheduled_for(delivery.scheduled_for)}"
+                 f"Cronman-Scheduled-For: {scheduled}"
                  f"\r\nCronman-Attempt: {int(delivery.attempt)}\r\n").encode()
         headers: tuple[tuple[str, str], ...] = ()
-        if self._signer is not None:
-            headers = (("Cronman-Signature", self._signer(prepared.body, int(time.time()))),)
+        now = time.time()
+        signer = self.signers.signer(delivery.namespace, now)
+        if signer is not None:
+            headers = (("Cronman-Signature",
+                        signer.sign(int(now), job_id, run_id, scheduled, prepared.sign_tail)),)
 
         client = self._client.get(self._open_client)
         try:

@@ -1,4 +1,4 @@
-"""Callback signing, re-exported from :mod:`cronman.signing`.
+"""Callback signing, re-exported from :mod:`cronman.signing` and :mod:`cronman.signing_keys`.
 
 The implementation lives in the light part of cronman so that receivers and
 the server share it; this module keeps the server-side import path working.
@@ -11,17 +11,24 @@ from cronman.signing import (
     SIGNATURE_HEADER,
     Secret,
     Signer,
+    context_tail,
+    namespace_key,
     sign,
-    signature_hex,
+    signed_string,
     verify_signature,
 )
+from cronman.signing_keys import KeyState, NamespaceSigners
 
 __all__ = [
     "DEFAULT_TOLERANCE",
     "SIGNATURE_HEADER",
+    "KeyState",
+    "NamespaceSigners",
     "Secret",
     "Signer",
+    "context_tail",
+    "namespace_key",
     "sign",
-    "signature_hex",
+    "signed_string",
     "verify_signature",
 ]

@@ -40,8 +40,10 @@ PURGE_EVERY = 3600.0
 BACKLOG_EVERY = 15.0
 
 
-def default_senders(settings: Settings) -> dict[str, Sender]:
-    return {"email": EmailSender(settings), "webhook": WebhookSender(settings)}
+def default_senders(settings: Settings, store: Any = None) -> dict[str, Sender]:
+    key_state = store.signing_keys.state if store is not None else None
+    return {"email": EmailSender(settings),
+            "webhook": WebhookSender(settings, key_state=key_state)}
 
 
 class Notifier:
@@ -68,7 +70,7 @@ class Notifier:
         self.lock_retry = lock_retry
         self.retention = timedelta(days=settings.history_retention_days)
         self.leadership = leadership or leadership_for(settings.database_url, self.node_id)
-        self.senders = dict(senders) if senders is not None else default_senders(settings)
+        self.senders = dict(senders) if senders is not None else default_senders(settings, store)
         extra: dict[str, Any] = {}
         if late_settle is not None:
             extra["late_settle"] = timedelta(seconds=late_settle)

@@ -9,8 +9,10 @@ notifier schedules attempts, so each one is recorded in the outbox.
 The webhook is a POST of ``messages.webhook_body`` through the http
 target's keep-alive client, with the private-address guard at connect time
 (unless ``CRONMAN_ALLOW_PRIVATE_TARGETS``), signed like callbacks: with
-``CRONMAN_SIGNING_SECRET`` set it carries ``Cronman-Signature: t=<unix>,v1=<hex
-HMAC-SHA256 of "<t>.<body>">`` (``cronman.signing``). Also
+``CRONMAN_SIGNING_SECRET`` set it carries ``Cronman-Signature: t=<unix>,v2=<hex>``
+under the job's namespace's key, over the time, job id, notification id (in
+the run id's place), an empty scheduled time, the URL and the body
+(``cronman.signing``). Also
 ``Cronman-Notification-Id`` (deduplicate on it), ``Cronman-Event`` (the
 event, or ``digest``) and ``Cronman-Job-Id``. A 2xx answer is success;
 redirects are not followed. Answers are bounded as the client bounds them
@@ -24,7 +26,7 @@ import asyncio
 import socket
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from cronman.callbacks.httpclient import (
@@ -40,9 +42,11 @@ from cronman.callbacks.httpclient import (
 )
 from cronman.callbacks.ssrf import PrivateAddressError, literal_refusal
 from cronman.config import Settings
+from cronman.errors import StoreUnavailable
 from cronman.notify.messages import webhook_body
 from cronman.notify.model import EventRecord, Notification
-from cronman.signing import SIGNATURE_HEADER, Signer
+from cronman.signing import SIGNATURE_HEADER, context_tail
+from cronman.signing_keys import KeyState, NamespaceSigners
 
 USER_AGENT = "cronman-notify/0.1"
 CONNECT_TIMEOUT = 10.0
@@ -68,13 +72,19 @@ class Sender(Protocol):
 
 
 class WebhookSender:
-    """``{"kind": "webhook", "url", "headers", "timeout"}`` channels."""
+    """``{"kind": "webhook", "url", "headers", "timeout"}`` channels.
+
+    ``key_state`` reads a namespace's signing key generation (the store's);
+    without it every namespace signs with its first key.
+    """
 
     kind = "webhook"
 
     def __init__(self, settings: Settings, *, resolver: Resolver | None = None,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
-        self._signer = Signer(settings.signing_secret) if settings.signing_secret else None
+                 ssl_context: ssl.SSLContext | None = None,
+                 key_state: Callable[[str], KeyState] | None = None) -> None:
+        self._secret = settings.signing_secret
+        self._key_state = key_state
         self._allow_private = settings.allow_private_targets
         self._resolver = resolver
         self._ssl_context = ssl_context
@@ -105,8 +115,8 @@ class WebhookSender:
         extra = [("Cronman-Notification-Id", note.id),
                  ("Cronman-Event", note.event or "digest"),
                  ("Cronman-Job-Id", note.job_id)]
-        if self._signer is not None:
-            extra.append((SIGNATURE_HEADER, self._signer(body, int(time.time()))))
+        if self._secret is not None:
+            extra.append((SIGNATURE_HEADER, await self._signature(note, body)))
         timeout = float(channel.get("timeout") or 10)
         where = request.origin.where
         try:
@@ -119,6 +129,19 @@ class WebhookSender:
             location = response.header("Location") if 300 <= response.status < 400 else None
             hint = f" redirect to {location} (not followed)" if location else ""
             raise SendError(f"HTTP {response.status}{hint} from {where}")
+
+    async def _signature(self, note: Notification, body: bytes) -> str:
+        state = KeyState(note.namespace)
+        if self._key_state is not None:
+            try:  # read per message: notifications are few, and a rotation shows at once
+                state = await asyncio.to_thread(self._key_state, note.namespace)
+            except StoreUnavailable as exc:
+                raise SendError(f"cannot read the namespace's signing key: {exc}") from None
+        now = time.time()
+        signer = NamespaceSigners(self._secret, [state]).signer(note.namespace, now)
+        assert signer is not None
+        return signer.sign(int(now), note.job_id, note.id, "",
+                           context_tail(note.channel["url"], body))
 
     async def close(self) -> None:
         client, self._client = self._client, None

@@ -1,7 +1,8 @@
 """One callback from cronman, read and checked: an HTTP request or an SQS message.
 
-``verify_callback`` checks an HTTP callback's signature (with the replay
-window, :mod:`cronman.signing`) and reads its ``Cronman-*`` headers;
+``verify_callback`` checks an HTTP callback's signature (bound to its job
+id, run id, fire time, URL and body, with the replay window:
+:mod:`cronman.signing`) and reads its ``Cronman-*`` headers;
 ``sqs_callback`` reads the ``cronman-*`` attributes of an SQS message as
 boto3 returns it. Both give a :class:`Callback` or raise
 :class:`InvalidCallback` saying what is wrong.
@@ -64,26 +65,37 @@ def header(headers: Headers, name: str) -> str | None:
 
 
 def verify_callback(secret: Secret | Sequence[Secret] | None, headers: Headers, body: bytes,
-                    *, tolerance: float = DEFAULT_TOLERANCE, now: float | None = None
-                    ) -> Callback:
+                    *, url: str | None, tolerance: float = DEFAULT_TOLERANCE,
+                    now: float | None = None) -> Callback:
     """The callback in an HTTP request, once its signature is checked.
 
     ``body`` must be the raw request body. ``secret`` (one, or several during
-    a rotation) is ``CRONMAN_SIGNING_SECRET``; ``None`` accepts unsigned
-    callbacks -- only for a deployment that signs nothing. A signature older
-    (or newer) than ``tolerance`` seconds is refused: a replay.
+    a rotation) is your namespace's signing key (``GET
+    /v1/namespaces/{ns}/signing-key``); ``None`` accepts unsigned callbacks
+    -- only for a deployment that signs nothing. ``url`` is the URL cronman
+    calls, exactly as the job's target holds it (behind a proxy: your public
+    URL, not the one the request line shows). The signature must cover this
+    request's job id, run id, fire time, that URL and the body, and be no
+    older (or newer) than ``tolerance`` seconds.
     """
-    if secret is not None:
-        signature = header(headers, HEADER_SIGNATURE)
-        if not signature:
-            raise InvalidCallback(f"no {HEADER_SIGNATURE} header")
-        if not verify_signature(secret, signature, body, tolerance=tolerance, now=now):
-            raise InvalidCallback("bad or stale signature")
     job_id = header(headers, HEADER_JOB_ID)
     run_id = header(headers, HEADER_RUN_ID)
     scheduled_for = header(headers, HEADER_SCHEDULED_FOR)
     missing = [n for n, v in ((HEADER_JOB_ID, job_id), (HEADER_RUN_ID, run_id),
                               (HEADER_SCHEDULED_FOR, scheduled_for)) if not v]
+    if secret is not None:
+        if url is None:
+            raise ValueError("verifying a signature needs the URL cronman calls (url=)")
+        signature = header(headers, HEADER_SIGNATURE)
+        if not signature:
+            raise InvalidCallback(f"no {HEADER_SIGNATURE} header")
+        if missing:
+            raise InvalidCallback(f"missing header {', '.join(missing)}", status=400)
+        assert job_id and run_id and scheduled_for
+        if not verify_signature(secret, signature, body, job_id=job_id, run_id=run_id,
+                                scheduled_for=scheduled_for, url=url, tolerance=tolerance,
+                                now=now):
+            raise InvalidCallback("bad or stale signature")
     if missing:
         raise InvalidCallback(f"missing header {', '.join(missing)}", status=400)
     assert job_id and run_id and scheduled_for

@@ -1,6 +1,8 @@
 """``CallbackReceiver``: verify, deduplicate and handle cronman's HTTP callbacks.
 
-    receiver = CallbackReceiver(secret, dedup=MemoryDeduplicator())
+    # key: your namespace's signing key; url: the URL your jobs call (public)
+    receiver = CallbackReceiver(key, url="https://billing.example.com/hook",
+                                dedup=MemoryDeduplicator())
 
     # a plain function, any framework:
     reply = receiver.handle(headers, raw_body, lambda cb: do_work(cb))
@@ -13,6 +15,12 @@
     @app.post("/hook")
     @receiver.flask
     def hook(callback): ...
+
+The signature covers the URL cronman called: give it as ``url`` (behind a
+proxy or a load balancer, the public URL the jobs hold). Without ``url``,
+the WSGI and Flask forms use the URL the request arrived at (scheme,
+``Host`` and raw path), which is right only when nothing between cronman
+and the receiver rewrites it; ``handle`` and ``verify`` then need ``url=``.
 
 The answers: 2xx once handled (or for a run already handled: a duplicate);
 401 for a missing, bad or stale signature; 400 for missing ``Cronman-*``
@@ -29,6 +37,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 from cronman.receiver.callback import Callback, Headers, InvalidCallback, verify_callback
 from cronman.receiver.dedup import Claim, Deduplicator
@@ -60,29 +69,33 @@ class Reply:
 class CallbackReceiver:
     """Checks each callback's signature, deduplicates on its run id, then handles it."""
 
-    def __init__(self, secret: Secret | Sequence[Secret] | None, *,
+    def __init__(self, secret: Secret | Sequence[Secret] | None, *, url: str | None = None,
                  dedup: Deduplicator | None = None, tolerance: float = DEFAULT_TOLERANCE,
                  allow_unsigned: bool = False) -> None:
         if secret is None and not allow_unsigned:
             raise ValueError("a signing secret is required (allow_unsigned=True only for a "
                              "cronman that signs nothing)")
         self.secret = secret
+        self.url = url
         self.dedup = dedup
         self.tolerance = tolerance
 
     # -- plain function --------------------------------------------------------
 
-    def verify(self, headers: Headers, body: bytes) -> Callback:
-        """The checked callback; raises ``InvalidCallback``."""
-        return verify_callback(self.secret, headers, body, tolerance=self.tolerance)
+    def verify(self, headers: Headers, body: bytes, *, url: str | None = None) -> Callback:
+        """The checked callback; raises ``InvalidCallback``. ``url``: the URL
+        cronman called, when the receiver was not given one."""
+        return verify_callback(self.secret, headers, body, url=self.url or url,
+                               tolerance=self.tolerance)
 
-    def begin(self, headers: Headers, body: bytes) -> tuple[Reply | None, Callback | None]:
+    def begin(self, headers: Headers, body: bytes, *, url: str | None = None
+              ) -> tuple[Reply | None, Callback | None]:
         """Verify and claim: (an answer to give at once, None) or (None, the callback to handle).
 
         After handling, call ``finish(callback, ok)``. ``handle`` does both.
         """
         try:
-            callback = self.verify(headers, body)
+            callback = self.verify(headers, body, url=url)
         except InvalidCallback as exc:
             return Reply(exc.status, {"error": exc.reason}), None
         if self.dedup is not None:
@@ -102,9 +115,10 @@ class CallbackReceiver:
             else:
                 self.dedup.release(callback.run_id)
 
-    def handle(self, headers: Headers, body: bytes, handler: Callable[[Callback], Any]) -> Reply:
+    def handle(self, headers: Headers, body: bytes, handler: Callable[[Callback], Any], *,
+               url: str | None = None) -> Reply:
         """Verify, deduplicate and run ``handler(callback)``; an exception releases the run."""
-        early, callback = self.begin(headers, body)
+        early, callback = self.begin(headers, body, url=url)
         if early is not None:
             return early
         assert callback is not None
@@ -126,7 +140,8 @@ class CallbackReceiver:
             body = _read_body(environ)
             if body is None:
                 return _answer(start_response, Reply(413, {"error": "body too large"}))
-            early, callback = self.begin(_environ_headers(environ), body)
+            early, callback = self.begin(_environ_headers(environ), body,
+                                         url=request_url(environ))
             if early is not None:
                 return _answer(start_response, early)
             assert callback is not None
@@ -157,7 +172,8 @@ class CallbackReceiver:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             from flask import jsonify, make_response, request
 
-            early, callback = self.begin(request.headers, request.get_data(cache=True))
+            early, callback = self.begin(request.headers, request.get_data(cache=True),
+                                         url=request_url(request.environ))
             if early is not None:
                 return make_response(jsonify(early.body), early.status)
             assert callback is not None
@@ -212,6 +228,24 @@ def _read_body(environ: dict[str, Any]) -> bytes | None:
         return b""
     data: bytes = stream.read(length)
     return data
+
+
+def request_url(environ: dict[str, Any]) -> str:
+    """The URL a WSGI request arrived at: scheme, ``Host`` and the raw path and query."""
+    scheme = environ.get("wsgi.url_scheme", "http")
+    host = environ.get("HTTP_HOST")
+    if not host:
+        host = environ.get("SERVER_NAME", "")
+        port = str(environ.get("SERVER_PORT", ""))
+        if port and port != {"http": "80", "https": "443"}.get(scheme):
+            host = f"{host}:{port}"
+    raw = environ.get("RAW_URI") or environ.get("REQUEST_URI")
+    if not raw:
+        path = quote((environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", ""))
+                     .encode("latin-1"), safe="/;=,@:!$&'()*+~-._")
+        query = environ.get("QUERY_STRING", "")
+        raw = path + ("?" + query if query else "")
+    return f"{scheme}://{host}{raw}"
 
 
 def _environ_headers(environ: dict[str, Any]) -> list[tuple[str, str]]:

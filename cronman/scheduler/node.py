@@ -58,6 +58,7 @@ from cronman.scheduler.metrics import NodeMetrics
 from cronman.scheduler.outcome_marks import MARK_TTL_LEASES, OutcomeMarker
 from cronman.scheduler.pulse import PULSE_INTERVAL, Progress, Pulser, StallWatch
 from cronman.scheduler.requested import RequestedRuns
+from cronman.scheduler.signing_book import SigningKeyBook
 from cronman.scheduler.sweeper import Sweeper
 from cronman.scheduler.sync import JobReader, JobSync
 from cronman.scheduler.takeover import TAKEOVER_AFTER, Standby, StartMarks
@@ -109,6 +110,8 @@ class SchedulerNode:
         reader = JobReader(self.table, store.jobs, pools.misc)
         self.calendars = CalendarBook(store.calendars, pool=pools.misc, lifecycle=life,
                                       poll_interval=s.sync_poll_interval)
+        self.signing_keys = SigningKeyBook(store.signing_keys, targets.signers, pool=pools.misc,
+                                           lifecycle=life, poll_interval=s.sync_poll_interval)
         self.gates = FireGates(self.calendars, store.dependencies, reader, clock=clock,
                                pool=pools.misc)
         self.dispatcher = Dispatcher(
@@ -219,11 +222,13 @@ class SchedulerNode:
             if self.run_maintenance:
                 start("maintenance", self.upkeep.run)
             await self.calendars.load()
+            await self.signing_keys.load()
             await self.sync.initial_load()
             if life.stopping:
                 return
             self.sync.start_feed()
             start("calendars", self.calendars.run)
+            start("signing keys", self.signing_keys.run)
             start("sync", self.sync.run)
             start("leases", self.leases.run)
             start("sweeper", self.sweeper.run)

@@ -26,6 +26,7 @@ from cronman.store.notify_history import SqlNotificationHistory
 from cronman.store.notify_outbox import SqlNotificationOutbox
 from cronman.store.notify_rules import SqlNotificationRules
 from cronman.store.partitions import PgPartitions, SqlitePartitions
+from cronman.store.signing_keys import SqlSigningKeyStore
 from cronman.store.sql_jobs import SqlJobStore
 from cronman.store.sql_runs import SqlRunStore
 from cronman.store.tokens import SqlTokenStore
@@ -60,6 +61,7 @@ class SqlStore:
         self.dependencies = SqlDependencyStore(db)
         self.calendars = SqlCalendarStore(db)
         self.tokens = SqlTokenStore(db)
+        self.signing_keys = SqlSigningKeyStore(db)
         self.history = SqlJobHistory(db)
         # Notifications (cronman.notify): the notifier's outbox, the API's view
         # of it, and the namespace rules.

@@ -30,6 +30,7 @@ from cronman.models import (
 )
 from cronman.schedules import parse_calendar
 from cronman.schedules.calendars import ExclusionCalendar
+from cronman.signing_keys import KeyState
 from cronman.store.history import ChangeContext
 from cronman.store.tokens import TokenActor
 
@@ -322,6 +323,18 @@ class CalendarStore(Protocol):
         or deleted (what a node compares before it reads them all again)."""
 
 
+class SigningKeyStore(Protocol):
+    """Each namespace's signing key generation (``cronman.signing_keys``)."""
+
+    def all_states(self) -> list[KeyState]:
+        """Every namespace ever rotated (a node signs for all of them)."""
+
+    def state(self, namespace: str) -> KeyState: ...
+
+    def rotate(self, namespace: str, *, now: datetime, previous_until: datetime) -> KeyState:
+        """The next generation signs from now, the current one until ``previous_until``."""
+
+
 @dataclass(frozen=True, slots=True)
 class Edge:
     """One edge of the job graph, seen from one end: the job at the other end
@@ -376,6 +389,9 @@ class Store(Protocol):
 
     @property
     def calendars(self) -> CalendarStore: ...
+
+    @property
+    def signing_keys(self) -> SigningKeyStore: ...
 
     def feed(self) -> ChangeFeed:
         """A new subscription to announcements, for one consumer (close it when done)."""

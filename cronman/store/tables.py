@@ -452,3 +452,16 @@ calendars = Table(
     Column("updated_at", UTCDateTime(), nullable=False),
     UniqueConstraint("namespace", "name", name="uq_calendars_namespace_name"),
 )
+
+# Each namespace's signing key generation (cronman.signing_keys): the keys
+# themselves are derived from the cluster secret, never stored. A namespace
+# without a row is at generation 0; ``previous_until``: the previous
+# generation keeps signing until then (the rotation's overlap window).
+signing_keys = Table(
+    "signing_keys",
+    metadata,
+    Column("namespace", String(128), primary_key=True),
+    Column("generation", Integer, nullable=False),
+    Column("previous_until", UTCDateTime()),
+    Column("rotated_at", UTCDateTime(), nullable=False),
+)

@@ -23,21 +23,42 @@ from cronman.signing import sign
 
 SECRET = "s3cret"
 BODY = b'{"kind":"digest"}'
+URL = "https://billing.example.com/hook"
 
 
-def headers(run_id="run-1", attempt=1, secret=SECRET, body=BODY, t=None, signed=True):
-    out = {"Cronman-Job-Id": "job-1", "Cronman-Run-Id": run_id,
-           "Cronman-Scheduled-For": "2026-11-22T07:00:00Z", "Cronman-Attempt": str(attempt)}
+def headers(run_id="run-1", attempt=1, secret=SECRET, body=BODY, t=None, signed=True, url=URL,
+            job_id="job-1", scheduled_for="2026-11-22T07:00:00Z"):
+    out = {"Cronman-Job-Id": job_id, "Cronman-Run-Id": run_id,
+           "Cronman-Scheduled-For": scheduled_for, "Cronman-Attempt": str(attempt)}
     if signed:
-        out["Cronman-Signature"] = sign(secret, body, int(time.time() if t is None else t))
+        out["Cronman-Signature"] = sign(secret, int(time.time() if t is None else t),
+                                        job_id=job_id, run_id=run_id,
+                                        scheduled_for=scheduled_for, url=url, body=body)
     return out
 
 
 def test_verify_callback_reads_the_headers_in_any_case():
     h = {k.lower(): v for k, v in headers(attempt=2).items()}
-    cb = verify_callback(SECRET, h, BODY)
+    cb = verify_callback(SECRET, h, BODY, url=URL)
     assert (cb.job_id, cb.run_id, cb.attempt, cb.body) == ("job-1", "run-1", 2, BODY)
-    assert verify_callback([b"old", SECRET], list(headers().items()), BODY).run_id == "run-1"
+    assert verify_callback([b"old", SECRET], list(headers().items()), BODY,
+                           url=URL).run_id == "run-1"
+
+
+@pytest.mark.parametrize("header", ["Cronman-Job-Id", "Cronman-Run-Id", "Cronman-Scheduled-For"])
+def test_a_signature_moved_to_other_ids_or_a_fire_time_is_refused(header):
+    h = headers()
+    h[header] = h[header] + "0"
+    with pytest.raises(InvalidCallback) as exc:
+        verify_callback(SECRET, h, BODY, url=URL)
+    assert exc.value.status == 401
+
+
+def test_a_signature_made_for_another_url_is_refused():
+    with pytest.raises(InvalidCallback):
+        verify_callback(SECRET, headers(url="https://attacker.example/hook"), BODY, url=URL)
+    with pytest.raises(ValueError):
+        verify_callback(SECRET, headers(), BODY, url=None)
 
 
 @pytest.mark.parametrize("case", ["unsigned", "other-secret", "tampered", "stale", "future"])
@@ -47,7 +68,7 @@ def test_verify_callback_refuses(case):
          "future": headers(t=time.time() + 301)}[case]
     body = BODY + b" " if case == "tampered" else BODY
     with pytest.raises(InvalidCallback) as exc:
-        verify_callback(SECRET, h, body)
+        verify_callback(SECRET, h, body, url=URL)
     assert exc.value.status == 401
 
 
@@ -55,7 +76,7 @@ def test_missing_cronman_headers_are_a_400():
     h = headers()
     del h["Cronman-Run-Id"]
     with pytest.raises(InvalidCallback) as exc:
-        verify_callback(SECRET, h, BODY)
+        verify_callback(SECRET, h, BODY, url=URL)
     assert exc.value.status == 400 and "Cronman-Run-Id" in exc.value.reason
 
 
@@ -95,7 +116,7 @@ def test_process_once_releases_on_failure():
 
 
 def test_handle_deduplicates_and_a_failed_handler_is_retried():
-    receiver = CallbackReceiver(SECRET, dedup=MemoryDeduplicator())
+    receiver = CallbackReceiver(SECRET, url=URL, dedup=MemoryDeduplicator())
     handled = []
 
     def handler(cb):
@@ -116,7 +137,8 @@ def test_handle_deduplicates_and_a_failed_handler_is_retried():
 
 def _call(app, hdrs, body=BODY):
     environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/hook", "CONTENT_LENGTH": str(len(body)),
-               "wsgi.input": io.BytesIO(body)}
+               "wsgi.input": io.BytesIO(body), "wsgi.url_scheme": "http",
+               "SERVER_NAME": "rx.local", "SERVER_PORT": "8080"}
     environ.update({"HTTP_" + k.upper().replace("-", "_"): v for k, v in hdrs.items()})
     seen = {}
 
@@ -132,6 +154,16 @@ def _call(app, hdrs, body=BODY):
     return seen["status"], data, seen["headers"]
 
 
+def test_wsgi_without_a_url_checks_the_one_the_request_arrived_at():
+    def app(environ, start_response):
+        start_response("204 No Content", [])
+        return [b""]
+
+    wrapped = CallbackReceiver(SECRET).wsgi(app)
+    assert _call(wrapped, headers(url="http://rx.local:8080/hook"))[0] == 204
+    assert _call(wrapped, headers(run_id="run-2"))[0] == 401
+
+
 def test_wsgi_middleware():
     calls = []
 
@@ -143,7 +175,7 @@ def test_wsgi_middleware():
         start_response(status, [])
         return [b""]
 
-    wrapped = CallbackReceiver(SECRET, dedup=MemoryDeduplicator()).wsgi(app)
+    wrapped = CallbackReceiver(SECRET, url=URL, dedup=MemoryDeduplicator()).wsgi(app)
     assert _call(wrapped, headers(attempt=1))[0] == 500  # released: the retry is handled
     assert _call(wrapped, headers(attempt=2))[0] == 204
     status, data, _ = _call(wrapped, headers(attempt=3))
@@ -160,15 +192,16 @@ def test_wsgi_in_progress_answers_409_with_retry_after():
     def app(environ, start_response):  # pragma: no cover - never reached
         raise AssertionError
 
-    status, _, hdrs = _call(CallbackReceiver(SECRET, dedup=dedup).wsgi(app), headers())
+    status, _, hdrs = _call(CallbackReceiver(SECRET, url=URL, dedup=dedup).wsgi(app), headers())
     assert status == 409 and hdrs["Retry-After"]
 
 
 def test_flask_decorator():
     from flask import Flask
 
-    receiver = CallbackReceiver(SECRET, dedup=MemoryDeduplicator())
+    receiver = CallbackReceiver(SECRET, dedup=MemoryDeduplicator())  # url: the request's
     app = Flask(__name__)
+    local = "http://localhost/hook"
     handled = []
 
     @app.post("/hook")
@@ -178,11 +211,13 @@ def test_flask_decorator():
         return "", 204
 
     client = app.test_client()
-    assert client.post("/hook", data=BODY, headers=headers()).status_code == 204
-    dup = client.post("/hook", data=BODY, headers=headers(attempt=2))
+    assert client.post("/hook", data=BODY, headers=headers(url=local)).status_code == 204
+    dup = client.post("/hook", data=BODY, headers=headers(attempt=2, url=local))
     assert dup.status_code == 200 and dup.get_json()["duplicate"] is True
-    bad = client.post("/hook", data=BODY + b"x", headers=headers(run_id="run-2"))
+    bad = client.post("/hook", data=BODY + b"x", headers=headers(run_id="run-2", url=local))
     assert bad.status_code == 401
+    other = client.post("/hook", data=BODY, headers=headers(run_id="run-3", url=URL))
+    assert other.status_code == 401  # signed for another URL
     assert handled == [("run-1", BODY)]
 
 
