@@ -1,7 +1,12 @@
 """A Flask receiver: the ``@receiver.flask`` decorator verifies and deduplicates.
 
     pip install cronman flask redis
-    CRONMAN_SIGNING_SECRET=... REDIS_URL=redis://127.0.0.1:6379/0 python examples/receiver_flask.py
+    CRONMAN_SIGNING_KEY=... REDIS_URL=redis://127.0.0.1:6379/0 python examples/receiver_flask.py
+
+CRONMAN_SIGNING_KEY is your namespace's key (``GET
+/v1/namespaces/{ns}/signing-key``; both, comma-separated, during a
+rotation); CRONMAN_CALLBACK_URL the URL your jobs call when a proxy stands
+in front (default: the URL each request arrived at).
 
 The view gets the verified ``callback``; it runs once per run id across
 every process sharing the Redis (in memory, per process, without REDIS_URL).
@@ -21,9 +26,9 @@ from cronman.receiver import Callback, CallbackReceiver, MemoryDeduplicator, Red
 
 
 def create_app() -> Flask:
-    secret = os.environ.get("CRONMAN_SIGNING_SECRET")
-    if not secret:
-        sys.exit("set CRONMAN_SIGNING_SECRET (the same as cronman's)")
+    keys = [k.strip() for k in os.environ.get("CRONMAN_SIGNING_KEY", "").split(",") if k.strip()]
+    if not keys:
+        sys.exit("set CRONMAN_SIGNING_KEY (your namespace's: GET /v1/namespaces/NS/signing-key)")
     dedup: Any
     if os.environ.get("REDIS_URL"):
         import redis
@@ -31,7 +36,8 @@ def create_app() -> Flask:
         dedup = RedisDeduplicator(redis.Redis.from_url(os.environ["REDIS_URL"]))
     else:
         dedup = MemoryDeduplicator()
-    receiver = CallbackReceiver(secret, dedup=dedup)
+    receiver = CallbackReceiver(keys, url=os.environ.get("CRONMAN_CALLBACK_URL") or None,
+                                dedup=dedup)
     app = Flask(__name__)
 
     @app.post("/hook")

@@ -4,9 +4,12 @@ Verifies each callback's signature, handles each run once (duplicates --
 retries, re-dispatches, replays of a handled run -- are answered 200 without
 handling), and appends one JSON line per handled run to OUTPUT (or stdout).
 
-    CRONMAN_SIGNING_SECRET=... PORT=9000 python examples/receiver_wsgi.py
+    CRONMAN_SIGNING_KEY=... PORT=9000 python examples/receiver_wsgi.py
 
-Settings (environment): CRONMAN_SIGNING_SECRET (required), PORT (default
+Settings (environment): CRONMAN_SIGNING_KEY (required: your namespace's key,
+``GET /v1/namespaces/{ns}/signing-key``; during a rotation both keys,
+comma-separated), CRONMAN_CALLBACK_URL (the URL your jobs call, when a proxy
+stands in front; default: the URL each request arrived at), PORT (default
 9000), OUTPUT (a file), REDIS_URL (deduplicate in Redis, shared by every
 process; needs the ``redis`` package), FAIL_FIRST=1 (answer 500 to the first
 attempt of every run, to see a retry handled).
@@ -71,10 +74,11 @@ class QuietHandler(WSGIRequestHandler):
 
 
 def main() -> None:
-    secret = os.environ.get("CRONMAN_SIGNING_SECRET")
-    if not secret:
-        sys.exit("set CRONMAN_SIGNING_SECRET (the same as cronman's)")
-    receiver = CallbackReceiver(secret, dedup=deduplicator())
+    keys = [k.strip() for k in os.environ.get("CRONMAN_SIGNING_KEY", "").split(",") if k.strip()]
+    if not keys:
+        sys.exit("set CRONMAN_SIGNING_KEY (your namespace's: GET /v1/namespaces/NS/signing-key)")
+    receiver = CallbackReceiver(keys, url=os.environ.get("CRONMAN_CALLBACK_URL") or None,
+                                dedup=deduplicator())
     port = int(os.environ.get("PORT", "9000"))
     server = make_server("127.0.0.1", port, receiver.wsgi(app), ThreadingWSGIServer,
                          QuietHandler)

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from cronman.cli import cli
 from cronman.client import CronmanClient
+from cronman.signing import namespace_key
 from tests.support.api import REPO, free_port
 from tests.support.moto import AWS_TEST_ENV, moto_server
 from tests.support.processes import Processes
@@ -99,7 +100,9 @@ def test_flask_receiver_with_redis_deduplication(cronman, tmp_path, redis_url):
 
     port = free_port()
     output = tmp_path / "handled.jsonl"
-    proc = example("receiver_flask.py", {"CRONMAN_SIGNING_SECRET": SECRET, "PORT": str(port),
+    # The key a namespace's receiver holds: its own, never the cluster secret.
+    key = namespace_key(SECRET, "examples")
+    proc = example("receiver_flask.py", {"CRONMAN_SIGNING_KEY": key, "PORT": str(port),
                                          "OUTPUT": str(output), "REDIS_URL": redis_url},
                    tmp_path)
     try:

@@ -11,6 +11,7 @@ import json
 import socket
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -24,7 +25,6 @@ from cronman.callbacks import (
 )
 from cronman.callbacks.dead_letter import validate_dead_letter
 from cronman.callbacks.http import HttpTarget
-from cronman.callbacks.signing import verify_signature
 from cronman.config import Settings
 from cronman.ids import run_id_for
 from cronman.timeutil import format_rfc3339
@@ -32,6 +32,7 @@ from tests.support.api import http
 from tests.support.processes import Processes
 from tests.support.raw_http import FLOOD_LIMIT, RawServer, flood
 from tests.support.receiver import Receiver
+from tests.support.signing import callback_verifies
 from tests.support.waiting import wait_for
 
 PRIVATE_OK = Settings(allow_private_targets=True)
@@ -49,13 +50,15 @@ def make(url: str, **fields) -> dict:
     return validate_target({"kind": "http", "url": url, **fields})
 
 
-def delivery(target: dict, *, job_id="job-1", when=WHEN, attempt=1) -> Delivery:
+def delivery(target: dict, *, job_id="job-1", when=WHEN, attempt=1,
+             namespace="billing") -> Delivery:
     return Delivery(
         job_id=job_id,
         run_id=run_id_for(job_id, when),
         scheduled_for=when,
         attempt=attempt,
         target=target,
+        namespace=namespace,
     )
 
 
@@ -98,10 +101,13 @@ def test_request_carries_body_headers_and_a_verifiable_signature(rx):
     assert req.header("Cronman-Attempt") == "2"
     assert req.header("User-Agent").startswith("cronman/")
     signature = req.header("Cronman-Signature")
-    assert signature.startswith("t=")
-    assert verify_signature("s3cret", signature, req.body)
-    assert not verify_signature("wrong", signature, req.body)
-    assert not verify_signature("s3cret", signature, req.body + b"x")
+    assert signature.startswith("t=") and signature.count(",v2=") == 1
+    url = rx.url("/digest")
+    assert callback_verifies("s3cret", "billing", req, url)
+    assert not callback_verifies("wrong", "billing", req, url)
+    assert not callback_verifies("s3cret", "other", req, url)  # another namespace's key
+    assert not callback_verifies("s3cret", "billing", req, url + "?x")
+    assert not callback_verifies("s3cret", "billing", replace(req, body=req.body + b"x"), url)
 
 
 def test_fractional_scheduled_for_and_no_signature_without_secret(rx):
@@ -118,7 +124,8 @@ def test_signature_covers_an_empty_body(rx):
     fire(PRIVATE_OK.with_(signing_secret="k"), delivery(make(rx.url("/e"), method="DELETE")))
     [req] = rx.wait_for(1)
     assert req.method == "DELETE"
-    assert verify_signature("k", req.header("Cronman-Signature"), b"")
+    assert req.body == b""
+    assert callback_verifies("k", "billing", req, rx.url("/e"))
 
 
 @pytest.mark.parametrize("status", [200, 201, 202, 204, 299])
@@ -329,7 +336,8 @@ def test_registry_and_dead_letter_over_http(rx):
     async def go():
         registry = build_targets(PRIVATE_OK.with_(signing_secret="k"))
         try:
-            return await registry.deliver(dead_letter_delivery(dl_spec, record))
+            return await registry.deliver(dead_letter_delivery(dl_spec, record,
+                                                                namespace="billing"))
         finally:
             await registry.close()
 
@@ -340,7 +348,7 @@ def test_registry_and_dead_letter_over_http(rx):
     assert req.header("Content-Type") == "application/json"
     assert json.loads(req.body) == record
     assert req.header("Cronman-Run-Id") == record["id"]
-    assert verify_signature("k", req.header("Cronman-Signature"), req.body)
+    assert callback_verifies("k", "billing", req, dl_spec["url"])
 
 
 def _peak_rss_kib(pid: int) -> int:

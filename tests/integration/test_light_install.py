@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cronman.signing import sign
+from cronman.signing import namespace_key, sign
 from tests.support.api import REPO, free_port
 from tests.support.processes import Processes
 from tests.support.repo_copy import repo_copy
@@ -113,27 +113,38 @@ def post(url: str, body: bytes, headers: dict[str, str]) -> int:
 def test_the_receiver_verifies_and_deduplicates_real_callbacks(light, tmp_path):
     output = tmp_path / "handled.jsonl"
     port = free_port()
-    receiver = subprocess.Popen(
-        [str(light / "python"), str(REPO / "examples" / "receiver_wsgi.py")],
-        env={"PATH": os.environ["PATH"], "CRONMAN_SIGNING_SECRET": SECRET, "PORT": str(port),
-             "OUTPUT": str(output), "FAIL_FIRST": "1"},
-        stderr=open(tmp_path / "receiver.log", "wb"), cwd=tmp_path)
+    receiver: subprocess.Popen[bytes] | None = None
     try:
         with Processes(tmp_path) as procs:
             db = f"sqlite:///{tmp_path / 'cronman.db'}"
             node = procs.standalone(db, env={"CRONMAN_SIGNING_SECRET": SECRET})
             api = node.url  # type: ignore[attr-defined]
+            # The receiver holds its namespace's key, read from the API.
+            with urllib.request.urlopen(f"{api}/v1/namespaces/light/signing-key") as resp:
+                key = json.load(resp)["keys"][0]["key"]
+            receiver = subprocess.Popen(
+                [str(light / "python"), str(REPO / "examples" / "receiver_wsgi.py")],
+                env={"PATH": os.environ["PATH"], "CRONMAN_SIGNING_KEY": key, "PORT": str(port),
+                     "OUTPUT": str(output), "FAIL_FIRST": "1"},
+                stderr=open(tmp_path / "receiver.log", "wb"), cwd=tmp_path)  # noqa: SIM115
             _wait_for_port(port)
 
-            # A forged and a replayed (stale) request are refused.
+            # A forged, another namespace's, a replayed (stale) request are refused.
             body = b'{"x":1}'
             base = {"Cronman-Job-Id": "j", "Cronman-Run-Id": "forged",
                     "Cronman-Scheduled-For": "2026-01-01T00:00:00Z", "Cronman-Attempt": "1"}
             url = f"http://127.0.0.1:{port}/hook"
-            assert post(url, body, {**base, "Cronman-Signature": sign("wrong", body,
-                                                                      int(time.time()))}) == 401
-            stale = sign(SECRET, body, int(time.time()) - 600)
-            assert post(url, body, {**base, "Cronman-Signature": stale}) == 401
+            context = {"job_id": "j", "run_id": "forged",
+                       "scheduled_for": "2026-01-01T00:00:00Z", "url": url, "body": body}
+            for signing_key, t in (("wrong", time.time()),
+                                   (namespace_key(SECRET, "other"), time.time()),
+                                   (SECRET, time.time()),  # the cluster secret never signs
+                                   (key, time.time() - 600)):
+                header = sign(signing_key, int(t), **context)
+                assert post(url, body, {**base, "Cronman-Signature": header}) == 401
+            # Signed with its key: verified and handed to the app (which fails attempt 1).
+            assert post(url, body, {**base, "Cronman-Signature": sign(key, int(time.time()),
+                                                                      **context)}) == 500
 
             # The job is made with the light install's own CLI (apply).
             # Far enough ahead that a slow CLI start on a loaded machine is not "in the past".
@@ -165,8 +176,9 @@ def test_the_receiver_verifies_and_deduplicates_real_callbacks(light, tmp_path):
             assert [h["run_id"] for h in handled] == [run["id"]]
             assert handled[0]["attempt"] == 2 and handled[0]["body"] == '{"hello":"light"}'
     finally:
-        receiver.send_signal(signal.SIGTERM)
-        receiver.wait(10)
+        if receiver is not None:
+            receiver.send_signal(signal.SIGTERM)
+            receiver.wait(10)
 
 
 def _wait_for_port(port: int, timeout: float = 20) -> None:

@@ -12,10 +12,10 @@ from datetime import timedelta
 
 import pytest
 
-from cronman.signing import verify_signature
 from tests.support.notify import create_job, finish_run, notifications, webhook_rule
 from tests.support.processes import Processes
 from tests.support.receiver import Receiver
+from tests.support.signing import notification_verifies
 from tests.support.store_data import base_time
 from tests.support.waiting import wait_for
 
@@ -64,7 +64,7 @@ def test_killing_the_active_notifier_loses_and_doubles_no_event(store, database_
         # Every message reached the receiver, signed; what it lists adds up.
         got = rx.requests_for("/hook")
         for req in got:
-            assert verify_signature("failover-secret", req.header("Cronman-Signature"), req.body)
+            assert notification_verifies("failover-secret", "default", req, rx.url("/hook"))
         assert any(req.arrived_monotonic < killed_at for req in got)  # a was active
         delivered = {req.header("Cronman-Notification-Id"): req for req in got}
         assert set(delivered) == {n.id for n in notes}

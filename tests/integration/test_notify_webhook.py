@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-from cronman.signing import verify_signature
 from tests.support.notify import (
     create_job,
     finish_run,
@@ -17,6 +16,7 @@ from tests.support.notify import (
 )
 from tests.support.raw_http import FLOOD_LIMIT, RawServer, flood
 from tests.support.receiver import Receiver
+from tests.support.signing import notification_verifies
 from tests.support.store_data import base_time
 
 
@@ -28,8 +28,10 @@ def test_a_failed_run_is_posted_signed_once(store, database_url):
         with running_notifier(store, notify_settings(database_url)):
             [req] = rx.wait_for(1, timeout=10)
             [note] = wait_notifications(store, 1, status="sent")
-        assert verify_signature("notify-secret", req.header("Cronman-Signature"), req.body)
-        assert not verify_signature("other-secret", req.header("Cronman-Signature"), req.body)
+        url = rx.url("/hook")
+        assert notification_verifies("notify-secret", "default", req, url)
+        assert not notification_verifies("other-secret", "default", req, url)
+        assert not notification_verifies("notify-secret", "other", req, url)
         assert req.header("Authorization") == "Bearer hook-token-123"
         assert req.header("Content-Type") == "application/json"
         assert req.header("Cronman-Notification-Id") == note.id

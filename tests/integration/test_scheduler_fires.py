@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from cronman.callbacks.signing import verify_signature
 from cronman.config import Settings
 from cronman.processes.api import make_app
 from cronman.store import open_store
@@ -24,6 +23,7 @@ from cronman.vocabulary import FINAL_STATUSES
 from tests.support.databases import temporary_pg_database
 from tests.support.processes import CronmanProcess, Processes
 from tests.support.receiver import ReceivedRequest, Receiver
+from tests.support.signing import callback_verifies
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -140,8 +140,10 @@ def test_callbacks_are_signed(env):
                    else None, 10, "interval arrivals")
     for req in got:
         assert req.body == b'{"hello":"world"}'
-        assert verify_signature(SECRET, req.header("Cronman-Signature"), req.body)
-        assert not verify_signature("other-secret", req.header("Cronman-Signature"), req.body)
+        url = env.rx.url("/interval")
+        assert callback_verifies(SECRET, "default", req, url)
+        assert not callback_verifies("other-secret", "default", req, url)
+        assert not callback_verifies(SECRET, "other", req, url)
 
 
 def test_six_field_cron_fires_on_even_seconds(env):

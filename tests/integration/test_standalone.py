@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from cronman.callbacks.signing import verify_signature
 from cronman.timeutil import parse_rfc3339
 from tests.support.api import http
 from tests.support.processes import Processes
 from tests.support.receiver import Receiver
+from tests.support.signing import callback_verifies
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slow]
@@ -47,7 +47,7 @@ def test_standalone_fires_jobs_created_over_http(tmp_path):
         for r in got:
             assert r.header("Cronman-Job-Id") == job["id"]
             assert r.body == b'{"kind":"hello"}'
-            assert verify_signature(SECRET, r.header("Cronman-Signature"), r.body)
+            assert callback_verifies(SECRET, "default", r, rx.url("/hook"))
             assert 0 <= r.arrived_at - parse_rfc3339(r.header("Cronman-Scheduled-For")).timestamp() < 0.5
 
         def succeeded():
