@@ -25,6 +25,7 @@ from cronman.client.errors import (
     Unavailable,
 )
 from cronman.client.notifications import Notification, NotificationRule
+from cronman.client.signing import SigningKey, SigningKeys
 from cronman.client.tokens import ApiToken, CreatedToken
 from cronman.client.transport import NO_RETRY, RetryPolicy
 from cronman.client.types import (
@@ -69,6 +70,8 @@ __all__ = [
     "RetryPolicy",
     "Run",
     "RunItem",
+    "SigningKey",
+    "SigningKeys",
     "Unauthenticated",
     "Unavailable",
 ]

@@ -30,6 +30,7 @@ from typing import Any, cast
 from cronman.client.errors import ApiError, BulkCreateError
 from cronman.client.job_refs import resolve_job
 from cronman.client.notifications import NotificationCalls
+from cronman.client.signing import SigningCalls
 from cronman.client.tokens import TokenCalls
 from cronman.client.transport import (
     DEFAULT_RETRY,
@@ -64,12 +65,13 @@ Labels = Mapping[str, str] | Iterable[str]
 _JOBS_INDEX = re.compile(r"^jobs\[(\d+)\]")
 
 
-class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls):
+class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls, SigningCalls):
     """A synchronous client of the cronman API; safe to share between threads.
 
     The notification calls (rules, what was sent) come from ``NotificationCalls``,
     the API token calls (admin tokens only) from ``TokenCalls``, the workflow
-    calls (a job's dependencies, exclusion calendars) from ``WorkflowCalls``.
+    calls (a job's dependencies, exclusion calendars) from ``WorkflowCalls``,
+    a namespace's callback signing keys from ``SigningCalls``.
     """
 
     def __init__(self, url: str = DEFAULT_URL, token: str | None = None, *,
