@@ -65,7 +65,8 @@ class FlakyStore:
     def __init__(self, store) -> None:
         self.inner = store
         self.switch = Switch()
-        for part in ("jobs", "runs", "partitions", "tokens", "dependencies", "calendars"):
+        for part in ("jobs", "runs", "partitions", "tokens", "dependencies", "calendars",
+                     "signing_keys"):
             setattr(self, part, FlakyPart(getattr(store, part), self.switch))
 
     def feed(self):
