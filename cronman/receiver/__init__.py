@@ -1,7 +1,8 @@
 """Helpers for services that receive cronman's callbacks (light: no server dependency).
 
-- :class:`CallbackReceiver`: verify the signature (with the replay window),
-  deduplicate on the run id, handle -- as a plain function (``handle``), a
+- :class:`CallbackReceiver`: verify the signature (your namespace's key; bound
+  to the job id, run id, fire time, the URL you are called at and the body;
+  with the replay window), deduplicate on the run id, handle -- as a plain function (``handle``), a
   WSGI middleware (``wsgi``) or a Flask view decorator (``flask``);
 - :func:`verify_callback` / :func:`verify_signature`: the checks alone;
 - :func:`sqs_callback`: the callback in an SQS message's attributes;
