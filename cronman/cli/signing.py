@@ -1,6 +1,7 @@
 """``cronman signing-key``: a namespace's callback signing keys, through the API.
 
     cronman signing-key show billing            # the keys its receivers should hold
+    export CRONMAN_SIGNING_KEY=$(cronman signing-key show billing -q)
     cronman signing-key rotate billing --overlap 3600
 
 Needs a token that may write to the namespace (--token / CRONMAN_TOKEN).
@@ -41,10 +42,16 @@ def signing_key() -> None:
 
 @signing_key.command("show")
 @click.argument("namespace")
+@click.option("-q", "--quiet", is_flag=True,
+              help="print only the current key (for CRONMAN_SIGNING_KEY=$(...))")
 @client_command
-def show(client: CronmanClient, fmt: str, namespace: str) -> None:
+def show(client: CronmanClient, fmt: str, namespace: str, quiet: bool) -> None:
     """The keys that sign the namespace's callbacks now (current first)."""
     keys = client.signing_keys(namespace)
+    if quiet:
+        current = [k for k in keys.get("keys") or () if k.get("signs_until") is None]
+        click.echo(current[0]["key"] if current else "")
+        return
     emit(fmt, keys, lambda: keys_table(keys))
 
 

@@ -156,12 +156,17 @@ def test_ops_standalone_on_a_fresh_copy_fires_a_job_at_the_example_receiver(stan
     assert "clock reference: this host's clock (in-process coordinator, no Redis)" in log
     assert "clock reference: redis" not in log
 
+    # The receiver holds the namespace's key, read as the Quick start reads it.
+    shown = subprocess.run([str(venv_bin / "cronman"), "signing-key", "show", "first-hour", "-q"],
+                           capture_output=True, text=True, timeout=30,
+                           env=user_env(CRONMAN_URL=standalone.url))
+    assert shown.returncode == 0 and len(shown.stdout.strip()) == 64, shown
     port = free_port()
     output = clone.parent / "handled.jsonl"
     receiver_log = clone.parent / "receiver.log"
     receiver = subprocess.Popen(
         [str(venv_bin / "python"), "examples/receiver_wsgi.py"], cwd=clone,
-        env=user_env(CRONMAN_SIGNING_SECRET=QUICK_START_SECRET, PORT=str(port),
+        env=user_env(CRONMAN_SIGNING_KEY=shown.stdout.strip(), PORT=str(port),
                      OUTPUT=str(output)),
         stdout=open(receiver_log, "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
     try:
