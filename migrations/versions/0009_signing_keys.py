@@ -1,6 +1,6 @@
 """Per-namespace signing key generations.
 
-Revision ID: signing_signing_keys
+Revision ID: 0009
 Revises: 0008
 Create Date: 2026-12-01 00:00:00
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "signing_signing_keys"
+revision = "0009"
 down_revision = "0008"
 branch_labels = None
 depends_on = None
