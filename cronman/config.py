@@ -14,7 +14,9 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from cronman import host_policy
 from cronman.eventloop import DEFAULT_EVENT_LOOP, EVENT_LOOPS
+from cronman.host_policy import HostPolicy
 
 DEFAULT_DATABASE_URL = "sqlite:///cronman.db"
 DEFAULT_REPLICAS = 2
@@ -89,6 +91,10 @@ class Settings:
     agent_slots: int = DEFAULT_AGENT_SLOTS  # containers at once
     agent_placement_timeout: float = DEFAULT_AGENT_PLACEMENT_TIMEOUT
     agent_state_dir: str = DEFAULT_AGENT_STATE_DIR  # log FIFOs of the containerd runtime
+    # What a run may ask of its host (cronman.host_policy, JSON): every
+    # namespace's default grant, and the most this worker agent runs.
+    host_policy: str | None = None
+    agent_host_policy: str | None = None
     containerd_address: str = DEFAULT_CONTAINERD_ADDRESS
     containerd_namespace: str = DEFAULT_CONTAINERD_NAMESPACE
     # Notifications (cronman.notify): the outgoing mail server, and the notifier.
@@ -137,6 +143,8 @@ class Settings:
             raise ValueError("CRONMAN_AGENT_PLACEMENT_TIMEOUT must be > 0")
         parse_labels(self.agent_labels)
         parse_origins(self.allowed_origins)
+        _ = self.host_policy_default  # read now: a bad policy fails at start
+        self.agent_policy(process_runtime=True)
         if not 0 < self.smtp_port < 65536:
             raise ValueError("CRONMAN_SMTP_PORT must be a TCP port (1-65535)")
         if self.smtp_username and not self.smtp_starttls:
@@ -148,6 +156,20 @@ class Settings:
             raise ValueError("CRONMAN_NOTIFY_POLL_INTERVAL must be > 0")
         if self.notify_max_attempts < 1:
             raise ValueError("CRONMAN_NOTIFY_MAX_ATTEMPTS must be >= 1")
+
+    @property
+    def host_policy_default(self) -> HostPolicy:
+        """Every namespace's grant unless an admin set its own (CRONMAN_HOST_POLICY)."""
+        return host_policy.parse(self.host_policy, name="CRONMAN_HOST_POLICY")
+
+    def agent_policy(self, *, process_runtime: bool) -> HostPolicy:
+        """The most this worker agent runs (CRONMAN_AGENT_HOST_POLICY). On the
+        ``process`` runtime, ``process`` defaults to true: choosing that runtime
+        is the operator's consent to run commands on the host (for namespaces
+        whose grant allows it)."""
+        base = HostPolicy(process=True) if process_runtime else host_policy.DEFAULT
+        return host_policy.parse(self.agent_host_policy, name="CRONMAN_AGENT_HOST_POLICY",
+                                 base=base)
 
     @property
     def agent_label_map(self) -> dict[str, str]:

@@ -22,6 +22,7 @@ from cronman.api import (
     dashboard,
     health,
     history,
+    host_policies,
     jobs,
     metrics,
     notifications,
@@ -73,7 +74,7 @@ def create_app(settings: Settings, *, store: Store | None = None,
     request_ids.install(app)
     for bp in (jobs.bp, runs.bp, history.bp, audit.bp, cluster.bp, health.bp, metrics.bp,
                openapi.bp, dashboard.bp, notifications.bp, tokens.bp, calendars.bp,
-               signing_keys.bp):
+               signing_keys.bp, host_policies.bp):
         app.register_blueprint(bp)
     for bp in CONSOLE_BLUEPRINTS:
         app.register_blueprint(bp)

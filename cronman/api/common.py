@@ -12,7 +12,13 @@ from flask.views import MethodView
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from cronman.api.auth import OPEN, Principal
-from cronman.errors import CronmanError, UnsupportedMediaType, ValidationError
+from cronman.errors import (
+    CronmanError,
+    Forbidden,
+    Unauthorized,
+    UnsupportedMediaType,
+    ValidationError,
+)
 
 # Request size caps: a single job (with its 64 KiB target body) fits in the
 # first; a bulk request of up to 1000 jobs in the second.
@@ -125,3 +131,18 @@ class ApiView(MethodView):
             if key not in allowed:
                 raise ValidationError(f"unknown query parameter {key!r}", field=key)
         return super().dispatch_request(**kwargs)
+
+
+BOOTSTRAP_HINT = ("the first admin token is made with database access: "
+                  "cronman tokens create --admin")
+
+
+def require_admin(what: str = "managing API tokens") -> Principal:
+    """The caller, when it holds an admin token; else 401 (no token) or 403."""
+    who = principal()
+    if who.token_id is None:
+        raise Unauthorized(f"{what} needs an admin token "
+                           f"(Authorization: Bearer <token>); {BOOTSTRAP_HINT}")
+    if not who.is_admin:
+        raise Forbidden(f"{what} needs an admin token; this one is limited to namespaces")
+    return who

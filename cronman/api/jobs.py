@@ -16,7 +16,7 @@ from typing import Any
 from flask import Blueprint, Response, request
 from werkzeug.routing import BaseConverter
 
-from cronman.api import job_search, references
+from cronman.api import host_policies, job_search, references
 from cronman.api import validation as v
 from cronman.api.changes import change
 from cronman.api.common import (
@@ -123,6 +123,7 @@ class JobCollection(ApiView):
         spec, schedule = v.validate_job_parsed(body, job_id=job_id, now=now)
         principal().require(spec["namespace"], field="namespace")
         check_floor(spec, schedule, principal(), _min_interval(), now=now)
+        host_policies.enforce(spec, principal())
         references.resolve(_store(), [references.Pending(job_id, spec)], principal())
         (job,) = _store().jobs.create_jobs([store_spec(spec, job_id)],
                                            change(JobAction.CREATE))
@@ -146,6 +147,7 @@ class JobBulk(ApiView):
             schedules.append(schedule)
             who.require(spec["namespace"], field=f"jobs[{i}].namespace")
             check_floor(spec, schedule, who, _min_interval(), now=now, prefix=f"jobs[{i}]")
+            host_policies.enforce(spec, who, f"jobs[{i}]")
             key = (spec["namespace"], spec["name"])
             if key in seen:
                 raise Conflict(f"name {spec['name']!r} given twice in namespace "
@@ -190,6 +192,7 @@ def _replacement(job: Job, body: Any, *, merge: bool
     principal().require(spec["namespace"], field="namespace")
     check_floor(spec, schedule, principal(), _min_interval(), now=now,
                 previous={"schedule": job.schedule, "retry": job.retry})
+    host_policies.enforce(spec, principal())
     references.resolve(_store(), [references.Pending(job.id, spec)], principal())
     changes = {key: spec[key] for key in named} if merge else spec
     return spec, schedule, changes

@@ -17,6 +17,7 @@ from flask import Blueprint, Response
 from cronman import __version__
 from cronman.api import (
     audit_openapi,
+    host_policy_openapi,
     notify_openapi,
     signing_openapi,
     tokens_openapi,
@@ -193,11 +194,13 @@ def openapi_document() -> dict[str, Any]:
         "security": [{"bearer": []}],
         "paths": {**console_paths(paths()), **audit_openapi.paths(),
                   **notify_openapi.paths(), **tokens_openapi.paths(),
-                  **workflow_openapi.paths(), **signing_openapi.paths()},
+                  **workflow_openapi.paths(), **signing_openapi.paths(),
+                  **host_policy_openapi.paths()},
         "components": _with_schemas(console_components(components()),
                                     {**audit_openapi.schemas(), **notify_openapi.schemas(),
                                      **tokens_openapi.schemas(), **workflow_openapi.schemas(),
-                                     **signing_openapi.schemas()}),
+                                     **signing_openapi.schemas(),
+                                     **host_policy_openapi.schemas()}),
     }
 
 

@@ -29,12 +29,18 @@ from flask import Blueprint, Response, request
 
 from cronman.api import validation as v
 from cronman.api.auth import Principal
-from cronman.api.common import ApiView, json_response, principal, read_json, reject_bad_strings
+from cronman.api.common import (
+    ApiView,
+    json_response,
+    read_json,
+    reject_bad_strings,
+    require_admin,
+)
 from cronman.api.context import api_context
 from cronman.api.jobs import LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX
 from cronman.api.names import ID_RE
 from cronman.api.request_ids import request_id
-from cronman.errors import Forbidden, NotFound, Unauthorized, ValidationError
+from cronman.errors import NotFound, ValidationError
 from cronman.store.tokens import CACHE_SECONDS, TokenActor
 from cronman.timeutil import format_rfc3339, utcnow
 
@@ -46,20 +52,6 @@ TOKEN_KEYS = ("name", "namespaces", "admin", "read_only")
 # How long after a revocation commits no API process can still accept the
 # token from its cache (a little over CACHE_SECONDS, for clock granularity).
 REVOCATION_SETTLES = CACHE_SECONDS + 0.1
-BOOTSTRAP_HINT = ("the first admin token is made with database access: "
-                  "cronman tokens create --admin")
-
-
-def require_admin() -> Principal:
-    """The caller, when it holds an admin token; else 401 (no token) or 403."""
-    who = principal()
-    if who.token_id is None:
-        raise Unauthorized("managing API tokens needs an admin token "
-                           f"(Authorization: Bearer <token>); {BOOTSTRAP_HINT}")
-    if not who.is_admin:
-        raise Forbidden("managing API tokens needs an admin token; this one is limited "
-                        "to namespaces")
-    return who
 
 
 def token_json(record: dict[str, Any]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from cronman.callbacks.base import Answered, Delivery, Outcome, Target
 from cronman.callbacks.dead_letter import dead_letter_delivery, run_record, validate_dead_letter
 from cronman.callbacks.validation import validate_target
 from cronman.config import Settings
+from cronman.host_policy import HostPolicy
 from cronman.signing_keys import NamespaceSigners
 from cronman.vocabulary import TARGET_KINDS, TargetKind
 
@@ -113,9 +114,12 @@ def build_targets(
     sqs_executor: ThreadPoolExecutor | None = None,
     agents: AgentDirectory | None = None,
     extra: Iterable[Target] = (),
+    grants: Callable[[str], HostPolicy] | None = None,
 ) -> TargetRegistry:
     """The targets of a scheduler node: http and sqs, container when ``agents``
     (the directory worker agents are members of) is given, plus ``extra``.
+    ``grants`` gives a namespace's host policy grant (default: the operator's,
+    ``CRONMAN_HOST_POLICY``, for every namespace).
 
     Call from the process that runs the dispatcher; the http target opens its
     session lazily on the loop that first uses it. ``extra`` targets replace
@@ -130,7 +134,7 @@ def build_targets(
     if agents is not None:
         from cronman.callbacks.container import ContainerTarget
 
-        registry.register(ContainerTarget(agents, settings))
+        registry.register(ContainerTarget(agents, settings, grants=grants))
     for target in extra:
         registry.register(target)
     return registry

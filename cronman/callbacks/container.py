@@ -17,6 +17,12 @@ waits for its outcome:
    again; a lease the agent stopped renewing is ``lost`` (``Outcome.lost``:
    the job's ``delivery`` decides between a new attempt and ``lost``).
 
+Host policy (``cronman.host_policy``): each message carries the run's
+namespace and that namespace's grant (``grants``: the store's, else the
+operator's default). Runs are offered to ``process`` agents only when the
+grant allows the ``process`` runtime; every agent checks each run against
+its own policy as well, whatever the message says.
+
 ``timeout`` bounds the whole attempt: waiting for room, starting and
 running. The result is ``exit_code``, ``agent_id`` and ``logs_tail``
 (``stdout`` and ``stderr`` apart); a non-zero exit code is a failed attempt,
@@ -36,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -54,6 +61,8 @@ from cronman.coordination.agents import (
     AgentDirectory,
 )
 from cronman.errors import CoordinatorUnavailable
+from cronman.host_policy import DEFAULT as DEFAULT_POLICY
+from cronman.host_policy import HostPolicy
 from cronman.timeutil import format_rfc3339
 
 log = logging.getLogger(__name__)
@@ -76,8 +85,13 @@ class ContainerTarget:
 
     def __init__(self, directory: AgentDirectory, settings: Settings | None = None, *,
                  placement_timeout: float | None = None, offer_seconds: float = OFFER_SECONDS,
-                 poll: float = 0.1, executor: ThreadPoolExecutor | None = None) -> None:
+                 poll: float = 0.1, executor: ThreadPoolExecutor | None = None,
+                 grants: Callable[[str], HostPolicy] | None = None) -> None:
         self.directory = directory
+        if grants is None:
+            default = settings.host_policy_default if settings is not None else DEFAULT_POLICY
+            grants = lambda namespace: default  # noqa: E731
+        self.grants = grants
         if placement_timeout is None:
             placement_timeout = (settings.agent_placement_timeout if settings is not None
                                  else DEFAULT_PLACEMENT_TIMEOUT)
@@ -174,17 +188,19 @@ class ContainerTarget:
         cpu = float(target.get("cpu") or 1)
         memory_mb = int(target.get("memory_mb") or 256)
         selector = {str(k): str(v) for k, v in (target.get("selector") or {}).items()}
+        grant: HostPolicy = await self.call(self.grants, d.namespace)
         message = {"kind": "start", "run_id": d.run_id, "attempt": d.attempt,
                    "job_id": d.job_id, "scheduled_for": format_rfc3339(d.scheduled_for),
+                   "namespace": d.namespace, "host_policy": grant.to_dict(),
                    "target": target, "timeout": max(0.1, deadline - loop.time())}
         request = Request(d.run_id, d.attempt, d.priority, cpu, memory_mb, selector, message,
-                          loop.create_future())
+                          loop.create_future(), process_ok=grant.process)
         queued.append(request)
         wait = max(0.0, place_until - loop.time())
         try:
             answer, agent_id = await asyncio.wait_for(self.placer.place(request), wait)
         except TimeoutError:
-            return Outcome(False, error=self._no_room(cpu, memory_mb, selector, wait))
+            return Outcome(False, error=self._no_room(request, wait))
         if answer == FENCED:
             return Outcome(False, error="superseded: a later attempt of the run was placed",
                            retryable=False)
@@ -195,10 +211,11 @@ class ContainerTarget:
         assert answer == PLACED
         return d.attempt
 
-    def _no_room(self, cpu: float, memory_mb: int, selector: dict[str, str],
-                 waited: float) -> str:
+    def _no_room(self, request: Request, waited: float) -> str:
+        cpu, memory_mb, selector = request.cpu, request.memory_mb, request.selector
         agents = self.placer.last_agents
         matching = [a for a in agents if a.matches(selector)]
+        allowed = [a for a in matching if request.admits(a)]
         wanted = f"cpu {cpu:g}, memory_mb {memory_mb}"
         if selector:
             wanted += ", selector " + ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
@@ -206,10 +223,14 @@ class ContainerTarget:
             why = "no worker agent is live"
         elif not matching:
             why = f"none of the {len(agents)} live agents matches the selector"
-        elif not any(a.capacity.holds(cpu, memory_mb) for a in matching):
+        elif not allowed:
+            why = (f"the {len(matching)} matching agents run the process runtime (commands "
+                   "on their host, no isolation), which the host policy of namespace "
+                   f"{request.message.get('namespace')!r} does not allow")
+        elif not any(a.capacity.holds(cpu, memory_mb) for a in allowed):
             why = "the run is bigger than any matching agent's whole capacity"
         else:
-            why = f"the {len(matching)} matching agents stayed full"
+            why = f"the {len(allowed)} matching agents stayed full"
         return f"no worker agent with room for the run ({wanted}) within {waited:g} s: {why}"
 
     # -- stopping ----------------------------------------------------------

@@ -6,7 +6,8 @@ waiting run, in priority order, to the agents that fit it (free capacity for
 its ``cpu``/``memory_mb``, labels matching its ``selector``), the agents in
 rendezvous order of (agent, run id), so that equal runs spread over equal
 agents (an agent that let an offer lapse unacknowledged -- dead, its
-heartbeat not yet expired -- comes last for a while). A run that fits no agent keeps its place in the queue and keeps the
+heartbeat not yet expired -- comes last for a while); ``process`` agents only
+get runs whose namespace's host policy allows that runtime. A run that fits no agent keeps its place in the queue and keeps the
 agents it could ever fit on from lower-priority runs; passes repeat when a run is
 queued, when a placement ends (``kick``) and every ``poll`` seconds.
 
@@ -68,6 +69,11 @@ class Request:
     future: asyncio.Future[tuple[str, str]]  # (answer, agent id)
     tried: int = 0
     live_seen: int = field(default=0)
+    process_ok: bool = False  # its namespace's host policy allows the process runtime
+
+    def admits(self, agent: AgentInfo) -> bool:
+        """Whether the run may go to ``agent`` at all (label selector aside)."""
+        return self.process_ok or agent.runtime != "process"
 
 
 class Placer:
@@ -140,7 +146,7 @@ class Placer:
         for _, _, req in sorted(self._queue):
             if req.future.done():
                 continue
-            candidates = [a for a in agents if a.matches(req.selector)]
+            candidates = [a for a in agents if a.matches(req.selector) and req.admits(a)]
             fitting = [a for a in candidates
                        if a.id not in blocked and free[a.id].holds(req.cpu, req.memory_mb)]
             fitting.sort(key=lambda a: (a.id not in self._suspects,

@@ -52,7 +52,8 @@ async def run_agent(settings: Settings, runtime_kind: str) -> None:
     runtime = build_runtime(runtime_kind, settings)
     worker = WorkerAgent(settings.agent_id, directory, runtime, capacity=capacity,
                          labels=settings.agent_label_map, heartbeat_ttl=settings.heartbeat_ttl,
-                         lease_seconds=settings.lease_seconds, address=socket.gethostname())
+                         lease_seconds=settings.lease_seconds, address=socket.gethostname(),
+                         policy=settings.agent_policy(process_runtime=runtime.name == "process"))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -10,6 +10,7 @@ from cronman.callbacks import build_targets
 from cronman.config import Settings
 from cronman.coordination import make_agent_directory, make_coordinator
 from cronman.observability.node_endpoints import NodeEndpoints
+from cronman.processes.grants import store_grants
 from cronman.processes.notifier import start_notifier
 from cronman.scheduler.node import SchedulerNode
 from cronman.store import open_store
@@ -35,8 +36,10 @@ def run_scheduler(settings: Settings, *, metrics_port: int | None = None,
     agents = make_agent_directory(settings)
     notifier = None
     try:
+        grants = store_grants(store, settings.host_policy_default)
         node = SchedulerNode(settings, store, coordinator,
-                             build_targets(settings, agents=agents), address=address)
+                             build_targets(settings, agents=agents, grants=grants),
+                             address=address)
         if endpoints is not None:
             endpoints.attach(node)
         log.info("scheduler node %s (pid %d) starting", settings.node_id, os.getpid())

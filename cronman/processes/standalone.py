@@ -76,12 +76,20 @@ class Standalone:
         return url
 
     def build_node(self) -> Any:
+        from cronman.api.auth import token_auth
         from cronman.api.health import add_readiness_check
         from cronman.callbacks import build_targets
+        from cronman.config import AUTH_REQUIRED
+        from cronman.processes.grants import standalone_open_default, store_grants
         from cronman.scheduler.node import SchedulerNode
 
+        default = self.settings.host_policy_default
+        auth = token_auth(self.app)
+        grants = store_grants(self.store, default, standalone_open_default(
+            default, lambda: auth.state().mode == AUTH_REQUIRED))
         self.node = SchedulerNode(self.settings, self.store, self.coordinator,
-                                  build_targets(self.settings, agents=self.agents),
+                                  build_targets(self.settings, agents=self.agents,
+                                                grants=grants),
                                   registry=self._registry(), address=self.settings.api_bind)
         # /readyz says so when the node's run writes are stuck.
         add_readiness_check(self.app, "run_writes", self.node.writer.health)
@@ -123,7 +131,8 @@ class Standalone:
                              capacity=Capacity(s.agent_cpu or cores, s.agent_memory_mb or memory,
                                                s.agent_slots),
                              labels=s.agent_label_map, heartbeat_ttl=s.heartbeat_ttl,
-                             lease_seconds=s.lease_seconds, address="standalone")
+                             lease_seconds=s.lease_seconds, address="standalone",
+                             policy=s.agent_policy(process_runtime=True))
         started = threading.Event()
 
         async def main() -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from cronman.host_policy import HostPolicy
 from cronman.models import (
     Job,
     JobFilter,
@@ -366,6 +367,17 @@ class CalendarRecord:
                                "dates": self.dates}, path="")
 
 
+class HostPolicies(Protocol):
+    """The namespaces' host policy grants (``cronman.host_policy``)."""
+
+    def get(self, namespace: str) -> HostPolicy | None:
+        """The namespace's grant; None: the operator's default applies."""
+
+    def put(self, namespace: str, policy: HostPolicy, *, by: str | None) -> None: ...
+
+    def delete(self, namespace: str) -> bool: ...
+
+
 class Store(Protocol):
     """One database: its jobs, runs, tokens and partitions, and its change feed."""
 
@@ -392,6 +404,7 @@ class Store(Protocol):
 
     @property
     def signing_keys(self) -> SigningKeyStore: ...
+    def host_policies(self) -> HostPolicies: ...
 
     def feed(self) -> ChangeFeed:
         """A new subscription to announcements, for one consumer (close it when done)."""

@@ -465,3 +465,17 @@ signing_keys = Table(
     Column("previous_until", UTCDateTime()),
     Column("rotated_at", UTCDateTime(), nullable=False),
 )
+
+# What each namespace's runs may ask of their host (cronman.host_policy), as
+# an admin token granted it; a namespace without a row has the operator's
+# default (CRONMAN_HOST_POLICY).
+host_policies = Table(
+    "host_policies",
+    metadata,
+    Column("namespace", String(128), primary_key=True),
+    # The policy's JSON form: {"root": bool, "networks": [...], "process": bool}.
+    Column("policy", JsonType, nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    # The admin token that set it (NULL: with auth off or open).
+    Column("updated_by", String(36)),
+)

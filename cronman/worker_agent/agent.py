@@ -18,6 +18,13 @@ One asyncio loop; the directory (Redis) calls go to a small thread pool.
   one's lease: held ones are waited for again and reported once; fenced ones
   are killed.
 
+- **Host policy** (``cronman.host_policy``, ``CRONMAN_AGENT_HOST_POLICY``):
+  before starting anything the agent checks the run against its own policy
+  -- root, network mode, and on the ``process`` runtime both its own consent
+  and the run's namespace grant carried by the message -- and records a
+  refused run failed (not retried) with the reason, whatever the run's stored
+  definition says. Default: non-root, network ``none``.
+
 A graceful stop leaves the membership and, on containerd, leaves the
 containers running for the agent's return (their leases run on until then);
 the process runtime's children cannot outlive the agent, so they are stopped
@@ -37,6 +44,8 @@ from typing import Any, TypeVar
 
 from cronman.coordination.agents import FENCED, STOP, AgentDirectory, AgentInfo, Capacity
 from cronman.errors import CoordinatorUnavailable
+from cronman.host_policy import DEFAULT as DEFAULT_POLICY
+from cronman.host_policy import HostPolicy
 from cronman.timeutil import format_rfc3339, now_ms, utcnow
 from cronman.worker_agent.runtime import (
     DEFAULT_STOP_GRACE,
@@ -93,8 +102,12 @@ class WorkerAgent:
     def __init__(self, agent_id: str, directory: AgentDirectory, runtime: ContainerRuntime, *,
                  capacity: Capacity, labels: dict[str, str] | None = None,
                  heartbeat_ttl: float = 30.0, lease_seconds: float = 30.0,
-                 stop_grace: float = DEFAULT_STOP_GRACE, address: str = "") -> None:
+                 stop_grace: float = DEFAULT_STOP_GRACE, address: str = "",
+                 policy: HostPolicy | None = None) -> None:
         self.agent_id = agent_id
+        if policy is None:  # choosing the process runtime is consent to run on this host
+            policy = HostPolicy(process=True) if runtime.name == "process" else DEFAULT_POLICY
+        self.policy = policy
         self.directory = directory
         self.runtime = runtime
         self.capacity = capacity
@@ -264,8 +277,35 @@ class WorkerAgent:
         except Exception as exc:
             log.error("container %s could not be removed: %r", held.container_id, exc)
 
+    def refusal(self, message: dict[str, Any]) -> str | None:
+        """Why this agent's host policy refuses the run of ``message`` (None: it may run)."""
+        target = message.get("target")
+        if not isinstance(target, dict):
+            return "the run names no container target"
+        refused = self.policy.refusals(target)
+        if refused:
+            field, why = refused[0]
+            return f"target.{field}: {why}"
+        if self.runtime.name == "process":
+            grant = message.get("host_policy")
+            granted = isinstance(grant, dict) and grant.get("process") is True
+            if not self.policy.process:
+                return ("the process runtime runs commands on this agent's host without "
+                        "isolation, which this agent's host policy does not allow")
+            if not granted:
+                return ("the process runtime runs commands on this agent's host without "
+                        f"isolation, which the host policy of namespace "
+                        f"{message.get('namespace')!r} does not allow")
+        return None
+
     async def _start_and_wait(self, held: HeldRun, message: dict[str, Any]) -> dict[str, Any]:
         target = dict(message.get("target") or {})
+        refused = self.refusal(message)
+        if refused is not None:
+            log.warning("run %s attempt %d refused by the host policy of agent %s: %s",
+                        held.run_id, held.attempt, self.agent_id, refused)
+            return self._failure(f"refused by the host policy of worker agent "
+                                 f"{self.agent_id}: {refused}", retryable=False)
         timeout = float(message.get("timeout") or target.get("timeout") or 3600)
         spec = ContainerSpec(
             name=container_name(held.run_id, held.attempt), image=str(target.get("image", "")),

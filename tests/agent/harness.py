@@ -19,7 +19,9 @@ from cronman.callbacks.container import ContainerTarget
 from cronman.config import Settings
 from cronman.coordination.agents import Capacity
 from cronman.coordination.agents_redis import RedisAgentDirectory
+from cronman.host_policy import HostPolicy
 from cronman.worker_agent.agent import WorkerAgent
+from cronman.worker_agent.runtime import ContainerRuntime
 from cronman.worker_agent.runtimes.containerd import ContainerdRuntime
 from tests.support.containerd import TEST_IMAGE
 
@@ -38,21 +40,25 @@ class AgentRig:
                                  state_dir=self.containerd.dir / "fifos")
 
     async def start_agent(self, agent_id: str, *, cpu: float = 2, memory_mb: int = 1024,
-                          slots: int = 8, lease: float = 3.0, **labels: str) -> WorkerAgent:
-        agent = WorkerAgent(agent_id, RedisAgentDirectory(self.settings), self.runtime(),
+                          slots: int = 8, lease: float = 3.0, policy: HostPolicy | None = None,
+                          runtime: ContainerRuntime | None = None, **labels: str
+                          ) -> WorkerAgent:
+        agent = WorkerAgent(agent_id, RedisAgentDirectory(self.settings),
+                            runtime or self.runtime(),
                             capacity=Capacity(cpu, memory_mb, slots), labels=labels,
-                            heartbeat_ttl=3.0, lease_seconds=lease, stop_grace=0.5)
+                            heartbeat_ttl=3.0, lease_seconds=lease, stop_grace=0.5,
+                            policy=policy)
         stop = asyncio.Event()
         task = asyncio.create_task(agent.main(stop))
         await asyncio.wait_for(agent.ready.wait(), 10)
         self.agents[agent_id] = (agent, stop, task)
         return agent
 
-    def target(self, placement_timeout: float = 10.0, offer_seconds: float = 5.0
-               ) -> ContainerTarget:
+    def target(self, placement_timeout: float = 10.0, offer_seconds: float = 5.0,
+               grants: Any = None) -> ContainerTarget:
         target = ContainerTarget(RedisAgentDirectory(self.settings),
                                  placement_timeout=placement_timeout, poll=0.05,
-                                 offer_seconds=offer_seconds)
+                                 offer_seconds=offer_seconds, grants=grants)
         self.targets.append(target)
         return target
 
@@ -71,14 +77,15 @@ class AgentRig:
 
 
 def delivery(command: list[str], *, run_id: str | None = None, attempt: int = 1,
-             priority: int = 0, job_id: str = "job", **target: Any) -> Delivery:
+             priority: int = 0, job_id: str = "job", namespace: str = "default",
+             **target: Any) -> Delivery:
     spec = {"kind": "container", "image": TEST_IMAGE, "command": command, "env": {},
             "cpu": 1, "memory_mb": 64, "timeout": 30, "selector": {}, "network": "none",
             "user": None}
     spec.update(target)
     return Delivery(job_id=job_id, run_id=run_id or str(uuid.uuid4()),
                     scheduled_for=datetime.now(UTC), attempt=attempt, target=spec,
-                    priority=priority)
+                    priority=priority, namespace=namespace)
 
 
 async def wait_until(check: Any, timeout: float, what: str) -> Any:

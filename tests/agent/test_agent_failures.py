@@ -14,6 +14,7 @@ from datetime import timedelta
 import pytest
 
 from cronman.callbacks.validation import validate_target
+from cronman.host_policy import HostPolicy
 from cronman.models import RunFilter
 from cronman.store import open_store
 from cronman.store.migrate import upgrade
@@ -223,13 +224,40 @@ def test_policies_replace_forbid_and_dead_letter(tmp_path, db_url, store, env):
         store.jobs.delete_job(forbid.id)
 
 
-def test_a_process_agent_in_a_cluster(tmp_path, db_url, store, env):
+def test_a_process_agent_in_a_cluster_runs_granted_namespaces_only(tmp_path, db_url, store,
+                                                                       env):
+    """The process runtime runs commands on the agent's host: a namespace runs
+    there only with a grant that says so, and never as root, nor with a run
+    of another namespace's secrets or the agent's own environment."""
+    once = {"retry": {"max_attempts": 1, "min_backoff": 1, "max_backoff": 1}}
     with Processes(tmp_path) as procs:
-        procs.scheduler(db_url, "n1", env=env)
-        procs.agent("p1", redis_url=env["CRONMAN_REDIS_URL"], runtime="process",
-                    env={**env, "CRONMAN_AGENT_LABELS": "kind=host"})
-        job = container_job(store, "host", ["sh", "-c", "echo on $CRONMAN_RUN_ID"],
-                            target_extra={"selector": {"kind": "host"}})
+        procs.scheduler(db_url, "n1", env={**env, "CRONMAN_AGENT_PLACEMENT_TIMEOUT": "3"})
+        agent = procs.agent("p1", redis_url=env["CRONMAN_REDIS_URL"], runtime="process",
+                            env={**env, "CRONMAN_AGENT_LABELS": "kind=host",
+                                 "CRONMAN_DATABASE_URL": db_url, "AGENT_SECRET": "s3cret"})
+        store.host_policies.put("ops", HostPolicy(process=True), by=None)
+        selector = {"selector": {"kind": "host"}}
+        job = container_job(store, "host", ["sh", "-c", "echo on $CRONMAN_RUN_ID; id -u; env"],
+                            target_extra=selector, namespace="ops")
+        tenant = container_job(store, "tenant", ["sh", "-c", "id"], target_extra=selector,
+                               namespace="tenant", **once)
+        # Written straight to the database: root and the host's network in a
+        # granted namespace. The agent refuses it whatever the row says.
+        forged = container_job(store, "forged", ["sh", "-c", "id"], namespace="ops",
+                               target_extra={**selector, "user": "root", "network": "host"},
+                               **once)
         run = final_run(store, job.id)
         assert run.status == "succeeded" and run.result["agent_id"] == "p1", run
-        assert run.result["logs_tail"]["stdout"] == f"on {run.id}\n"
+        out = run.result["logs_tail"]["stdout"]
+        assert out.startswith(f"on {run.id}\n")
+        assert out.splitlines()[1] != "0"  # not root, whoever the agent runs as
+        assert "CRONMAN_DATABASE_URL" not in out and "s3cret" not in out
+        assert "CRONMAN_REDIS_URL" not in out and f"CRONMAN_RUN_ID={run.id}" in out
+        run = final_run(store, tenant.id)
+        assert run.status == "failed" and "process runtime" in run.error, run
+        assert "'tenant'" in run.error and "logs_tail" not in (run.result or {})
+        run = final_run(store, forged.id)
+        assert run.status == "failed" and run.attempt == 1, run
+        assert "refused by the host policy of worker agent p1: target.user" in run.error
+        assert "logs_tail" not in (run.result or {})
+        assert "refused by the host policy" in agent.log_text()

@@ -3,10 +3,16 @@
 The same contract as the containerd runtime without its isolation, for
 ``cronman standalone`` and hosts without containerd: the command runs on the
 host (``image`` is not used, so a target must name a ``command``), with only
-the target's ``env`` (plus ``PATH``), in a process group of its own (so that
-stop reaches its children too), stdout and stderr kept apart in ring
-buffers. When the agent runs as root, the command runs as the target's
-``user`` (default: nobody); otherwise as the agent's own user. ``cpu`` and
+the target's ``env`` and the run's ``CRONMAN_*`` variables (plus ``PATH`` and
+``HOME``: never the agent's own environment, its database URL or secrets), in
+a working directory of its own (made for the run, removed with it, ``HOME``
+too), in a process group of its own (so that stop reaches its children too),
+stdout and stderr kept apart in ring buffers. When the agent runs as root,
+the command runs as the target's ``user`` (default: nobody, 65534), with no
+supplementary groups; otherwise as the agent's own user, which can read what
+that user can (run such an agent as a user holding no secrets). There is no
+network or filesystem isolation: which runs may come here is the host
+policy's ``process`` grant (``cronman.host_policy``). ``cpu`` and
 ``memory_mb`` are not enforced (no cgroup), so no run is OOM-killed here.
 Containers live as long as the agent process: ``list`` only knows the ones
 this runtime object started.
@@ -17,7 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -47,6 +55,7 @@ class _Child:
     stderr: LogTail
     readers: list[asyncio.Task[None]] = field(default_factory=list)
     exit: ContainerExit | None = None
+    workdir: str | None = None
 
 
 class ProcessRuntime:
@@ -67,22 +76,26 @@ class ProcessRuntime:
             raise RuntimeError_("the process runtime needs a command (it does not run images)")
         if spec.name in self._children:
             raise RuntimeError_(f"container {spec.name} exists already")
-        env = {"PATH": DEFAULT_PATH, **spec.env}
         user: int | None = None
         group: int | None = None
         if os.geteuid() == 0:
             user, group = parse_user(spec.user)
+        workdir = tempfile.mkdtemp(prefix=f"{spec.name}-")
+        if user is not None and group is not None:
+            os.chown(workdir, user, group)
+        env = {"PATH": DEFAULT_PATH, "HOME": workdir, **spec.env}
         try:
             proc = await asyncio.create_subprocess_exec(
                 *spec.command, env=env, stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                start_new_session=True, user=user, group=group, extra_groups=[] if user else None,
-                cwd="/")
+                start_new_session=True, user=user, group=group,
+                extra_groups=[] if user is not None else None, cwd=workdir)
         except OSError as exc:
+            shutil.rmtree(workdir, ignore_errors=True)
             raise RuntimeError_(f"cannot start {spec.command[0]!r}: {exc.strerror or exc}"
                                 ) from None
         child = _Child(proc, dict(spec.labels), LogTail(self.log_tail_bytes),
-                       LogTail(self.log_tail_bytes))
+                       LogTail(self.log_tail_bytes), workdir=workdir)
         assert proc.stdout is not None and proc.stderr is not None
         child.readers = [asyncio.create_task(_drain(proc.stdout, child.stdout)),
                          asyncio.create_task(_drain(proc.stderr, child.stderr))]
@@ -122,6 +135,8 @@ class ProcessRuntime:
         if child is not None and child.proc.returncode is None:
             _signal_group(child.proc.pid, signal.SIGKILL)
             await child.proc.wait()
+        if child is not None and child.workdir is not None:
+            shutil.rmtree(child.workdir, ignore_errors=True)
 
     async def list(self, labels: Mapping[str, str]) -> list[ContainerInfo]:
         return [ContainerInfo(id=cid, labels=dict(c.labels), running=c.proc.returncode is None)
