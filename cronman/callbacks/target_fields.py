@@ -239,9 +239,12 @@ CONTAINER = _variant("container", "ContainerTarget", {
                      default=DEFAULT_CONTAINER_MEMORY_MB),
     "timeout": _positive(MAX_CONTAINER_TIMEOUT, DEFAULT_CONTAINER_TIMEOUT),
     "network": Choice(CONTAINER_NETWORKS, message="must be one of: {choices}", nullable=True,
-                      default=DEFAULT_CONTAINER_NETWORK),
+                      default=DEFAULT_CONTAINER_NETWORK,
+                      description="host: only where the namespace's host policy allows it"),
     "user": _one_message(CONTAINER_USER_PATTERN, "must be root, nobody, UID or UID:GID",
-                         nullable=True, description="default: a non-root user"),
+                         nullable=True, description="default: 65534 (nobody); root (uid or "
+                                                    "gid 0) only where the namespace's host "
+                                                    "policy allows it"),
     "selector": MapOf(
         _one_message(SELECTOR_KEY_PATTERN, "is not a valid label name"),
         _one_message(SELECTOR_VALUE_PATTERN,

@@ -29,8 +29,10 @@ Decisions this module makes (and the README documents):
   ``selector`` is a map of agent labels (an agent must carry every one);
   ``network`` is ``none`` (default: the container has loopback only) or
   ``host``; ``user`` is ``root``, ``nobody``, ``UID`` or ``UID:GID`` (null:
-  the agent's default non-root user), numeric because the agent does not
-  read the image's ``/etc/passwd``.
+  the agent's default non-root user, 65534), numeric because the agent does
+  not read the image's ``/etc/passwd``. What a namespace token may ask for
+  (root, the host's network) is its namespace's host policy grant, checked by
+  the API after this (``cronman.api.host_policies``) and by every agent.
 """
 
 from __future__ import annotations

@@ -43,6 +43,10 @@ def _settings(overrides: dict[str, Any]) -> Settings:
               help="containerd's socket [env CRONMAN_CONTAINERD_ADDRESS]")
 @click.option("--containerd-namespace", default=None,
               help="containerd namespace [env CRONMAN_CONTAINERD_NAMESPACE; cronman]")
+@click.option("--host-policy", "agent_host_policy", default=None,
+              help='the most a run may ask of this host, JSON: {"root": false, "networks": '
+                   '["none"], "process": true} [env CRONMAN_AGENT_HOST_POLICY; non-root, '
+                   'network none]')
 @click.option("--log-level", default="info", show_default=True)
 @click.pass_context
 def agent(ctx: click.Context, /, runtime_kind: str, log_level: str, **flags: Any) -> None:
