@@ -88,9 +88,8 @@ class ContainerTarget:
                  poll: float = 0.1, executor: ThreadPoolExecutor | None = None,
                  grants: Callable[[str], HostPolicy] | None = None) -> None:
         self.directory = directory
-        if grants is None:
-            default = settings.host_policy_default if settings is not None else DEFAULT_POLICY
-            grants = lambda namespace: default  # noqa: E731
+        self.default_grant = (settings.host_policy_default if settings is not None
+                              else DEFAULT_POLICY)
         self.grants = grants
         if placement_timeout is None:
             placement_timeout = (settings.agent_placement_timeout if settings is not None
@@ -188,7 +187,7 @@ class ContainerTarget:
         cpu = float(target.get("cpu") or 1)
         memory_mb = int(target.get("memory_mb") or 256)
         selector = {str(k): str(v) for k, v in (target.get("selector") or {}).items()}
-        grant: HostPolicy = await self.call(self.grants, d.namespace)
+        grant = await self._grant(d.namespace)
         message = {"kind": "start", "run_id": d.run_id, "attempt": d.attempt,
                    "job_id": d.job_id, "scheduled_for": format_rfc3339(d.scheduled_for),
                    "namespace": d.namespace, "host_policy": grant.to_dict(),
@@ -210,6 +209,18 @@ class ContainerTarget:
             return found.attempt if found is not None else d.attempt
         assert answer == PLACED
         return d.attempt
+
+    async def _grant(self, namespace: str) -> HostPolicy:
+        """The namespace's grant; the operator's default when it cannot be read."""
+        if self.grants is None:
+            return self.default_grant
+        try:
+            grant: HostPolicy = await self.call(self.grants, namespace)
+        except Exception as exc:
+            log.warning("cannot read the host policy of namespace %r (%s): its runs get the "
+                        "default", namespace, exc)
+            return self.default_grant
+        return grant
 
     def _no_room(self, request: Request, waited: float) -> str:
         cpu, memory_mb, selector = request.cpu, request.memory_mb, request.selector
