@@ -404,6 +404,8 @@ class Store(Protocol):
 
     @property
     def signing_keys(self) -> SigningKeyStore: ...
+
+    @property
     def host_policies(self) -> HostPolicies: ...
 
     def feed(self) -> ChangeFeed:

@@ -1,7 +1,7 @@
 """Host policies: what each namespace's runs may ask of their host.
 
-Revision ID: hostpolicy_host_policies
-Revises: 0008
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-12-01 00:00:00
 
 One row per namespace an admin token granted more (or less) than the
@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision = "hostpolicy_host_policies"
-down_revision = "0008"
+revision = "0010"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 
