@@ -3,7 +3,7 @@
 The database URL comes from ``config.attributes["database_url"]`` (set by
 ``cronman.store.migrate``), else from ``sqlalchemy.url`` in alembic.ini, else
 from ``CRONMAN_DATABASE_URL``. Engines are made by ``cronman.store.engine``
-(psycopg2 for ``postgresql://``; SQLite in WAL mode with ``BEGIN IMMEDIATE``
+(psycopg2 for ``postgresql://``, the URL read by ``cronman.store.connect``; SQLite in WAL mode with ``BEGIN IMMEDIATE``
 so the whole upgrade is one transaction). On PostgreSQL a transaction-level
 advisory lock makes concurrent upgrades (several processes starting at once)
 run one after the other; the later ones then find nothing to do.
@@ -18,7 +18,8 @@ from alembic import context
 from sqlalchemy import text
 
 from cronman.config import DEFAULT_DATABASE_URL
-from cronman.store.engine import make_engine, normalise_url
+from cronman.store.connect import normalise_url
+from cronman.store.engine import make_engine
 from cronman.store.migrate import MIGRATION_LOCK_KEY, include_name
 from cronman.store.tables import metadata
 

@@ -26,9 +26,9 @@ from typing import Any
 
 import psycopg2
 import psycopg2.extensions
-from sqlalchemy.engine import make_url
 
 from cronman.audit.pgoutput import PgOutputDecoder, Transaction, format_lsn, parse_lsn
+from cronman.store import connect as store_connect
 
 log = logging.getLogger(__name__)
 
@@ -41,23 +41,18 @@ class AuditSetupError(RuntimeError):
     """The database cannot feed the export (wal_level, privileges, SQLite...)."""
 
 
-def psycopg2_dsn(database_url: str) -> str:
-    """A libpq URI for a cronman (SQLAlchemy) PostgreSQL URL."""
-    url = make_url(database_url)
+def connect(database_url: str, application_name: str) -> psycopg2.extensions.connection:
+    """The exporter's connection, to the primary (``cronman.store.connect``)."""
+    try:
+        url = store_connect.normalise_url(database_url)
+    except ValueError as exc:
+        raise AuditSetupError(str(exc)) from exc
     if url.get_backend_name() != "postgresql":
         raise AuditSetupError("the audit export reads PostgreSQL's change stream: "
                               "CRONMAN_DATABASE_URL must be a postgresql:// URL")
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-def connect(database_url: str, application_name: str) -> psycopg2.extensions.connection:
-    conn = psycopg2.connect(psycopg2_dsn(database_url), application_name=application_name,
-                            connect_timeout=5,
-                            options="-c TimeZone=UTC -c DateStyle=ISO -c statement_timeout=0",
-                            keepalives=1, keepalives_idle=10, keepalives_interval=5,
-                            keepalives_count=3)
-    conn.autocommit = True
-    return conn
+    return store_connect.connect(
+        url, application_name,
+        options="-c TimeZone=UTC -c DateStyle=ISO -c statement_timeout=0")
 
 
 def try_lead(conn: psycopg2.extensions.connection) -> bool:

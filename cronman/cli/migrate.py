@@ -9,7 +9,6 @@ from __future__ import annotations
 import sys
 
 import click
-from sqlalchemy.engine import make_url
 
 from cronman.cli.group import RET_ERROR, RET_UNAVAILABLE, cli
 from cronman.config import Settings
@@ -20,10 +19,15 @@ from cronman.errors import StoreUnavailable
 @click.option("--database-url", default=None, help="SQLAlchemy URL [env CRONMAN_DATABASE_URL]")
 def migrate(database_url: str | None) -> None:
     """Create or upgrade the database schema (Alembic, migrations/)."""
+    from cronman.store.connect import normalise_url
     from cronman.store.migrate import SchemaNotCurrent, upgrade
 
     settings = Settings.from_env({"database_url": database_url})
-    shown = make_url(settings.database_url).render_as_string(hide_password=True)
+    try:
+        shown = normalise_url(settings.database_url).render_as_string(hide_password=True)
+    except ValueError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(RET_ERROR)
     try:
         report = upgrade(settings.database_url, days_ahead=settings.partitions_ahead_days,
                          retention_days=settings.history_retention_days,

@@ -1,7 +1,9 @@
 """One active notifier per cluster.
 
 On PostgreSQL every scheduler node runs a notifier; the one holding a
-session-level advisory lock on its own connection is active, the others try
+session-level advisory lock on its own connection (to the primary, made by
+``cronman.store.connect``; after a failover the lock is taken again on the
+new primary) is active, the others try
 again every few seconds. The lock goes with the connection: a node that dies
 (or loses the database) hands over as soon as PostgreSQL sees its session
 end (TCP keepalives bound that to ~25 s for a host that vanishes; a killed
@@ -20,7 +22,8 @@ import logging
 from typing import Any, Protocol
 
 import psycopg2
-from sqlalchemy.engine import make_url
+
+from cronman.store.connect import connect, normalise_url
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +60,7 @@ class PgLeadership:
     """The advisory lock on a connection of its own (see the module doc)."""
 
     def __init__(self, database_url: str, node_id: str) -> None:
-        url = make_url(database_url).set(drivername="postgresql")
-        self._dsn = url.render_as_string(hide_password=False)
+        self._url = normalise_url(database_url)
         self._name = f"cronman-notifier:{node_id}"[:63]
         self._conn: Any = None
         self._held = False
@@ -68,11 +70,7 @@ class PgLeadership:
             return True
         try:
             if self._conn is None:
-                self._conn = psycopg2.connect(
-                    self._dsn, application_name=self._name, connect_timeout=5,
-                    keepalives=1, keepalives_idle=10, keepalives_interval=5,
-                    keepalives_count=3)
-                self._conn.autocommit = True
+                self._conn = connect(self._url, self._name)
             with self._conn.cursor() as cur:
                 cur.execute("SELECT pg_try_advisory_lock(%s)", (NOTIFIER_LOCK_KEY,))
                 self._held = bool(cur.fetchone()[0])
@@ -108,6 +106,6 @@ class PgLeadership:
 
 
 def leadership_for(database_url: str, node_id: str) -> Leadership:
-    if make_url(database_url).get_backend_name() == "postgresql":
+    if normalise_url(database_url).get_backend_name() == "postgresql":
         return PgLeadership(database_url, node_id)
     return SoloLeadership()

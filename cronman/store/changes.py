@@ -2,7 +2,9 @@
 
 PostgreSQL: writers ``NOTIFY cronman_changes`` inside their transaction (so
 the announcement is delivered at commit, never for a rolled-back write), and
-each feed ``LISTEN``s on a dedicated psycopg2 connection outside the pool.
+each feed ``LISTEN``s on a dedicated psycopg2 connection outside the pool
+(to the primary, through ``cronman.store.connect``: after a failover it
+reconnects to the new one).
 Payloads are comma-separated ids, split so that none exceeds PostgreSQL's
 8000-byte limit (a bulk create of 1000 jobs sends five notifications).
 
@@ -30,6 +32,8 @@ import psycopg2
 import psycopg2.extensions
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
+
+from cronman.store.connect import KEEPALIVES, libpq_params
 
 log = logging.getLogger(__name__)
 
@@ -224,9 +228,9 @@ class PgChannel:
     """PostgreSQL announcements: NOTIFY in the writing transaction, LISTEN feeds."""
 
     def __init__(self, engine: Engine, channel: str = CHANNEL) -> None:
-        args, kwargs = engine.dialect.create_connect_args(engine.url)
-        kwargs = {"connect_timeout": 5, "application_name": "cronman-feed", **kwargs}
-        self._connect_args = (args, kwargs)
+        # The primary's: NOTIFY is delivered where it is committed.
+        self._connect_args: tuple[Sequence[Any], dict[str, Any]] = (
+            (), libpq_params(engine.url, application_name="cronman-feed", **KEEPALIVES))
         self._channel = channel
         self._feeds: weakref.WeakSet[PgFeed] = weakref.WeakSet()
         self._lock = threading.Lock()

@@ -27,10 +27,12 @@ from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import create_engine, event
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.pool import StaticPool
 
 from cronman.errors import StoreUnavailable
+from cronman.store.connect import MemberWatch, engine_connect_args
+from cronman.store.connect import normalise_url as normalise_url
 from cronman.timeutil import now_ms
 
 log = logging.getLogger(__name__)
@@ -43,7 +45,6 @@ PG_POOL_SIZE = 10
 PG_MAX_OVERFLOW = 10
 PG_POOL_TIMEOUT = 10.0
 PG_POOL_RECYCLE = 1800
-PG_CONNECT_TIMEOUT = 5
 WRITE_ATTEMPTS = 4
 # deadlock_detected, serialization_failure: transient, safe to run the transaction again.
 _RETRYABLE_PGCODES = frozenset({"40P01", "40001"})
@@ -82,31 +83,25 @@ class Tx:
 _NOW_MS_SQL = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
 
-def normalise_url(database_url: str) -> URL:
-    """The URL with the driver made explicit: ``postgresql://`` means psycopg2."""
-    url = make_url(database_url)
-    if url.drivername in ("postgresql", "postgres"):
-        url = url.set(drivername="postgresql+psycopg2")
-    if url.get_backend_name() not in ("postgresql", "sqlite"):
-        raise ValueError(f"unsupported database URL {url.render_as_string(hide_password=True)!r}: "
-                         "use postgresql+psycopg2:// or sqlite:///")
-    if url.get_backend_name() == "postgresql" and url.get_driver_name() != "psycopg2":
-        raise ValueError("PostgreSQL is supported through psycopg2 (postgresql+psycopg2://)")
-    return url
-
-
-def make_engine(url: URL, *, pool_size: int = PG_POOL_SIZE) -> Engine:
-    """An engine set up for cronman's use of the given database."""
+def make_engine(url: URL, *, pool_size: int = PG_POOL_SIZE,
+                members: MemberWatch | None = None) -> Engine:
+    """An engine set up for cronman's use of the given (normalised) database URL;
+    ``members`` hears which member each new PostgreSQL connection landed on."""
     if url.get_backend_name() == "postgresql":
-        return create_engine(
+        engine = create_engine(
             url,
             pool_pre_ping=True,
             pool_size=pool_size,
             max_overflow=PG_MAX_OVERFLOW,
             pool_timeout=PG_POOL_TIMEOUT,
             pool_recycle=PG_POOL_RECYCLE,
-            connect_args={"connect_timeout": PG_CONNECT_TIMEOUT, "application_name": "cronman"},
+            connect_args=engine_connect_args(url, "cronman"),
         )
+        if members is not None:
+            watch = members
+            event.listen(engine, "connect",
+                         lambda dbapi_conn, _record: watch.saw_connection(dbapi_conn))
+        return engine
     if sqlite3.sqlite_version_info < MIN_SQLITE_VERSION:
         raise RuntimeError(
             f"SQLite {sqlite3.sqlite_version} is too old: cronman needs "
@@ -200,7 +195,8 @@ class Database:
     def __init__(self, database_url: str, *, pool_size: int = PG_POOL_SIZE) -> None:
         self.url = normalise_url(database_url)
         self.dialect = self.url.get_backend_name()
-        self.engine = make_engine(self.url, pool_size=pool_size)
+        self.members = MemberWatch()
+        self.engine = make_engine(self.url, pool_size=pool_size, members=self.members)
         self.announcer: Announcer = _NullAnnouncer()
         self._write_lock: AbstractContextManager[Any] = (
             _sqlite_lock(self.url) if self.dialect == "sqlite" else nullcontext()
