@@ -70,7 +70,7 @@ def create_app(settings: Settings, *, store: Store | None = None,
     app.extensions[AUTH_KEY] = auth
     guard = OriginGuard(settings, auth)
 
-    metrics.install(app, lambda: ctx.store.jobs.count_live_jobs())
+    metrics.install(app, lambda: ctx.store.jobs.count_live_jobs(), ctx.database_member)
     request_ids.install(app)
     for bp in (jobs.bp, runs.bp, history.bp, audit.bp, cluster.bp, health.bp, metrics.bp,
                openapi.bp, dashboard.bp, notifications.bp, tokens.bp, calendars.bp,

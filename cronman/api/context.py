@@ -20,6 +20,7 @@ from cronman.config import Settings
 from cronman.coordination.base import Coordinator
 from cronman.errors import CronmanError, StoreUnavailable
 from cronman.store.base import Store
+from cronman.store.connect import Member
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,12 @@ class ApiContext:
                         log.exception("cannot open the store")
                         raise StoreUnavailable(f"cannot open the database: {exc}") from exc
         return self._store
+
+    def database_member(self) -> Member | None:
+        """The database member written to (None while no store is open: a
+        scrape or a probe does not open one)."""
+        store = self._store
+        return None if store is None else store.database_member()
 
     @property
     def coordinator(self) -> Coordinator | None:

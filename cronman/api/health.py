@@ -2,7 +2,8 @@
 
 ``/readyz`` reports each check: the database and Redis reachable, plus any
 check the process registers (``cronman standalone`` adds its node's run
-writes), and the auth state (``required``, ``off`` or ``open``; see
+writes), the database member written to (``database_member``: host:port and
+since when; under Patroni the primary, null on SQLite), and the auth state (``required``, ``off`` or ``open``; see
 ``cronman.api.auth``), which is shown, not checked. Redis is "not
 configured" where no CRONMAN_REDIS_URL is set (standalone coordinates in
 process): it is never reported ``ok`` without a Redis behind it.
@@ -19,6 +20,7 @@ from cronman.api.auth import token_auth
 from cronman.api.common import ApiView, json_response
 from cronman.api.context import api_context
 from cronman.errors import CronmanError
+from cronman.observability.db_member import member_json
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +77,7 @@ class Readyz(ApiView):
             if problem is not None:
                 failed.append(f"{name}: {problem}")
         body: dict[str, object] = {"status": "ready", "checks": checks,
+                                   "database_member": member_json(ctx.database_member()),
                                    "auth": self._auth_state()}
         if failed:
             log.warning("not ready: %s", checks)

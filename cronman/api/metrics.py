@@ -1,4 +1,5 @@
-"""``GET /metrics``: request counts and latency by route and status, and the job count.
+"""``GET /metrics``: request counts and latency by route and status, the job count,
+and the database member written to (``cronman.observability.db_member``).
 
 Under gunicorn with several workers, ``cronman api`` sets
 ``PROMETHEUS_MULTIPROC_DIR`` so that a scrape, whichever worker answers it,
@@ -28,6 +29,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from cronman.api.common import ApiView
 from cronman.observability.build_info import BuildInfoCollector
+from cronman.observability.db_member import DatabaseMemberCollector, MemberSource
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +67,8 @@ class JobCountCollector:
 
 
 class ApiMetrics:
-    def __init__(self, count_jobs: Callable[[], int | None]) -> None:
+    def __init__(self, count_jobs: Callable[[], int | None],
+                 database_member: MemberSource = lambda: None) -> None:
         self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         # In multiprocess mode values live in files; the objects need no registry.
         own = None if self.multiprocess else CollectorRegistry(auto_describe=True)
@@ -78,9 +81,11 @@ class ApiMetrics:
             ("method", "route"), buckets=LATENCY_BUCKETS, registry=own)
         self.job_count = JobCountCollector(count_jobs)
         self.build_info = BuildInfoCollector("api")
+        self.database_member = DatabaseMemberCollector(database_member)
         if own is not None:
             own.register(self.job_count)
             own.register(self.build_info)
+            own.register(self.database_member)
 
     def registry(self) -> CollectorRegistry:
         if self._own is not None:
@@ -89,6 +94,7 @@ class ApiMetrics:
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         registry.register(self.job_count)
         registry.register(self.build_info)
+        registry.register(self.database_member)  # this worker's own connections
         return registry
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
@@ -102,8 +108,9 @@ def route_label(rule: str) -> str:
     return re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", rule)
 
 
-def install(app: Flask, count_jobs: Callable[[], int | None]) -> ApiMetrics:
-    metrics = ApiMetrics(count_jobs)
+def install(app: Flask, count_jobs: Callable[[], int | None],
+            database_member: MemberSource = lambda: None) -> ApiMetrics:
+    metrics = ApiMetrics(count_jobs, database_member)
     app.extensions[METRICS_KEY] = metrics
 
     @app.before_request

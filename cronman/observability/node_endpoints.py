@@ -9,7 +9,9 @@
   not stopping); 503 before and after. Its ``load`` says whether the node is
   overloaded (alive and working but behind: still ready) and by how much.
 - ``/metrics``: the node's Prometheus registry, with ``cronman_live_nodes``
-  (the membership as this node sees it) and ``cronman_build_info``.
+  (the membership as this node sees it), ``cronman_build_info`` and the
+  database member written to (``cronman.observability.db_member``; also in
+  ``/readyz`` as ``database_member``).
 
 The server runs on its own daemon threads, so a busy event loop never delays
 a probe (the liveness probe measures it instead).
@@ -30,6 +32,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 from prometheus_client.core import GaugeMetricFamily
 
 from cronman.observability.build_info import register_build_info
+from cronman.observability.db_member import DatabaseMemberCollector, MemberSource, member_json
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +98,8 @@ def health(node: NodeView | None) -> tuple[int, dict[str, Any]]:
     return 200, {"status": "ok", "node_id": node.node_id}
 
 
-def readiness(node: NodeView | None) -> tuple[int, dict[str, Any]]:
+def readiness(node: NodeView | None,
+              database_member: MemberSource = lambda: None) -> tuple[int, dict[str, Any]]:
     if node is None:
         return 503, {"status": "unavailable", "checks": {"node": "starting"}}
     ok, checks = node.readiness()
@@ -103,6 +107,7 @@ def readiness(node: NodeView | None) -> tuple[int, dict[str, Any]]:
         ok, checks = False, {**checks, "stopping": "yes"}
     body: dict[str, Any] = {"status": "ready" if ok else "unavailable", "checks": checks,
                             "node_id": node.node_id, "members": len(node.members),
+                            "database_member": member_json(database_member()),
                             "load": node.load()}
     return (200 if ok else 503), body
 
@@ -132,6 +137,7 @@ class NodeEndpoints:
     def __init__(self, host: str, port: int, registry: CollectorRegistry = REGISTRY) -> None:
         self.registry = registry
         self.node: NodeView | None = None
+        self.database_member: MemberSource = lambda: None
         register_build_info(registry, "scheduler")
         handler = _handler_for(self)
         self.server = ThreadingHTTPServer((host, port), handler)
@@ -144,9 +150,12 @@ class NodeEndpoints:
     def port(self) -> int:
         return int(self.server.server_address[1])
 
-    def attach(self, node: NodeView) -> None:
+    def attach(self, node: NodeView, database_member: MemberSource = lambda: None) -> None:
+        """Serve ``node``; ``database_member``: the member its store writes to."""
         self.node = node
+        self.database_member = database_member
         self.registry.register(LiveNodesCollector(node))
+        self.registry.register(DatabaseMemberCollector(database_member))
 
     def close(self) -> None:
         self.server.shutdown()
@@ -171,7 +180,7 @@ def _handler_for(endpoints: NodeEndpoints) -> type[BaseHTTPRequestHandler]:
             elif path == "/healthz":
                 self._json(*health(endpoints.node))
             elif path == "/readyz":
-                self._json(*readiness(endpoints.node))
+                self._json(*readiness(endpoints.node, endpoints.database_member))
             else:
                 self._json(404, {"error": {"code": "not_found", "field": None,
                                            "message": f"nothing at GET {path}; "

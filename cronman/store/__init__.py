@@ -19,6 +19,7 @@ from cronman.store import triggers
 from cronman.store.base import RUNS_REQUESTED, ChangeFeed, Store
 from cronman.store.calendars import SqlCalendarStore
 from cronman.store.changes import LocalHub, PgChannel
+from cronman.store.connect import Member
 from cronman.store.dependencies import SqlDependencyStore
 from cronman.store.engine import PG_POOL_SIZE, Database
 from cronman.store.history import SqlJobHistory
@@ -89,6 +90,9 @@ class SqlStore:
 
     def server_time_ms(self) -> int | None:
         return self.db.server_time_ms()
+
+    def database_member(self) -> Member | None:
+        return self.db.members.current if self.db.is_postgres else None
 
     def close(self) -> None:
         if self._closed:

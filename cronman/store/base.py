@@ -32,6 +32,7 @@ from cronman.models import (
 from cronman.schedules import parse_calendar
 from cronman.schedules.calendars import ExclusionCalendar
 from cronman.signing_keys import KeyState
+from cronman.store.connect import Member
 from cronman.store.history import ChangeContext
 from cronman.store.tokens import TokenActor
 
@@ -418,5 +419,10 @@ class Store(Protocol):
         """The database server's clock (Unix ms), for nodes to check theirs
         against while Redis is away; None when the database has no clock of
         its own (SQLite). Raises ``StoreUnavailable``."""
+
+    def database_member(self) -> Member | None:
+        """The member (host:port) this process's newest connection landed on and
+        since when: under Patroni, the primary written to. None for SQLite, or
+        before the first connection."""
 
     def close(self) -> None: ...

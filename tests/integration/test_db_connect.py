@@ -192,3 +192,33 @@ def test_member_watch_logs_a_change(caplog: pytest.LogCaptureFixture) -> None:
     watch.saw("127.0.0.1:2")
     assert watch.current is not None and watch.current.member == "127.0.0.1:2"
     assert "now writing to 127.0.0.1:2 (was 127.0.0.1:1)" in caplog.text
+
+
+@pytest.mark.postgres
+def test_the_api_names_the_member_it_writes_to(scratch_db: str) -> None:
+    """``/readyz`` and ``/metrics`` name the member the API's connections landed on."""
+    from cronman.config import Settings
+    from cronman.processes.api import make_app
+
+    dead = _refused_port()
+    url = f"postgresql://{PG_USER}@/{scratch_db}?host={PG_HOST}:{dead}&host={PG_HOST}:{PG_PORT}"
+    app = make_app(Settings(database_url=url))
+    client = app.test_client()
+    assert client.get("/metrics").status_code == 200  # opens no store
+    body = client.get("/readyz").get_json()
+    assert body["database_member"]["member"] == f"{PG_HOST}:{PG_PORT}", body
+    assert body["database_member"]["since"].endswith("Z")
+    text_ = client.get("/metrics").get_data(as_text=True)
+    assert f'cronman_database_member{{member="{PG_HOST}:{PG_PORT}"}} 1.0' in text_
+    assert "cronman_database_member_since_timestamp_seconds" in text_
+    app.extensions["cronman"].close()
+
+
+def test_sqlite_names_no_member(tmp_path) -> None:
+    from cronman.store import open_store
+    from cronman.store.migrate import upgrade
+
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    upgrade(url)
+    with open_store(url) as store:
+        assert store.ping() and store.database_member() is None

@@ -3,14 +3,18 @@ mode on loopback. Everything takes the one libpq multi-host URL
 (``host=P1&host=P2&target_session_attrs=read-write``): ``cronman migrate``,
 a real scheduler node (its notifier's lock connection), the test's store and a
 LISTEN change feed. The leader's Patroni and postmaster are SIGKILLed; with no
-restart of anything, the feed hears a job change made on the new primary and
-a failure after the failover is notified to a real webhook receiver, once.
+restart of anything, the feed hears a job change made on the new primary, a
+failure after the failover is notified to a real webhook receiver, once, and
+the node's /readyz and /metrics name the member it writes to before and after.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from datetime import timedelta
 from typing import Any
@@ -21,7 +25,7 @@ from cronman.errors import StoreUnavailable
 from cronman.store import open_store
 from tests.support.notify import create_job, finish_run, notifications, webhook_rule
 from tests.support.patroni import PatroniCluster, require_patroni
-from tests.support.processes import CRONMAN, Processes, clean_env
+from tests.support.processes import CRONMAN, Processes, clean_env, free_port
 from tests.support.receiver import Receiver
 from tests.support.store_data import base_time
 from tests.support.waiting import wait_for
@@ -42,6 +46,25 @@ def _retry(fn: Any, timeout: float, what: str) -> Any:
             if time.monotonic() > deadline:
                 raise AssertionError(f"no database for {timeout:g}s: {what}") from None
             time.sleep(0.2)
+
+
+def _get_json(url: str) -> Any:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return json.load(resp)
+    except urllib.error.HTTPError as exc:
+        return json.load(exc)
+
+
+def _member_metric(metrics_port: int, pg_port: int) -> float | None:
+    """The node's ``..._since`` once its member metric names ``pg_port``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    if f'cronman_database_member{{member="127.0.0.1:{pg_port}"}} 1.0' not in text:
+        return None
+    (line,) = [x for x in text.splitlines()
+               if x.startswith("cronman_database_member_since_timestamp_seconds ")]
+    return float(line.split()[1])
 
 
 def _hears(feed: Any, job_id: str, timeout: float) -> bool:
@@ -69,8 +92,12 @@ def test_the_notifier_and_the_change_feed_follow_the_new_primary(redis_url, tmp_
         try:
             job = create_job(store, "ha-job", paused=True, notify=[webhook_rule(
                 rx.url("/hook"), events=("failed",), digest_interval=1)])
-            node = procs.scheduler(url, "node-a", redis_url=redis_url, env=ENV)
+            metrics_port = free_port()
+            node = procs.scheduler(url, "node-a", redis_url=redis_url, env=ENV, extra_args=[
+                "--metrics-port", str(metrics_port), "--metrics-host", "127.0.0.1"])
             node.wait_for_log(ACTIVE, timeout=20)
+            ready = _get_json(f"http://127.0.0.1:{metrics_port}/readyz")
+            assert ready["database_member"]["member"] == f"127.0.0.1:{first.pg_port}", ready
             t0 = base_time()
             before = finish_run(store, job.id, t0, "failed")
             rx.wait_for(1, timeout=15, path="/hook")
@@ -78,7 +105,7 @@ def test_the_notifier_and_the_change_feed_follow_the_new_primary(redis_url, tmp_
             assert _hears(feed, probe.id, 5), "the feed hears a change on the first primary"
 
             killed = pg.kill_leader()
-            killed_at = time.monotonic()
+            killed_at, killed_wall = time.monotonic(), time.time()
             second = pg.wait_leader(other_than=killed)
             assert second is not first
 
@@ -103,6 +130,10 @@ def test_the_notifier_and_the_change_feed_follow_the_new_primary(redis_url, tmp_
                 return sent if sum(n.event_count for n in sent) >= 2 else None
             notes = wait_for(both_sent, 30, "both failures notified after the failover")
             recovered = time.monotonic() - killed_at
+            # The node says it now writes to the new primary, and since when.
+            moved = wait_for(lambda: _member_metric(metrics_port, second.pg_port), 10,
+                             "the node's metric naming the new primary")
+            assert moved >= killed_wall, "the member changed after the kill"
             stored = store.notifications.events([n.id for n in notes], 10_000)
         finally:
             feed.close()
