@@ -215,7 +215,7 @@ class MemberWatch:
                 return
             self._current = Member(member, time.time())
         if previous is None:
-            log.info("%s: writing to %s", self._label, member)
+            log.debug("%s: writing to %s", self._label, member)
         else:
             log.warning("%s: now writing to %s (was %s)", self._label, member, previous.member)
 

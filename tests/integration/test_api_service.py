@@ -19,6 +19,7 @@ from cronman.models import Run
 from cronman.processes.api import make_app
 from cronman.timeutil import utcnow
 from tests.support.api import free_port, job_spec
+from tests.support.databases import PG_HOST, PG_PORT
 
 
 @pytest.fixture
@@ -50,11 +51,17 @@ def test_unknown_routes_and_methods_answer_in_the_error_format(client):
     error_of(client.get("/v1/jobs/bulk/x"), 404)
 
 
-def test_healthz_and_readyz(client):
+def test_healthz_and_readyz(client, database_url):
     assert client.get("/healthz").get_json() == {"status": "ok"}
     resp = client.get("/readyz")
     assert resp.status_code == 200
-    assert resp.get_json() == {
+    body = resp.get_json()
+    member = body.pop("database_member")
+    if database_url.startswith("sqlite"):
+        assert member is None
+    else:  # the host:port libpq connected to (the primary under Patroni)
+        assert member["member"] == f"{PG_HOST}:{PG_PORT}" and member["since"].endswith("Z")
+    assert body == {
         "status": "ready", "checks": {"database": "ok", "redis": "not configured"},
         "auth": {"mode": "open", "reason": "no API token has been created yet and the API "
                  "listens on loopback only; creating a token requires one for good"}}

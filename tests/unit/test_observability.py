@@ -158,6 +158,7 @@ def test_health_and_readiness_answers():
     assert readiness(node) == (200, {"status": "ready", "node_id": "n1", "members": 2,
                                      "checks": {"loaded": "ok", "clock": "ok",
                                                 "run_writes": "ok"},
+                                     "database_member": None,
                                      "load": {"state": "overloaded", "backlog": 40,
                                               "behind_s": 2.5, "saturation": 1.0}})
     node.writes = "run writes failing for 12 s"
