@@ -19,6 +19,11 @@ to names fixed by its range, in objects that are whole or absent).
 
 Standby exporters wait on the advisory lock (``slot.try_lead``); the lock
 goes with the active exporter's connection, so its death hands over.
+
+The slot lives on one database server. After a failover to a member without
+it (Patroni keeps it on replicas only as a permanent slot), the exporter
+makes a new one, and the changes between the two are not in the trail: that
+is never silent (``_check_continuity``, ``cronman.audit.gaps``).
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ import psycopg2
 
 from cronman.audit import metrics
 from cronman.audit.batches import ObjectData, batch_objects
-from cronman.audit.manifests import Manifest, manifest_key
+from cronman.audit.gaps import Gap
+from cronman.audit.manifests import MANIFEST_DIR, Manifest, manifest_key
 from cronman.audit.pgoutput import Transaction, format_lsn
 from cronman.audit.settings import AUDITED_TABLES, AuditSettings
 from cronman.audit.sinks import ObjectSink, SinkError
@@ -94,7 +100,8 @@ class Exporter:
                 if not self._wait_for_lead(conn, slot, stop):
                     return
                 metrics.LEADER.set(1)
-                slot.ensure()
+                if slot.ensure():
+                    self._check_continuity(slot)
                 log.info("exporting %s (slot %s) to %s", ", ".join(AUDITED_TABLES),
                          self.settings.slot, self.sink.describe())
                 while not stop.is_set():
@@ -135,6 +142,24 @@ class Exporter:
             self._report_status(slot)
             stop.wait(self.settings.lock_retry_seconds)
         return False
+
+    def _check_continuity(self, slot: ChangeSlot) -> Gap | None:
+        """A slot made now, where batches were exported before, starts somewhere
+        else than the export stopped: the old slot is not on this server (a
+        failover to a member that did not have it, or it was dropped). What lies
+        between is not in the export: said in a ``_gaps/`` record, an error and
+        ``cronman_audit_gaps``, before anything is exported from the new slot."""
+        keys = list(self.sink.keys(f"{MANIFEST_DIR}/"))
+        if not keys:
+            return None  # the first export: the trail starts at the new slot
+        last = Manifest.from_bytes(self.sink.get(max(keys)) or b"")
+        gap = Gap(slot=self.settings.slot, from_lsn=last.end_lsn, to_lsn=slot.confirmed_lsn(),
+                  last_exported_commit_lsn=last.last_commit_lsn, exporter=self.exporter_id,
+                  detected_at=format_rfc3339(utcnow()) or "")
+        self.sink.put_if_absent(gap.key, gap.to_bytes())
+        metrics.GAPS.inc()
+        log.error("audit export: GAP in the trail: %s", gap.describe())
+        return gap
 
     def _report_status(self, slot: ChangeSlot) -> None:
         now = time.monotonic()

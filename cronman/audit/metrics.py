@@ -24,5 +24,8 @@ SLOT_SAFE = Gauge("cronman_audit_slot_safe_wal_size_bytes",
                   "the slot (-1: no limit)")
 SLOT_WARNING = Gauge("cronman_audit_slot_warning", "1 while the slot's lag is over the "
                      "warning threshold")
+GAPS = Counter("cronman_audit_gaps", "Breaks in the trail: the slot was made anew where "
+               "batches had been exported (a failover to a member without it); each is "
+               "recorded under _gaps/ in the export")
 ERRORS = Counter("cronman_audit_errors", "Export attempts that failed and were retried",
                  ["kind"])

@@ -405,3 +405,63 @@ def test_token_changes_reach_the_trail_without_secrets(audit_db, tmp_path):
     for secret in (root, made.get_json()["token"]):
         assert secret.encode() not in text
         assert hashlib.sha256(secret.encode()).hexdigest().encode() not in text
+
+
+def test_a_slot_made_anew_is_a_reported_gap(audit_db, tmp_path, caplog):
+    """The slot gone (a failover to a member without it, here dropped): the
+    exporter makes a new one and says what the trail misses -- a ``_gaps/``
+    record, an error and ``cronman_audit_gaps`` -- before exporting on."""
+    from cronman.audit import metrics
+    from cronman.audit.gaps import GAP_DIR, Gap
+    from tests.support.store_data import job_spec
+
+    url, slot = audit_db
+    sink = LocalSink(tmp_path / "trail")
+    settings = AuditSettings(url=str(tmp_path / "trail"), slot=slot, publication=slot,
+                             flush_seconds=0.2, lock_retry_seconds=0.2)
+    store = open_store(url)
+
+    def export_until_drained(exporter_id: str) -> None:
+        stop = threading.Event()
+        thread = threading.Thread(target=Exporter(url, settings, sink,
+                                                  exporter_id=exporter_id).run, args=(stop,))
+        thread.start()
+        try:
+            deadline = time.monotonic() + 30
+            while confirmed(url, slot) < flush_lsn(url):
+                assert time.monotonic() < deadline, "the export did not catch up"
+                time.sleep(0.1)
+        finally:
+            stop.set()
+            thread.join(30)
+
+    try:
+        make_slot(url, slot)
+        store.jobs.create_jobs([job_spec("before-0"), job_spec("before-1")])
+        export_until_drained("first")
+        assert list(sink.keys(f"{MANIFEST_DIR}/")) and not list(sink.keys(f"{GAP_DIR}/"))
+        last = Manifest.from_bytes(sink.get(max(sink.keys(f"{MANIFEST_DIR}/"))) or b"")
+
+        conn = connect(url, "test")
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+        conn.close()
+        store.jobs.create_jobs([job_spec("lost-0")])  # while no slot exists
+        lost_upto = flush_lsn(url)
+        gaps_before = metrics.GAPS._value.get()
+
+        export_until_drained("second")
+        store.jobs.create_jobs([job_spec("after-0")])
+        export_until_drained("second")
+    finally:
+        store.close()
+    (key,) = list(sink.keys(f"{GAP_DIR}/"))
+    gap = Gap.from_bytes(sink.get(key) or b"")
+    assert gap.from_lsn == last.end_lsn and gap.to_lsn >= lost_upto > gap.from_lsn
+    assert gap.exporter == "second" and gap.slot == slot
+    assert metrics.GAPS._value.get() == gaps_before + 1
+    assert any(r.levelname == "ERROR" and "GAP in the trail" in r.getMessage()
+               for r in caplog.records)
+    names = {row[0] for row in run_query(
+        "SELECT name FROM jobs WHERE cdc_op = 'insert'", tmp_path / "trail").rows}
+    assert names == {"before-0", "before-1", "after-0"}  # lost-0 is in the gap, said so
