@@ -87,8 +87,11 @@ class Member:
 class PatroniCluster:
     """etcd plus ``members`` Patroni members; a context manager that stops them all."""
 
-    def __init__(self, members: int = 2, scope: str = "cronman-test") -> None:
+    def __init__(self, members: int = 2, scope: str = "cronman-test",
+                 logical_slots: dict[str, str] | None = None) -> None:
+        """``logical_slots``: Patroni permanent slots (pgoutput), slot name -> database."""
         self.scope = scope
+        self.logical_slots = logical_slots or {}
         self.count = members
         self.dir = Path(tempfile.mkdtemp(prefix="cronman-patroni-"))
         self._as_postgres = os.geteuid() == 0
@@ -178,10 +181,14 @@ class PatroniCluster:
         return None
 
     def wait_ready(self, timeout: float = 60.0) -> Member:
-        """A leader with a synchronous streaming replica (writes can commit)."""
+        """A leader with a synchronous streaming replica (writes can commit) that
+        Patroni has recorded as its synchronous standby: in synchronous mode
+        only that one may be promoted (a replica that just restarted is not)."""
         def ready() -> Member | None:
             leader = self.leader()
-            if leader is None:
+            if leader is None or not any(
+                    _http_ok(f"http://127.0.0.1:{m.api_port}/synchronous")
+                    for m in self.members if m is not leader):
                 return None
             try:
                 conn = psycopg2.connect(host="127.0.0.1", port=leader.pg_port, user="postgres",
@@ -242,7 +249,7 @@ class PatroniCluster:
         return f"""scope: {self.scope}
 name: {m.name}
 log:
-  level: WARNING
+  level: INFO
 restapi:
   listen: 127.0.0.1:{m.api_port}
   connect_address: 127.0.0.1:{m.api_port}
@@ -254,13 +261,14 @@ bootstrap:
     loop_wait: 2
     retry_timeout: 4
     synchronous_mode: true
-    postgresql:
+{self._slots_yaml()}    postgresql:
       use_pg_rewind: true
       parameters:
         wal_level: logical
         max_wal_senders: 10
         max_replication_slots: 10
         wal_log_hints: "on"
+        hot_standby_feedback: "on"
   initdb:
     - encoding: UTF8
     - auth: trust
@@ -285,6 +293,37 @@ postgresql:
     unix_socket_directories: {self.dir}
     fsync: "off"
 """
+
+    def patch_config(self, changes: dict[str, object]) -> None:
+        """Change the cluster's dynamic configuration (``PATCH /config``, what
+        ``patronictl edit-config`` does)."""
+        leader = self.leader()
+        assert leader is not None, "no leader to configure"
+        req = urllib.request.Request(f"http://127.0.0.1:{leader.api_port}/config",
+                                     data=json.dumps(changes).encode(), method="PATCH",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            assert resp.status == 200
+
+    def _slots_yaml(self) -> str:
+        if not self.logical_slots:
+            return ""
+        lines = ["    slots:"]
+        for name, db in self.logical_slots.items():
+            lines += [f"      {name}:", "        type: logical", f"        database: {db}",
+                      "        plugin: pgoutput"]
+        return "\n".join(lines) + "\n"
+
+    def query(self, member: Member, sql: str, dbname: str = "postgres") -> list[tuple]:
+        conn = psycopg2.connect(host="127.0.0.1", port=member.pg_port, user="postgres",
+                                dbname=dbname, connect_timeout=5)
+        conn.autocommit = True
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql)
+                return cur.fetchall()
+        finally:
+            conn.close()
 
     def _write(self, path: Path, text: str) -> None:
         path.write_text(text)
