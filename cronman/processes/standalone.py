@@ -48,6 +48,7 @@ class Standalone:
 
     def start_api(self) -> str:
         """Migrate, open the store, start serving the API; returns its URL."""
+        from sqlalchemy.engine import make_url
         from werkzeug.serving import make_server
 
         from cronman.api.access_log import RequestHandler
@@ -72,7 +73,8 @@ class Standalone:
                                         daemon=True)
         self._thread.start()
         url = f"http://{host}:{self.server.server_port}"
-        log.info("cronman standalone: API on %s, database %s", url, s.database_url)
+        log.info("cronman standalone: API on %s, database %s", url,
+                 make_url(s.database_url).render_as_string(hide_password=True))
         return url
 
     def build_node(self) -> Any:
