@@ -35,12 +35,20 @@ def _admin():
 
 @contextmanager
 def temporary_pg_database(prefix: str = "cronman_t") -> Iterator[str]:
-    """A new empty database; yields its SQLAlchemy URL and drops it afterwards."""
+    """A new empty database; yields its SQLAlchemy URL and drops it afterwards.
+
+    Its sessions commit without waiting for the WAL flush (synchronous_commit
+    off, a setting of this database alone): a commit costs ~0.2 ms instead of
+    ~4 ms here, and nothing kills the machine's server under a test, so no
+    commit a client was told about is lost. (The private servers that tests
+    do kill, tests.support.pg_server, keep synchronous_commit on.)
+    """
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     conn = _admin()
     try:
         with conn.cursor() as cur:
             cur.execute(f'CREATE DATABASE "{name}"')
+            cur.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
     finally:
         conn.close()
     try:
