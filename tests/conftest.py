@@ -81,16 +81,39 @@ def _truncate_pg(url: str) -> None:
 def pytest_collection_modifyitems(config, items):
     """Multi-process cluster tests are ``serial`` (``ops/test`` runs them
     after the rest, one at a time: their timing bounds assume the machine's
-    cores are theirs). Soak runs (``@pytest.mark.soak``) are left out unless
-    ``-m`` names them (``pytest -m soak``): the default suite stays short."""
+    cores are theirs), except those marked ``counts_only`` (no timing bound:
+    they count lost and doubled fires), which run in the parallel part. Soak
+    runs (``@pytest.mark.soak``) are left out unless ``-m`` names them
+    (``pytest -m soak``): the default suite stays short.
+
+    Modules holding a ``slow`` test are collected first, so pytest-xdist
+    hands out the long tests before the short ones and no worker starts a
+    long test while the others run out of work. Under ``--dist loadgroup``
+    (ops/test) every test is a unit of its own, handed to whichever worker
+    is free, except the tests of a module that share a module-scoped fixture
+    (a server, a venv): they stay together on one worker, so it is made once."""
     for item in items:
+        if item.get_closest_marker("counts_only"):
+            continue
         if item.nodeid.startswith("tests/cluster/") or item.get_closest_marker("cluster"):
             item.add_marker(pytest.mark.serial)
-    if "soak" in (config.getoption("markexpr") or ""):
-        return
-    kept, dropped = [], []
+    if "soak" not in (config.getoption("markexpr") or ""):
+        kept, dropped = [], []
+        for item in items:
+            (dropped if item.get_closest_marker("soak") else kept).append(item)
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
+    slow_modules = {item.nodeid.split("::")[0] for item in items
+                    if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow_modules)
     for item in items:
-        (dropped if item.get_closest_marker("soak") else kept).append(item)
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
+        if _uses_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+def _uses_module_fixture(item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    return info is not None and any(
+        d.scope in ("module", "class", "package")
+        for defs in info.name2fixturedefs.values() for d in defs)

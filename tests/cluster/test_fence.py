@@ -34,6 +34,7 @@ def pg_store(pg_database_url):
         store.close()
 
 
+@pytest.mark.counts_only
 def test_a_row_taken_under_its_primary_key_is_skipped_not_an_error(pg_store):
     """The primary key (id, scheduled_for) arbitrates as well as the
     (job_id, scheduled_for) fence: a row colliding on it is skipped."""

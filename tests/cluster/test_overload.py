@@ -80,6 +80,7 @@ HELD_OFFERED = 240  # jobs firing every second, for HELD_WINDOW_S
 HELD_WINDOW_S = 12
 
 
+@pytest.mark.counts_only
 def test_a_first_owner_killed_while_it_holds_fires_back_loses_none(cluster: Cluster):
     cluster.env["CRONMAN_MAX_IN_FLIGHT"] = str(HELD_IN_FLIGHT)
     with Receiver() as rx:

@@ -67,6 +67,7 @@ COORDINATORS = ["memory", pytest.param("redis", marks=pytest.mark.redis),
                 pytest.param("redis-2-shards", marks=pytest.mark.redis)]
 
 
+@pytest.mark.counts_only
 @pytest.mark.parametrize("kind", COORDINATORS)
 def test_a_claimed_fire_is_started_by_its_holder_or_taken_over_never_both(kind):
     with _coordinators(kind) as (a, b):
@@ -88,6 +89,7 @@ def test_a_claimed_fire_is_started_by_its_holder_or_taken_over_never_both(kind):
         assert b.claim_fires(keys[20:21], TTL_MS) == [True]
 
 
+@pytest.mark.counts_only
 @pytest.mark.parametrize("kind", COORDINATORS)
 def test_gone_locks_are_never_taken_and_the_row_owner_starts(kind):
     with _coordinators(kind) as (a, b):
@@ -108,6 +110,7 @@ def test_gone_locks_are_never_taken_and_the_row_owner_starts(kind):
         assert a.take_over_fires(mine, TTL_MS) == [False]
 
 
+@pytest.mark.counts_only
 @pytest.mark.parametrize("kind", COORDINATORS)
 def test_an_alive_holder_keeps_its_fires_and_a_second_owner_claims_what_nobody_did(kind):
     with _coordinators(kind) as (a, b):
@@ -147,6 +150,7 @@ def test_pulses_carry_the_coordinators_clock_and_expire(kind):
         assert "a" not in b.pulse("b", "there", 300, ["a"]).pulses
 
 
+@pytest.mark.counts_only
 def test_start_and_takeover_raise_when_the_coordinator_is_down():
     a = InProcessCoordinator(ttl=5.0)
     a.set_available(False)
@@ -156,6 +160,7 @@ def test_start_and_takeover_raise_when_the_coordinator_is_down():
         a.take_over_fires([("j", 1)], TTL_MS)
 
 
+@pytest.mark.counts_only
 @pytest.mark.redis
 def test_redis_takeover_and_start_race_from_threads():
     """Many holders' starts against many takeovers at the same moment: each
@@ -186,6 +191,7 @@ def test_redis_takeover_and_start_race_from_threads():
 # -- the run row's compare-and-set -----------------------------------------
 
 
+@pytest.mark.counts_only
 def test_start_claimed_runs_is_a_compare_and_set(store):
     (job,) = store.jobs.create_jobs([job_spec("cas-job")])
     t = base_time()
@@ -219,6 +225,7 @@ def test_start_claimed_runs_is_a_compare_and_set(store):
     assert store.runs.start_claimed_runs("r", key, now, lease, holder="r") == {trigger.id}
 
 
+@pytest.mark.counts_only
 def test_a_takeover_marks_the_fires_whose_row_it_inserted_unstarted(store):
     """A fire taken from its holder's row is started in that row; one whose
     row the taker inserts (nobody had claimed it, or the holder never wrote
@@ -409,6 +416,7 @@ def test_a_fire_claimed_through_the_fence_alone_is_marked_started_before_it_goes
 # -- the sweeper spares live nodes' runs -----------------------------------
 
 
+@pytest.mark.counts_only
 def test_expired_runs_of_live_nodes_are_spared_for_a_while(store):
     """After a database outage longer than the lease, every run looks
     abandoned; the sweeper takes only those of nodes not in the membership

@@ -34,7 +34,8 @@ from tests.cluster.harness import Cluster
 from tests.support.receiver import Receiver
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [pytest.mark.cluster, pytest.mark.counts_only, pytest.mark.postgres,
+              pytest.mark.slow]
 
 CHAINS = 12
 DOWNSTREAM_DELAY = 0.8  # seconds the downstream receiver takes to answer

@@ -136,6 +136,7 @@ def semantic_rule(rules: list[dict[str, str]], error: dict) -> dict[str, str] | 
     return None
 
 
+@pytest.mark.slow
 @schema.parametrize()
 @seed(FUZZ_SEED)
 @settings(max_examples=25, deadline=None, database=None,
