@@ -10,16 +10,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.databases import temporary_pg_database, temporary_redis_db
+from tests.support.databases import (
+    migrated_pg_database,
+    temporary_pg_database,
+    temporary_redis_db,
+)
 
 
 @pytest.fixture(scope="session")
 def pg_database_url() -> Iterator[str]:
     """A migrated PostgreSQL database for this test session."""
-    from cronman.store.migrate import upgrade
-
-    with temporary_pg_database() as url:
-        upgrade(url)
+    with migrated_pg_database() as url:
         yield url
 
 

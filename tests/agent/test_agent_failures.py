@@ -17,11 +17,10 @@ from cronman.callbacks.validation import validate_target
 from cronman.host_policy import HostPolicy
 from cronman.models import RunFilter
 from cronman.store import open_store
-from cronman.store.migrate import upgrade
 from cronman.timeutil import utcnow
 from cronman.worker_agent.runtimes.containerd import ContainerdRuntime
 from tests.support.containerd import TEST_IMAGE
-from tests.support.databases import temporary_pg_database
+from tests.support.databases import migrated_pg_database
 from tests.support.processes import Processes
 from tests.support.receiver import Receiver
 from tests.support.store_data import job_spec
@@ -35,8 +34,7 @@ STARTED = re.compile(r"run (\S+) attempt (\d+): container \S+ started")
 
 @pytest.fixture
 def db_url():
-    with temporary_pg_database() as url:
-        upgrade(url)
+    with migrated_pg_database() as url:
         yield url
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.cluster.harness import Cluster, Fires, node_env
-from tests.support.databases import temporary_pg_database
+from tests.support.databases import migrated_pg_database
 from tests.support.processes import Processes
 from tests.support.redis_servers import RedisProcess, redis_servers
 
@@ -22,10 +22,7 @@ from tests.support.redis_servers import RedisProcess, redis_servers
 @pytest.fixture
 def cluster_db() -> Iterator[str]:
     """A migrated scratch database on the machine's PostgreSQL."""
-    from cronman.store.migrate import upgrade
-
-    with temporary_pg_database("cronman_cluster") as url:
-        upgrade(url)
+    with migrated_pg_database("cronman_cluster") as url:
         yield url
 
 

@@ -18,11 +18,10 @@ from typing import Any
 import pytest
 
 from cronman.store import open_store
-from cronman.store.migrate import upgrade
 from cronman.timeutil import utcnow
 from tests.support.api import http, running_api
 from tests.support.browser import PageWatch, artifact_dir, launch
-from tests.support.databases import temporary_pg_database
+from tests.support.databases import migrated_pg_database
 from tests.support.processes import Processes
 from tests.support.receiver import Receiver
 from tests.support.waiting import wait_for
@@ -52,9 +51,8 @@ class Console:
 @pytest.fixture(scope="module")
 def console(tmp_path_factory, redis_url) -> Iterator[Console]:
     prefix = f"cme2e-{uuid.uuid4().hex[:8]}"
-    with temporary_pg_database("cronman_e2e") as url, Receiver() as rx, \
+    with migrated_pg_database("cronman_e2e") as url, Receiver() as rx, \
             Processes(tmp_path_factory.mktemp("procs")) as procs:
-        upgrade(url)
         store = open_store(url)
         try:
             admin, _ = store.tokens.create_token("e2e-admin", None)

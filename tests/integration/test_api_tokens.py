@@ -15,7 +15,7 @@ from cronman.processes.api import make_app
 from cronman.store.tables import token_history
 from cronman.store.tokens import CACHE_SECONDS
 from tests.support.api import http, job_spec, running_api
-from tests.support.databases import temporary_pg_database
+from tests.support.databases import migrated_pg_database
 
 
 def bearer(secret: str) -> dict[str, str]:
@@ -181,11 +181,9 @@ def test_changes_are_recorded_with_actor_and_request(app, store, admin):
 def test_revoked_through_the_api_is_refused_at_once_by_every_worker():
     """gunicorn with two workers on PostgreSQL: each caches the tokens it checked; the
     DELETE answers once neither can accept the revoked token any more."""
-    with temporary_pg_database() as url:
+    with migrated_pg_database() as url:
         from cronman.store import open_store
-        from cronman.store.migrate import upgrade
 
-        upgrade(url)
         store = open_store(url)
         try:
             root, _ = store.tokens.create_token("root", None)

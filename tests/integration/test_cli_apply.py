@@ -21,11 +21,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory):
-    from cronman.store.migrate import upgrade
-    from tests.support.databases import temporary_pg_database
+    from tests.support.databases import migrated_pg_database
 
-    with temporary_pg_database() as url:
-        upgrade(url)
+    with migrated_pg_database() as url:
         with running_api(url, workers=2) as base:
             yield base
 

@@ -18,10 +18,9 @@ from cronman.client import CronmanClient, InvalidRequest, PermissionDenied
 from cronman.ids import run_id_for
 from cronman.models import Run, RunUpdate
 from cronman.store import open_store
-from cronman.store.migrate import upgrade
 from cronman.timeutil import format_rfc3339, parse_rfc3339, utcnow
 from tests.support.api import free_port, job_spec, running_api
-from tests.support.databases import temporary_pg_database
+from tests.support.databases import migrated_pg_database
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -46,8 +45,7 @@ def add_runs(store, job_id, items):
 def world():
     """A live API on a database of its own: an admin and a billing token, three jobs
     (billing: two http; search: one sqs) with a run every 10 minutes over 3 hours."""
-    with temporary_pg_database() as url:
-        upgrade(url)
+    with migrated_pg_database() as url:
         store = open_store(url)
         try:
             admin, _ = store.tokens.create_token("admin", None)

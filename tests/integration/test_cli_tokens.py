@@ -14,17 +14,15 @@ from cronman.cli import cli
 from cronman.cli.group import RET_ERROR, RET_UNAVAILABLE, RET_USAGE
 from cronman.client import CronmanClient, PermissionDenied, Unauthenticated
 from cronman.store import open_store
-from cronman.store.migrate import upgrade
 from tests.support.api import free_port, job_spec, running_api
-from tests.support.databases import temporary_pg_database
+from tests.support.databases import migrated_pg_database
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
 def server():
-    with temporary_pg_database() as url:
-        upgrade(url)
+    with migrated_pg_database() as url:
         with running_api(url) as base:
             yield {"url": url, "base": base}
 

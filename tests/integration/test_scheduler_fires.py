@@ -17,10 +17,9 @@ import pytest
 from cronman.config import Settings
 from cronman.processes.api import make_app
 from cronman.store import open_store
-from cronman.store.migrate import upgrade
 from cronman.timeutil import format_rfc3339, parse_rfc3339, utcnow
 from cronman.vocabulary import FINAL_STATUSES
-from tests.support.databases import temporary_pg_database
+from tests.support.databases import migrated_pg_database
 from tests.support.processes import CronmanProcess, Processes
 from tests.support.receiver import ReceivedRequest, Receiver
 from tests.support.signing import callback_verifies
@@ -72,8 +71,7 @@ def _scheduled(req: ReceivedRequest):
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sched")
-    with temporary_pg_database() as url, Receiver() as rx, Processes(tmp) as procs:
-        upgrade(url)
+    with migrated_pg_database() as url, Receiver() as rx, Processes(tmp) as procs:
         rx.reply("/retry", status=500, body="nope")
         rx.reply("/forbid", status=204, delay=2.5)
         rx.reply("/replace", status=204, delay=30)

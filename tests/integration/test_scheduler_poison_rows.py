@@ -25,10 +25,9 @@ import pytest
 from cronman.config import Settings
 from cronman.processes.api import make_app
 from cronman.scheduler.writer import STUCK_AFTER
-from cronman.store.migrate import upgrade
 from cronman.timeutil import format_rfc3339, utcnow
 from tests.support.api import free_port
-from tests.support.databases import PG_HOST, PG_PORT, PG_USER, temporary_pg_database
+from tests.support.databases import PG_HOST, PG_PORT, PG_USER, migrated_pg_database
 from tests.support.processes import Processes
 from tests.support.receiver import Receiver
 from tests.support.waiting import wait_for
@@ -48,8 +47,7 @@ def get(url: str) -> tuple[int, str]:
 
 def test_one_bad_row_never_blocks_the_history(tmp_path):
     metrics_port = free_port()
-    with temporary_pg_database() as url, Receiver() as rx, Processes(tmp_path) as procs:
-        upgrade(url)
+    with migrated_pg_database() as url, Receiver() as rx, Processes(tmp_path) as procs:
         client = make_app(Settings(database_url=url)).test_client()
 
         def create(name: str, **spec) -> dict:

@@ -15,10 +15,9 @@ import pytest
 
 from cronman.config import Settings
 from cronman.processes.api import make_app
-from cronman.store.migrate import upgrade
 from cronman.timeutil import format_rfc3339, utcnow
 from tests.support.api import free_port
-from tests.support.databases import temporary_pg_database
+from tests.support.databases import migrated_pg_database
 from tests.support.listener import LoopbackListener
 from tests.support.moto import AWS_TEST_ENV
 from tests.support.processes import Processes
@@ -29,9 +28,8 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 def test_sqs_endpoints_on_loopback_get_nothing(tmp_path):
     port = free_port()
-    with temporary_pg_database() as url, Processes(tmp_path) as procs, \
+    with migrated_pg_database() as url, Processes(tmp_path) as procs, \
             LoopbackListener() as target_ear, LoopbackListener() as dlq_ear:
-        upgrade(url)
         client = make_app(Settings(database_url=url)).test_client()
         at = format_rfc3339((utcnow() + timedelta(seconds=2)).replace(microsecond=0))
         resp = client.post("/v1/jobs", json={

@@ -10,9 +10,8 @@ import pytest
 
 from cronman.models import RunFilter
 from cronman.store import open_store
-from cronman.store.migrate import upgrade
 from cronman.timeutil import format_rfc3339, utcnow
-from tests.support.databases import temporary_pg_database
+from tests.support.databases import migrated_pg_database
 from tests.support.processes import Processes
 from tests.support.receiver import Receiver
 from tests.support.store_data import job_spec
@@ -23,8 +22,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 @pytest.fixture
 def db_url():
-    with temporary_pg_database() as url:
-        upgrade(url)
+    with migrated_pg_database() as url:
         yield url
 
 

@@ -11,9 +11,8 @@ import pytest
 
 from cronman.models import RunFilter
 from cronman.store import open_store
-from cronman.store.migrate import upgrade
 from cronman.timeutil import utcnow
-from tests.support.databases import temporary_pg_database
+from tests.support.databases import migrated_pg_database
 from tests.support.processes import Processes
 from tests.support.receiver import Receiver
 from tests.support.store_data import job_spec
@@ -23,8 +22,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
 def test_jobs_split_between_nodes_and_move_when_one_is_killed(tmp_path, redis_url):
     env = {"CRONMAN_REPLICAS": "1", "CRONMAN_HEARTBEAT_TTL": "2", "CRONMAN_LEASE_SECONDS": "3"}
-    with temporary_pg_database() as url, Receiver() as rx, Processes(tmp_path) as procs:
-        upgrade(url)
+    with migrated_pg_database() as url, Receiver() as rx, Processes(tmp_path) as procs:
         store = open_store(url)
         try:
             a = procs.scheduler(url, "red-a", redis_url=redis_url, env=env)

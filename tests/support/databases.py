@@ -6,10 +6,13 @@ its own database and takes a Redis db number nobody else holds, and cleans up.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
 
 import psycopg2
 import redis
@@ -21,6 +24,8 @@ PG_ADMIN_DB = os.environ.get("CRONMAN_TEST_PG_DB", "test")
 REDIS_HOST = os.environ.get("CRONMAN_TEST_REDIS_HOST", "127.0.0.1")
 REDIS_PORT = int(os.environ.get("CRONMAN_TEST_REDIS_PORT", "6379"))
 _OWNER_KEY = "__cronman_test_owner__"
+_REPO = Path(__file__).resolve().parents[2]
+_TEMPLATE_PREFIX = "cronman_tpl"
 
 
 def pg_url(dbname: str) -> str:
@@ -60,6 +65,85 @@ def temporary_pg_database(prefix: str = "cronman_t") -> Iterator[str]:
                 cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         finally:
             conn.close()
+
+
+@contextmanager
+def migrated_pg_database(prefix: str = "cronman_t") -> Iterator[str]:
+    """Like ``temporary_pg_database`` followed by ``upgrade``, made by
+    copying a template database that one ``upgrade`` made (CREATE DATABASE
+    ... TEMPLATE): ~0.25 s here instead of 1-2 s for the migrations and the
+    partitions. The template is named after the migrations, the store's code
+    and today's date (``upgrade`` makes the partitions from today on), so a
+    changed migration or a new day makes a new one; earlier days' are dropped."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    template = _template_database()
+    conn = _admin()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+            cur.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
+    finally:
+        conn.close()
+    try:
+        yield pg_url(name)
+    finally:
+        conn = _admin()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            conn.close()
+
+
+def _template_key() -> tuple[str, str]:
+    """(today's date, a digest of the migrations and the store's code)."""
+    digest = hashlib.sha256()
+    for root in (_REPO / "migrations", _REPO / "cronman" / "store"):
+        for path in sorted(root.rglob("*.py")):
+            digest.update(str(path.relative_to(_REPO)).encode())
+            digest.update(path.read_bytes())
+    return datetime.now(UTC).strftime("%Y%m%d"), digest.hexdigest()[:12]
+
+
+def _template_database() -> str:
+    """The name of today's migrated template database, made if missing.
+
+    Sessions (xdist workers, other checkouts) race to make it: an advisory
+    lock on the key serialises them, and the template appears under its
+    name only once migrated (made under a scratch name, then renamed)."""
+    from cronman.store.migrate import upgrade
+
+    day, digest = _template_key()
+    template = f"{_TEMPLATE_PREFIX}_{day}_{digest}"
+    conn = _admin()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_advisory_lock(hashtext(%s))", (template,))
+            try:
+                cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (template,))
+                if cur.fetchone() is None:
+                    scratch = f"{_TEMPLATE_PREFIX}_new_{uuid.uuid4().hex[:12]}"
+                    cur.execute(f'CREATE DATABASE "{scratch}"')
+                    try:
+                        upgrade(pg_url(scratch))
+                        # A copy needs its template without sessions.
+                        cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                    "WHERE datname = %s AND pid <> pg_backend_pid()", (scratch,))
+                        cur.execute(f'ALTER DATABASE "{scratch}" RENAME TO "{template}"')
+                    except BaseException:
+                        cur.execute(f'DROP DATABASE IF EXISTS "{scratch}" WITH (FORCE)')
+                        raise
+                    cur.execute("SELECT datname FROM pg_database WHERE datname ~ %s "
+                                "AND datname <> %s AND datname NOT LIKE %s",
+                                (f"^{_TEMPLATE_PREFIX}_[0-9]{{8}}_", template,
+                                 f"{_TEMPLATE_PREFIX}_{day}%"))
+                    for (old,) in cur.fetchall():
+                        cur.execute(f'DROP DATABASE IF EXISTS "{old}" WITH (FORCE)')
+            finally:
+                cur.execute("SELECT pg_advisory_unlock(hashtext(%s))", (template,))
+    finally:
+        conn.close()
+    return template
 
 
 @contextmanager
