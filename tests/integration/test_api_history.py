@@ -12,6 +12,7 @@ from cronman.cli import cli
 from cronman.config import Settings
 from cronman.processes.api import make_app
 from cronman.timeutil import format_rfc3339, utcnow
+from tests.conftest import _truncate_pg
 from tests.support.api import job_spec, running_api
 
 SECRET = "Bearer abcdefghijklmnop"
@@ -165,6 +166,9 @@ def test_request_ids_are_made_or_kept(client):
 
 @pytest.mark.postgres
 def test_cli_jobs_history_through_the_api(pg_database_url):
+    # The session's database, emptied: a token another test left in it would
+    # turn auth on (CRONMAN_AUTH unset: required once a token exists).
+    _truncate_pg(pg_database_url)
     with running_api(pg_database_url) as base:
         runner = CliRunner()
         created = runner.invoke(cli, ["jobs", "create", "-f", "-", "--url", base, "-o", "json"],
