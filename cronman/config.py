@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -74,6 +75,9 @@ class Settings:
     # Origins besides the API's own whose browser pages may write (comma-separated
     # scheme://host[:port]; see cronman.api.origins).
     allowed_origins: str | None = None
+    # DNS names an API that needs no token may be reached by, besides loopback
+    # names and addresses (comma-separated; see cronman.api.origins).
+    allowed_hosts: str | None = None
     # Tuning knobs, not part of the public contract (documented in README).
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     sync_poll_interval: float = DEFAULT_SYNC_POLL_INTERVAL
@@ -143,6 +147,7 @@ class Settings:
             raise ValueError("CRONMAN_AGENT_PLACEMENT_TIMEOUT must be > 0")
         parse_labels(self.agent_labels)
         parse_origins(self.allowed_origins)
+        parse_hosts(self.allowed_hosts)
         _ = self.host_policy_default  # read now: a bad policy fails at start
         self.agent_policy(process_runtime=True)
         if not 0 < self.smtp_port < 65536:
@@ -178,6 +183,10 @@ class Settings:
     @property
     def allowed_origin_set(self) -> frozenset[str]:
         return frozenset(parse_origins(self.allowed_origins))
+
+    @property
+    def allowed_host_set(self) -> frozenset[str]:
+        return frozenset(parse_hosts(self.allowed_hosts))
 
     @property
     def api_on_loopback(self) -> bool:
@@ -283,6 +292,25 @@ def parse_origins(text: str | None) -> list[str]:
             raise ValueError(f"CRONMAN_ALLOWED_ORIGINS: {item!r} is not an origin "
                              "(scheme://host[:port], http or https, nothing after it)")
         out.append(origin)
+    return out
+
+
+_HOST_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
+
+
+def parse_hosts(text: str | None) -> list[str]:
+    """``cronman,api.example.org`` (CRONMAN_ALLOWED_HOSTS): DNS names, lower case,
+    without a trailing dot; ValueError for anything else (a port, a scheme, a
+    wildcard: a name is allowed exactly, not its subdomains)."""
+    out: list[str] = []
+    for item in (text or "").split(","):
+        name = item.strip().lower().removesuffix(".")
+        if not name:
+            continue
+        if len(name) > 253 or not all(_HOST_LABEL.fullmatch(p) for p in name.split(".")):
+            raise ValueError(f"CRONMAN_ALLOWED_HOSTS: {item.strip()!r} is not a host name "
+                             "(no scheme, port or wildcard)")
+        out.append(name)
     return out
 
 

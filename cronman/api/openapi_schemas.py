@@ -334,8 +334,9 @@ def components() -> dict[str, Any]:
                 ("Forbidden", "namespace outside the token's namespaces, a read-only "
                               "token's write, or a cross-site request (an Origin or "
                               "Referer that is not the API's own nor in "
-                              "CRONMAN_ALLOWED_ORIGINS; a Host that is no loopback name "
-                              "while the API needs no token)"),
+                              "CRONMAN_ALLOWED_ORIGINS; while the API needs no token, "
+                              "a Host that is no loopback name, IP address nor one of "
+                              "CRONMAN_ALLOWED_HOSTS)"),
                 ("NotFound", "no such resource"),
                 ("Conflict", "name taken in its namespace, stale version, or run in flight"),
                 ("TooLarge", "request body too large"),

@@ -17,12 +17,16 @@ keep such requests out:
   loopback by default); ``X-Forwarded-Host`` is not trusted. An operator
   whose proxy rewrites ``Host`` lists the public origin in
   ``CRONMAN_ALLOWED_ORIGINS``.
-- **Host (DNS rebinding).** While the API listens on loopback only and
-  needs no token, a request whose ``Host`` is not a loopback name
-  (``localhost``, ``*.localhost``, a loopback address) nor the host of an
-  allowed origin is a 403, whatever its method: a name of the attacker's
-  that resolves to 127.0.0.1 would make the API same-origin with the
-  attacker's page.
+- **Host (DNS rebinding).** While the API needs no token (``CRONMAN_AUTH=off``,
+  or open before the first token), whatever it listens on, a request whose
+  ``Host`` is none of the names it answers to is a 403, whatever its method:
+  a name of the attacker's that resolves to the API's address would make the
+  API same-origin with the attacker's page. It answers to loopback names
+  (``localhost``, ``*.localhost``), any IP address (a page whose origin is an
+  address was served from that address: no name is there to rebind), the host
+  of its bind (``CRONMAN_API_BIND``) and of each allowed origin, and the names
+  in ``CRONMAN_ALLOWED_HOSTS`` -- exactly those, not their subdomains. Once
+  tokens are required any Host is served (a rebound page holds no token).
 
 JSON bodies must also say so (``read_json``: 415 otherwise), which a
 "simple" cross-site request cannot.
@@ -36,16 +40,18 @@ get no CORS header at all, so a browser lets them read nothing.
 
 from __future__ import annotations
 
+import ipaddress
 from urllib.parse import urlsplit
 
 from flask import Response, request
 
 from cronman.api.auth import TokenAuth
-from cronman.config import AUTH_REQUIRED, Settings, is_loopback_address, origin_of
+from cronman.config import AUTH_OFF, AUTH_REQUIRED, Settings, is_loopback_address, origin_of
 from cronman.errors import Forbidden
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 SETTING = "CRONMAN_ALLOWED_ORIGINS"
+HOSTS_SETTING = "CRONMAN_ALLOWED_HOSTS"
 CORS_METHODS = "GET, HEAD, POST, PUT, PATCH, DELETE"
 CORS_HEADERS = "Authorization, Content-Type, X-Request-Id"
 CORS_EXPOSED = "Location, X-Request-Id, WWW-Authenticate"
@@ -71,13 +77,30 @@ def is_loopback_name(name: str) -> bool:
     return name == "localhost" or name.endswith(".localhost") or is_loopback_address(name)
 
 
+def is_address(name: str) -> bool:
+    """Whether ``name`` (a Host header's, see ``host_name``) is an IP address literal."""
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def bind_host(bind: str) -> str:
+    """The host name of a ``host:port`` bind, lower case ("" for a Unix socket)."""
+    return "" if bind.startswith("unix:") else host_name(bind)
+
+
 class OriginGuard:
-    """Refuses cross-site writes and, while the API is open on loopback,
-    foreign Host names (see the module docstring)."""
+    """Refuses cross-site writes and, while the API needs no token, foreign
+    Host names (see the module docstring)."""
 
     def __init__(self, settings: Settings, auth: TokenAuth) -> None:
         self._allowed = settings.allowed_origin_set
-        self._allowed_names = frozenset(host_name(o.partition("://")[2]) for o in self._allowed)
+        names = {host_name(o.partition("://")[2]) for o in self._allowed}
+        names |= settings.allowed_host_set
+        names.add(bind_host(settings.api_bind))
+        self._allowed_names = frozenset(names - {""})
         self._auth = auth
 
     def check(self) -> None:
@@ -132,12 +155,17 @@ class OriginGuard:
     def _check_host(self) -> None:
         host = request.host
         name = host_name(host)
-        if name and (is_loopback_name(name) or name in self._allowed_names):
+        if name and (is_loopback_name(name) or is_address(name)
+                     or name in self._allowed_names):
             return
-        if self._auth.exposed or self._auth.state().mode == AUTH_REQUIRED:
+        mode = self._auth.state().mode
+        if mode == AUTH_REQUIRED:
             return
-        raise Forbidden(f"Host {host[:200]!r} is not a loopback name, and this API needs no "
-                        "token while it listens on loopback only: a request naming it could "
-                        "come from another site's page (DNS rebinding); create a token, or "
-                        f"list the origin in {SETTING}")
-
+        why = ("CRONMAN_AUTH=off" if mode == AUTH_OFF
+               else "no API token has been created yet")
+        fix = "require tokens (CRONMAN_AUTH=required)" if mode == AUTH_OFF else "create a token"
+        named = f"list {name!r} in {HOSTS_SETTING}" if name else f"use a name of {HOSTS_SETTING}"
+        raise Forbidden(f"Host {host[:200]!r} is not a name this API answers to while it needs "
+                        f"no token ({why}): a request naming it could come from another "
+                        f"site's page (DNS rebinding). Reach the API by a loopback name or "
+                        f"an IP address, {named}, or {fix}")

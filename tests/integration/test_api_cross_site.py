@@ -16,6 +16,7 @@ import pytest
 
 from cronman.config import Settings
 from cronman.models import JobFilter
+from cronman.processes.api import make_app
 from cronman.store import open_store
 from cronman.store.migrate import upgrade
 from tests.support.api import job_spec, running_api
@@ -230,3 +231,56 @@ def test_the_access_log_keeps_no_secret_of_a_url(tmp_path):
     assert "GET /v1/jobs?limit=5&token=***&api_key=*** HTTP/1.1" in text, text
     assert "access_token=***&view=jobs" in text and "/healthz?x=1" in text
     assert "SECRET" not in text
+
+
+def exposed_client(tmp_path, **settings: Any) -> Any:
+    """The app with CRONMAN_AUTH=off listening beyond loopback (a container's
+    ``0.0.0.0:8080``), on a real SQLite store."""
+    tmp_path.mkdir(exist_ok=True)
+    url = f"sqlite:///{tmp_path / 'cronman.db'}"
+    upgrade(url)
+    full = Settings(database_url=url, **{"auth": "off", "api_bind": "0.0.0.0:8080", **settings})
+    return make_app(full, store=open_store(url, settings=full)).test_client()
+
+
+CONTAINER_JOB = job_spec("xs-container", target={"kind": "container", "image": "alpine",
+                                                 "command": ["sh", "-c", "id"]})
+
+
+def test_dns_rebinding_is_refused_with_auth_off_beyond_loopback(tmp_path):
+    """Found in review: with auth off the Host check only applied on loopback, so
+    a page at http://evil.example:8080 whose name rebinds to the API's address
+    sent a Host (and an Origin) of its own and created a container job."""
+    client = exposed_client(tmp_path)
+    for method in ("POST", "GET"):
+        resp = client.open("/v1/jobs", method=method, json=CONTAINER_JOB,
+                           headers={"Host": "evil.example:8080",
+                                    "Origin": "http://evil.example:8080"})
+        assert resp.status_code == 403, resp.get_data(as_text=True)
+        message = resp.get_json()["error"]["message"]
+        assert "DNS rebinding" in message and "CRONMAN_ALLOWED_HOSTS" in message
+        assert "'evil.example'" in message
+    assert client.get("/v1/jobs").get_json()["items"] == []
+    # An address is no name an attacker can rebind: a page with that origin is
+    # this API's own (the console at http://10.0.0.5:8080, a probe by pod IP).
+    for i, host in enumerate(("10.0.0.5:8080", "[fd00::5]:8080", "localhost:8080",
+                              "127.0.0.1:8080")):
+        resp = client.post("/v1/jobs", json=job_spec(f"xs-ip-{i}"),
+                           headers={"Host": host, "Origin": f"http://{host}"})
+        assert resp.status_code == 201, (host, resp.get_data(as_text=True))
+
+
+def test_the_names_an_open_api_answers_to_are_listed(tmp_path):
+    """CRONMAN_ALLOWED_HOSTS: the DNS names an API that needs no token is reached by."""
+    client = exposed_client(tmp_path, allowed_hosts="cronman, cron.internal.example.")
+    for i, host in enumerate(("cronman:8080", "CRON.internal.example",
+                              "cron.internal.example.:8080")):
+        resp = client.post("/v1/jobs", json=job_spec(f"xs-named-{i}"),
+                           headers={"Host": host, "Origin": f"http://{host.lower()}"})
+        assert resp.status_code == 201, (host, resp.get_data(as_text=True))
+    for host in ("evil.example", "sub.cronman", "cronman.evil.example"):
+        assert client.get("/v1/jobs", headers={"Host": host}).status_code == 403, host
+    # The bind's own name counts too: the operator gave it.
+    named = exposed_client(tmp_path / "named", api_bind="api.internal:8080")
+    assert named.get("/v1/jobs", headers={"Host": "api.internal:8080"}).status_code == 200
+    assert named.get("/v1/jobs", headers={"Host": "evil.example:8080"}).status_code == 403

@@ -48,3 +48,12 @@ def test_loopback_names():
 ])
 def test_json_types(value, ok):
     assert is_json_type(value) is ok
+
+
+def test_allowed_hosts_setting():
+    s = Settings.from_env(environ={"CRONMAN_ALLOWED_HOSTS": " Cronman, api.example.org. ,"})
+    assert s.allowed_host_set == {"cronman", "api.example.org"}
+    for bad in ("*", "*.example.org", "api.example.org:8080", "http://api.example.org",
+                "api..example", "-api", "a b", "api.example.org/x"):
+        with pytest.raises(ValueError, match="CRONMAN_ALLOWED_HOSTS"):
+            Settings(allowed_hosts=bad)
