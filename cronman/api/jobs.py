@@ -122,7 +122,7 @@ class JobCollection(ApiView):
         job_id = new_job_id()
         spec, schedule = v.validate_job_parsed(body, job_id=job_id, now=now)
         principal().require(spec["namespace"], field="namespace")
-        check_floor(spec, schedule, principal(), _min_interval(), now=now)
+        check_floor(spec, schedule, principal(), _min_interval())
         host_policies.enforce(spec, principal())
         references.resolve(_store(), [references.Pending(job_id, spec)], principal())
         (job,) = _store().jobs.create_jobs([store_spec(spec, job_id)],
@@ -146,7 +146,7 @@ class JobBulk(ApiView):
                                                    prefix=f"jobs[{i}]")
             schedules.append(schedule)
             who.require(spec["namespace"], field=f"jobs[{i}].namespace")
-            check_floor(spec, schedule, who, _min_interval(), now=now, prefix=f"jobs[{i}]")
+            check_floor(spec, schedule, who, _min_interval(), prefix=f"jobs[{i}]")
             host_policies.enforce(spec, who, f"jobs[{i}]")
             key = (spec["namespace"], spec["name"])
             if key in seen:
@@ -190,7 +190,7 @@ def _replacement(job: Job, body: Any, *, merge: bool
                                            created_at=job.created_at,
                                            previous_schedule=job.schedule)
     principal().require(spec["namespace"], field="namespace")
-    check_floor(spec, schedule, principal(), _min_interval(), now=now,
+    check_floor(spec, schedule, principal(), _min_interval(),
                 previous={"schedule": job.schedule, "retry": job.retry})
     host_policies.enforce(spec, principal())
     references.resolve(_store(), [references.Pending(job.id, spec)], principal())

@@ -89,6 +89,27 @@ def test_cron_with_seconds_fires_at_most_once_a_second_and_meets_a_higher_floor(
                            headers=strict.tenant).status_code == 201, expr
 
 
+def test_a_cron_s_tight_spot_anywhere_in_its_cycle_is_found(api):
+    """Found in review: only 16 fires were sampled, so from :00 this cron's gaps
+    all seemed 3 s, yet it fires at :56 and :57 of every minute."""
+    client = api(min_interval=3)
+    for i, expr in enumerate(("0-54/3,56,57 * * * * *", "0,59 * * * * *",
+                              "0,59 0,59 0,23 * * *")):
+        error = error_of(client.post("/v1/jobs", json=cron(expr, f"tight{i}"),
+                                     headers=client.tenant))
+        assert error["field"] == "schedule.cron" and "at least 3 s" in error["message"]
+    for i, expr in enumerate(("*/3 * * * * *", "0-57/3 * * * * *")):
+        assert client.post("/v1/jobs", json=cron(expr, f"even{i}"),
+                           headers=client.tenant).status_code == 201, expr
+    # Minutes 58 and 59 of each hour: a minute apart, under a 90 s floor.
+    strict = api(min_interval=90)
+    error = error_of(strict.post("/v1/jobs", json=cron("0 0-58/2,59 * * * *", "m59"),
+                                 headers=strict.tenant))
+    assert error["field"] == "schedule.cron" and "at least 90 s" in error["message"]
+    assert strict.post("/v1/jobs", json=cron("0 */2 * * * *", "every2m"),
+                       headers=strict.tenant).status_code == 201
+
+
 def test_retries_back_to_back_are_under_the_floor(api):
     client = api()
     fast_retry = every(60, retry={"max_attempts": 100, "min_backoff": 0, "max_backoff": 0})
