@@ -1,9 +1,13 @@
 """Naming a job to the client: its id, ``namespace/name``, or a name in a namespace.
 
 - A UUID-shaped reference is an id: it goes to the API as it is (no lookup).
-- One with a ``/`` is ``namespace/name``, split at the first ``/`` (namespaces
-  hold no ``/``, names may: ``billing/reports/daily`` is ``reports/daily`` in
-  ``billing``).
+- Without a namespace given, one with a ``/`` is ``namespace/name``, split at
+  the first ``/`` (namespaces hold no ``/``, names may: ``billing/reports/daily``
+  is ``reports/daily`` in ``billing``).
+- With a namespace given (``-n billing``), a reference starting with that
+  namespace and a ``/`` is split the same way; any other is the whole name in
+  that namespace: ``-n billing reports/daily`` is ``reports/daily`` in
+  ``billing``, and so is ``-n billing billing/reports/daily``.
 - A bare name is looked up in ``namespace`` when one is given, else in every
   namespace the token may read, where it must be unique.
 
@@ -35,18 +39,16 @@ def is_job_id(ref: str) -> bool:
 def split_ref(ref: str, namespace: str | None = None) -> tuple[str | None, str]:
     """(namespace, name) a name reference means (namespace None: any the token may read).
 
-    ``namespace`` is where a bare name lives; a ``namespace/name`` naming
-    another namespace is refused rather than guessed at.
+    ``namespace`` (``-n``) is where the job lives: ``ref`` is then its name,
+    unless it starts with ``namespace/`` (names may hold ``/``: see the module
+    docstring). Without one, ``ref`` is ``namespace/name`` or a bare name.
     """
     ns, sep, name = ref.partition("/")
-    if not sep:
+    if not sep or (namespace is not None and ns != namespace):
         ns, name = namespace or "", ref
     if not name:
         raise InvalidRequest(400, "invalid", f"{ref!r} names no job: give a job id, "
                              "namespace/name, or a name and its namespace", field="job")
-    if sep and namespace is not None and ns != namespace:
-        raise InvalidRequest(400, "invalid", f"{ref!r} is in namespace {ns!r}, not in "
-                             f"{namespace!r}", field="namespace")
     return ns or None, name
 
 

@@ -265,14 +265,32 @@ def test_a_missing_job_says_what_was_asked(run, tmp_path):
         (["runs", "list", "--job", "refs-a/nope"], "no job named nope in namespace refs-a"),
         (["jobs", "get", "twin"], "are in several namespaces (refs-a, refs-b): give "
                                   "namespace/name"),
-        (["jobs", "get", "-n", "refs-b", "refs-a/twin"], "'refs-a/twin' is in namespace "
-                                                         "'refs-a', not in 'refs-b'"),
+        # With -n, a reference that does not start with its namespace is a name.
+        (["jobs", "get", "-n", "refs-b", "refs-a/twin"], "no job named refs-a/twin in "
+                                                         "namespace refs-b"),
     ]:
         res = run(*args)
         assert res.exit_code == RET_ERROR, (args, res.output)
         assert said in res.stderr, (args, res.stderr)
         assert "nothing at" not in res.stderr
     assert run("jobs", "get", "-n", "refs-b", "twin").exit_code == 0
+
+
+def test_a_name_with_a_slash_is_given_with_n(run, tmp_path):
+    """Found in review: names may hold ``/``, yet ``-n billing reports/daily`` was
+    refused as "'reports/daily' is in namespace 'reports', not in 'billing'"."""
+    res = run("jobs", "create", "--json", "-f", write(tmp_path, "job.json", job_spec(
+        "reports/daily", namespace="slashes", schedule=EVERY_MINUTE)))
+    assert res.exit_code == 0, res.output
+    job_id = json.loads(res.stdout)["id"]
+    for ref in (["-n", "slashes", "reports/daily"], ["-n", "slashes", "slashes/reports/daily"],
+                ["slashes/reports/daily"]):
+        res = run("jobs", "get", *ref, "--json")
+        assert res.exit_code == 0, (ref, res.output)
+        assert json.loads(res.stdout)["id"] == job_id
+    res = run("jobs", "get", "reports/daily")  # no -n: namespace reports
+    assert res.exit_code == RET_ERROR
+    assert "no job named daily in namespace reports" in res.stderr
 
 
 def test_every_time_option_takes_now_and_times_relative_to_now(run, tmp_path):
