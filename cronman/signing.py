@@ -18,8 +18,20 @@ trailing newline, all ASCII/UTF-8)::
     <Cronman-Job-Id>
     <Cronman-Run-Id>
     <Cronman-Scheduled-For>    exactly as in the header, e.g. 2026-11-22T07:00:00Z
-    <url>                      the job's target URL, exactly as the job holds it
+    <url>                      the job's target URL in its canonical form (below)
     <hex SHA-256 of the body>  of the exact body bytes (empty body: e3b0c442...b855)
+
+The canonical form of a URL is the one the request is sent with
+(:func:`canonical_url`): ``<scheme>://<Host header><request target>``, that
+is scheme and host in lower case (a non-ASCII host name in IDNA, ``xn--``;
+an IPv6 address in brackets), the port only when it is not the scheme's
+default (80, 443), the path (``/`` when empty) and the query (none when
+empty) with every character outside ``A-Za-z0-9-._~!$&'()*+,;=:@/%`` (and
+``?`` in the query) percent-encoded as UTF-8 -- existing ``%XX`` escapes are
+kept as written -- and no fragment nor credentials. So
+``HTTP://Billing.example.com:443/caf\u00e9#top`` and
+``https://billing.example.com/caf%C3%A9`` sign the same string:
+``https://billing.example.com/caf%C3%A9``.
 
 A signature is therefore valid for one namespace, one job, one run, one
 fire time, one URL and one body: a tenant who sends itself a callback
@@ -42,10 +54,13 @@ How a receiver verifies a callback:
    more ``v2``.
 3. Refuse the request if ``t`` is more than 5 minutes away from your clock.
 4. Build the signed string from ``t``, the request's own ``Cronman-Job-Id``,
-   ``Cronman-Run-Id`` and ``Cronman-Scheduled-For`` headers, the URL you
-   expect cronman to call (your public URL: behind a proxy the request line
-   differs) and the body's SHA-256; compute its HMAC-SHA256 under your key
-   and compare it, in constant time, with each ``v2`` value.
+   ``Cronman-Run-Id`` and ``Cronman-Scheduled-For`` headers, the canonical
+   form of the URL your jobs call -- your own configured, public URL, never
+   one rebuilt from the request's ``Host`` header (a sender chooses that
+   header: a callback captured at another receiver of the namespace would
+   replay with its ``Host``) -- and the body's SHA-256; compute its
+   HMAC-SHA256 under your key and compare it, in constant time, with each
+   ``v2`` value.
 5. Deduplicate on ``Cronman-Run-Id``: a retried attempt carries the same run id.
 
 In Python, with cronman installed (the light package is enough)::
@@ -58,6 +73,22 @@ In Python, with cronman installed (the light package is enough)::
 Without it (the same steps by hand)::
 
     import hashlib, hmac, time
+    from urllib.parse import quote, urlsplit
+
+    def canonical(url: str) -> str:
+        p = urlsplit(url)
+        scheme, host = p.scheme.lower(), p.hostname or ""
+        if not host.isascii():
+            host = host.encode("idna").decode("ascii")
+        if ":" in host:
+            host = f"[{host}]"
+        if p.port is not None and p.port != {"http": 80, "https": 443}[scheme]:
+            host += f":{p.port}"
+        safe = "/%:@!$&'()*+,;=-._~"
+        target = quote(p.path or "/", safe=safe)
+        if p.query:
+            target += "?" + quote(p.query, safe=safe + "?")
+        return f"{scheme}://{host}{target}"
 
     def verify(key: str, url: str, headers, body: bytes, tolerance: int = 300) -> bool:
         pairs = [p.split("=", 1) for p in headers["Cronman-Signature"].split(",") if "=" in p]
@@ -68,7 +99,7 @@ Without it (the same steps by hand)::
         if abs(time.time() - int(ts[0])) > tolerance:
             return False
         signed = "\\n".join(["v2", ts[0], headers["Cronman-Job-Id"], headers["Cronman-Run-Id"],
-                            headers["Cronman-Scheduled-For"], url,
+                            headers["Cronman-Scheduled-For"], canonical(url),
                             hashlib.sha256(body).hexdigest()])
         expected = hmac.new(key.encode(), signed.encode(), hashlib.sha256).hexdigest()
         return any(hmac.compare_digest(expected, s) for s in sigs)
@@ -85,6 +116,8 @@ import hashlib
 import hmac
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from urllib.parse import quote, urlsplit
 
 SIGNATURE_HEADER = "Cronman-Signature"
 SIGNATURE_VERSION = "v2"
@@ -92,6 +125,71 @@ DEFAULT_TOLERANCE = 300
 _KEY_CONTEXT = b"cronman-namespace-signing-key"
 
 Secret = str | bytes
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+# Characters a path or query is sent with as they are: RFC 3986 unreserved,
+# sub-delims, ':' '@' '/' ('?' in a query), and '%' so that existing escapes
+# survive; every other character is sent percent-encoded (UTF-8).
+_PATH_SAFE = "/%:@!$&'()*+,;=-._~"
+_QUERY_SAFE = _PATH_SAFE + "?"
+
+
+@dataclass(frozen=True, slots=True)
+class WireURL:
+    """An http(s) URL as a request puts it on the wire (cronman's HTTP client sends this)."""
+
+    scheme: str  # "http" or "https"
+    host: str  # lower case; IDNA (xn--) for a non-ASCII name; an IPv6 address bare
+    port: int
+    host_header: str  # the Host header: host ([v6] in brackets), ":port" unless the default
+    target: str  # the request target: path ("/" when empty), then "?query" when not empty
+
+    @property
+    def canonical(self) -> str:
+        """``scheme://host_header`` + ``target``: the URL a ``v2`` signature covers."""
+        return f"{self.scheme}://{self.host_header}{self.target}"
+
+
+def wire_url(url: str) -> WireURL:
+    """How a request to the absolute http(s) ``url`` is sent; ``ValueError`` if it cannot be.
+
+    Credentials and the fragment are not sent, so they are not part of it.
+    """
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+        host = parts.hostname  # lower-cased by urlsplit
+    except ValueError as exc:
+        raise ValueError(f"invalid URL {url!r}: {exc}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS:
+        raise ValueError(f"unsupported URL scheme {parts.scheme!r} in {url!r}")
+    if not host:
+        raise ValueError(f"no host in URL {url!r}")
+    if not host.isascii():
+        try:
+            host = host.encode("idna").decode("ascii")
+        except UnicodeError as exc:
+            raise ValueError(f"invalid host name in {url!r}: {exc}") from None
+    if port is None:
+        port = DEFAULT_PORTS[scheme]
+    host_header = f"[{host}]" if ":" in host else host
+    if port != DEFAULT_PORTS[scheme]:
+        host_header = f"{host_header}:{port}"
+    target = quote(parts.path or "/", safe=_PATH_SAFE)
+    if parts.query:
+        target += "?" + quote(parts.query, safe=_QUERY_SAFE)
+    return WireURL(scheme, host, port, host_header, target)
+
+
+def canonical_url(url: str) -> str:
+    """The form of ``url`` that signatures cover (the module docstring's rules).
+
+    Any two spellings of one request's URL (``HTTP://Host:80/caf\u00e9#x``
+    and ``http://host/caf%C3%A9``) have the same canonical form; it is
+    idempotent. ``ValueError`` for a URL no request can be sent to.
+    """
+    return wire_url(url).canonical
 
 
 def _key(secret: Secret) -> bytes:
@@ -121,8 +219,9 @@ def body_digest(body: bytes) -> bytes:
 
 
 def context_tail(url: str, body: bytes) -> bytes:
-    """The end of the signed string that depends only on the target: ``\\n<url>\\n<sha256>``."""
-    return b"\n" + url.encode("utf-8") + b"\n" + body_digest(body)
+    """The end of the signed string that depends only on the target:
+    ``\\n<canonical url>\\n<sha256>`` (``ValueError`` for a URL that cannot be sent)."""
+    return b"\n" + canonical_url(url).encode("ascii") + b"\n" + body_digest(body)
 
 
 def signed_string(timestamp: int, job_id: str, run_id: str, scheduled_for: str, url: str,
@@ -186,7 +285,8 @@ def verify_signature(
 
     ``job_id``, ``run_id`` and ``scheduled_for`` are the request's own
     ``Cronman-*`` headers; ``url`` is the URL the receiver expects cronman to
-    call (the job's target URL). ``key`` may be one key or several (any of
+    call (the job's target URL, in any spelling: its canonical form is
+    compared; ``ValueError`` if it is not an http(s) URL). ``key`` may be one key or several (any of
     them may have signed); the header may carry several ``v2=`` values, one
     match is enough. A timestamp more than ``tolerance`` seconds from ``now``
     (default: the clock) is refused; ``tolerance=None`` turns that check

@@ -5,8 +5,9 @@
 
 CRONMAN_SIGNING_KEY is your namespace's key (``GET
 /v1/namespaces/{ns}/signing-key``; both, comma-separated, during a
-rotation); CRONMAN_CALLBACK_URL the URL your jobs call when a proxy stands
-in front (default: the URL each request arrived at).
+rotation); CRONMAN_CALLBACK_URL the URL your jobs call, which their
+signatures cover (behind a proxy, the public one; default
+http://127.0.0.1:PORT/hook).
 
 The view gets the verified ``callback``; it runs once per run id across
 every process sharing the Redis (in memory, per process, without REDIS_URL).
@@ -36,8 +37,10 @@ def create_app() -> Flask:
         dedup = RedisDeduplicator(redis.Redis.from_url(os.environ["REDIS_URL"]))
     else:
         dedup = MemoryDeduplicator()
-    receiver = CallbackReceiver(keys, url=os.environ.get("CRONMAN_CALLBACK_URL") or None,
-                                dedup=dedup)
+    port = int(os.environ.get("PORT", "9000"))
+    # The URL the jobs call, never the one a request claims (its Host header).
+    url = os.environ.get("CRONMAN_CALLBACK_URL") or f"http://127.0.0.1:{port}/hook"
+    receiver = CallbackReceiver(keys, url=url, dedup=dedup)
     app = Flask(__name__)
 
     @app.post("/hook")

@@ -8,8 +8,9 @@ handling), and appends one JSON line per handled run to OUTPUT (or stdout).
 
 Settings (environment): CRONMAN_SIGNING_KEY (required: your namespace's key,
 ``GET /v1/namespaces/{ns}/signing-key``; during a rotation both keys,
-comma-separated), CRONMAN_CALLBACK_URL (the URL your jobs call, when a proxy
-stands in front; default: the URL each request arrived at), PORT (default
+comma-separated), CRONMAN_CALLBACK_URL (the URL your jobs call, which their
+signatures cover: behind a proxy, the public one; default
+http://127.0.0.1:PORT/hook), PORT (default
 9000), OUTPUT (a file), REDIS_URL (deduplicate in Redis, shared by every
 process; needs the ``redis`` package), FAIL_FIRST=1 (answer 500 to the first
 attempt of every run, to see a retry handled).
@@ -77,12 +78,14 @@ def main() -> None:
     keys = [k.strip() for k in os.environ.get("CRONMAN_SIGNING_KEY", "").split(",") if k.strip()]
     if not keys:
         sys.exit("set CRONMAN_SIGNING_KEY (your namespace's: GET /v1/namespaces/NS/signing-key)")
-    receiver = CallbackReceiver(keys, url=os.environ.get("CRONMAN_CALLBACK_URL") or None,
-                                dedup=deduplicator())
     port = int(os.environ.get("PORT", "9000"))
+    # The URL the jobs call, never the one a request claims (its Host header).
+    url = os.environ.get("CRONMAN_CALLBACK_URL") or f"http://127.0.0.1:{port}/hook"
+    receiver = CallbackReceiver(keys, url=url, dedup=deduplicator())
     server = make_server("127.0.0.1", port, receiver.wsgi(app), ThreadingWSGIServer,
                          QuietHandler)
-    print(f"listening on http://127.0.0.1:{server.server_port}/", file=sys.stderr, flush=True)
+    print(f"listening on http://127.0.0.1:{server.server_port}/ for callbacks to {url}",
+          file=sys.stderr, flush=True)
     server.serve_forever()
 
 

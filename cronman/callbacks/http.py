@@ -6,7 +6,8 @@ timeout or a connection error is a failed attempt. Every request carries
 ``Cronman-Job-Id``, ``Cronman-Run-Id``, ``Cronman-Scheduled-For``,
 ``Cronman-Attempt`` and, with a signing secret, ``Cronman-Signature``
 (``v2``, under the job's namespace's key, over the time, ids, fire time,
-URL and body: see :mod:`cronman.signing`). ``result`` holds ``http_status`` and,
+URL -- in its canonical form, the one on the request line and ``Host`` --
+and body: see :mod:`cronman.signing`). ``result`` holds ``http_status`` and,
 when the answer had a body, ``response_snippet`` (its first KiB, decoded as
 UTF-8 with replacement; no more than that is read: the connection is then
 closed). An answer's head is bounded (100 headers, 64 KiB: the client's

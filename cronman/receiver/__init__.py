@@ -1,10 +1,12 @@
 """Helpers for services that receive cronman's callbacks (light: no server dependency).
 
 - :class:`CallbackReceiver`: verify the signature (your namespace's key; bound
-  to the job id, run id, fire time, the URL you are called at and the body;
-  with the replay window), deduplicate on the run id, handle -- as a plain function (``handle``), a
-  WSGI middleware (``wsgi``) or a Flask view decorator (``flask``);
+  to the job id, run id, fire time, the URL your jobs call -- given as
+  ``url=``, required -- and the body; with the replay window), deduplicate
+  on the run id, handle -- as a plain function (``handle``), a WSGI
+  middleware (``wsgi``) or a Flask view decorator (``flask``);
 - :func:`verify_callback` / :func:`verify_signature`: the checks alone;
+  :func:`canonical_url`: the form of a URL that signatures cover;
 - :func:`sqs_callback`: the callback in an SQS message's attributes;
 - :class:`MemoryDeduplicator`, :class:`RedisDeduplicator`,
   :func:`process_once`: run-id deduplication.
@@ -26,8 +28,8 @@ from cronman.receiver.dedup import (
     RedisDeduplicator,
     process_once,
 )
-from cronman.receiver.receiver import ENVIRON_KEY, CallbackReceiver, Reply
-from cronman.signing import DEFAULT_TOLERANCE, verify_signature
+from cronman.receiver.receiver import ENVIRON_KEY, CallbackReceiver, Reply, UrlSource
+from cronman.signing import DEFAULT_TOLERANCE, canonical_url, verify_signature
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -40,6 +42,8 @@ __all__ = [
     "MemoryDeduplicator",
     "RedisDeduplicator",
     "Reply",
+    "UrlSource",
+    "canonical_url",
     "header",
     "process_once",
     "sqs_callback",

@@ -73,8 +73,11 @@ def verify_callback(secret: Secret | Sequence[Secret] | None, headers: Headers, 
     a rotation) is your namespace's signing key (``GET
     /v1/namespaces/{ns}/signing-key``); ``None`` accepts unsigned callbacks
     -- only for a deployment that signs nothing. ``url`` is the URL cronman
-    calls, exactly as the job's target holds it (behind a proxy: your public
-    URL, not the one the request line shows). The signature must cover this
+    calls, the one your jobs' targets hold (behind a proxy: your public URL),
+    in any spelling: its canonical form is compared
+    (:func:`cronman.signing.canonical_url`; ``ValueError`` for a URL that is
+    not http(s)). Give your own, never one rebuilt from the request's
+    ``Host`` header, which the sender chooses. The signature must cover this
     request's job id, run id, fire time, that URL and the body, and be no
     older (or newer) than ``tolerance`` seconds.
     """

@@ -16,32 +16,42 @@
     @receiver.flask
     def hook(callback): ...
 
-The signature covers the URL cronman called: give it as ``url`` (behind a
-proxy or a load balancer, the public URL the jobs hold). Without ``url``,
-the WSGI and Flask forms use the URL the request arrived at (scheme,
-``Host`` and raw path), which is right only when nothing between cronman
-and the receiver rewrites it; ``handle`` and ``verify`` then need ``url=``.
+The signature covers the URL cronman called, so ``url`` is required: the
+URL your jobs hold (behind a proxy or a load balancer, the public one), in
+any spelling -- its canonical form (:func:`cronman.signing.canonical_url`)
+is compared. Every form checks that URL, whatever the request says.
+
+``url=CallbackReceiver.FROM_REQUEST`` instead takes each request's own URL
+(the WSGI and Flask forms rebuild it from the scheme, the ``Host`` header
+and the raw path; ``handle``, ``begin`` and ``verify`` then need ``url=``
+per call). **Warning**: the sender chooses the ``Host`` header, so such a
+receiver accepts a callback signed for *any* URL of the namespace: one
+captured at another of its receivers (``https://low.example/hook``) replays
+here with ``Host: low.example``. Use it only where the namespace has this
+one receiver, and nothing in front rewrites the URL.
 
 The answers: 2xx once handled (or for a run already handled: a duplicate);
 401 for a missing, bad or stale signature; 400 for missing ``Cronman-*``
-headers; 409 while another delivery of the run is being handled (cronman
-tries again later). A handler that fails (raises, or answers non-2xx)
-releases the run id, so cronman's retry is handled.
+headers (or, with ``FROM_REQUEST``, a request URL that is not one); 409
+while another delivery of the run is being handled (cronman tries again
+later). A handler that fails (raises, or answers non-2xx) releases the run
+id, so cronman's retry is handled.
 """
 
 from __future__ import annotations
 
+import enum
 import functools
 import io
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import quote
 
 from cronman.receiver.callback import Callback, Headers, InvalidCallback, verify_callback
 from cronman.receiver.dedup import Claim, Deduplicator
-from cronman.signing import DEFAULT_TOLERANCE, Secret
+from cronman.signing import DEFAULT_TOLERANCE, Secret, canonical_url
 
 ENVIRON_KEY = "cronman.callback"
 MAX_BODY_BYTES = 1024 * 1024  # cronman sends at most 64 KiB
@@ -66,27 +76,62 @@ class Reply:
         return json.dumps(self.body).encode("utf-8")
 
 
-class CallbackReceiver:
-    """Checks each callback's signature, deduplicates on its run id, then handles it."""
+class UrlSource(enum.Enum):
+    """Where a receiver takes the URL it checks from, when it is not given one."""
 
-    def __init__(self, secret: Secret | Sequence[Secret] | None, *, url: str | None = None,
-                 dedup: Deduplicator | None = None, tolerance: float = DEFAULT_TOLERANCE,
-                 allow_unsigned: bool = False) -> None:
+    FROM_REQUEST = "from-request"
+
+
+class CallbackReceiver:
+    """Checks each callback's signature, deduplicates on its run id, then handles it.
+
+    ``url`` (required with a secret): the URL your jobs call, or
+    ``CallbackReceiver.FROM_REQUEST`` (read the module's warning first).
+    """
+
+    FROM_REQUEST: ClassVar[UrlSource] = UrlSource.FROM_REQUEST
+
+    def __init__(self, secret: Secret | Sequence[Secret] | None, *,
+                 url: str | UrlSource | None = None, dedup: Deduplicator | None = None,
+                 tolerance: float = DEFAULT_TOLERANCE, allow_unsigned: bool = False) -> None:
         if secret is None and not allow_unsigned:
             raise ValueError("a signing secret is required (allow_unsigned=True only for a "
                              "cronman that signs nothing)")
+        if secret is not None and url is None:
+            raise ValueError("url= is required: the URL your jobs call (the signature covers "
+                             "it); CallbackReceiver.FROM_REQUEST takes each request's own, "
+                             "which any receiver of the namespace's callbacks can replay to")
         self.secret = secret
-        self.url = url
+        # A URL that is not http(s) is refused here, not at the first callback.
+        self.url = canonical_url(url) if isinstance(url, str) else url
         self.dedup = dedup
         self.tolerance = tolerance
 
     # -- plain function --------------------------------------------------------
 
     def verify(self, headers: Headers, body: bytes, *, url: str | None = None) -> Callback:
-        """The checked callback; raises ``InvalidCallback``. ``url``: the URL
-        cronman called, when the receiver was not given one."""
-        return verify_callback(self.secret, headers, body, url=self.url or url,
+        """The checked callback; raises ``InvalidCallback``. ``url``: the URL the
+        request arrived at, for a receiver made with ``FROM_REQUEST`` (ignored
+        by one given its own URL, which is the one checked)."""
+        return verify_callback(self.secret, headers, body, url=self._expected_url(url),
                                tolerance=self.tolerance)
+
+    def _expected_url(self, url: str | None) -> str | None:
+        if self.secret is None:
+            return None
+        if isinstance(self.url, str):
+            return self.url
+        if url is None:
+            raise ValueError("this receiver takes each request's URL (FROM_REQUEST): "
+                             "pass url=")
+        try:
+            return canonical_url(url)
+        except ValueError:
+            raise InvalidCallback("the URL the request arrived at is not an http(s) URL",
+                                  status=400) from None
+
+    def _request_url(self, environ: dict[str, Any]) -> str | None:
+        return request_url(environ) if self.url is UrlSource.FROM_REQUEST else None
 
     def begin(self, headers: Headers, body: bytes, *, url: str | None = None
               ) -> tuple[Reply | None, Callback | None]:
@@ -141,7 +186,7 @@ class CallbackReceiver:
             if body is None:
                 return _answer(start_response, Reply(413, {"error": "body too large"}))
             early, callback = self.begin(_environ_headers(environ), body,
-                                         url=request_url(environ))
+                                         url=self._request_url(environ))
             if early is not None:
                 return _answer(start_response, early)
             assert callback is not None
@@ -173,7 +218,7 @@ class CallbackReceiver:
             from flask import jsonify, make_response, request
 
             early, callback = self.begin(request.headers, request.get_data(cache=True),
-                                         url=request_url(request.environ))
+                                         url=self._request_url(request.environ))
             if early is not None:
                 return make_response(jsonify(early.body), early.status)
             assert callback is not None
@@ -231,7 +276,11 @@ def _read_body(environ: dict[str, Any]) -> bytes | None:
 
 
 def request_url(environ: dict[str, Any]) -> str:
-    """The URL a WSGI request arrived at: scheme, ``Host`` and the raw path and query."""
+    """The URL a WSGI request arrived at: scheme, ``Host`` and the raw path and query.
+
+    Only as trustworthy as the ``Host`` header, which the sender chooses
+    (see ``CallbackReceiver.FROM_REQUEST``).
+    """
     scheme = environ.get("wsgi.url_scheme", "http")
     host = environ.get("HTTP_HOST")
     if not host:

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from cronman.cli import cli
 from cronman.client import CronmanClient
-from cronman.signing import namespace_key
+from cronman.signing import namespace_key, sign
 from tests.support.api import REPO, free_port
 from tests.support.moto import AWS_TEST_ENV, moto_server
 from tests.support.processes import Processes
@@ -123,6 +123,49 @@ def test_flask_receiver_with_redis_deduplication(cronman, tmp_path, redis_url):
         store = redis.Redis.from_url(redis_url)
         assert store.get(f"cronman:receiver:run:{run['id']}") == b"done"
         store.delete(f"cronman:receiver:run:{run['id']}")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _post(url: str, body: bytes, headers: dict[str, str]) -> int:
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+@pytest.mark.parametrize("name", ["receiver_wsgi.py", "receiver_flask.py"])
+def test_a_receiver_example_checks_its_own_url_not_the_host_header(name, tmp_path):
+    """A callback captured at another receiver of the namespace (same key, another URL),
+    replayed here with that receiver's ``Host``, is refused: the example checks the URL
+    its jobs call (by default http://127.0.0.1:PORT/hook), whatever the request says."""
+    port = free_port()
+    key = namespace_key(SECRET, "examples")
+    proc = example(name, {"CRONMAN_SIGNING_KEY": key, "PORT": str(port),
+                          "OUTPUT": str(tmp_path / "out.jsonl")}, tmp_path)
+    try:
+        wait_port(port, proc)
+        body = b'{"event":"payment.approved"}'
+        here = f"http://127.0.0.1:{port}/hook"
+
+        def signed(url: str, run_id: str) -> dict[str, str]:
+            ctx = {"job_id": "j", "run_id": run_id, "scheduled_for": "2026-01-01T00:00:00Z"}
+            return {"Cronman-Job-Id": "j", "Cronman-Run-Id": run_id,
+                    "Cronman-Scheduled-For": ctx["scheduled_for"], "Cronman-Attempt": "1",
+                    "Cronman-Signature": sign(key, int(time.time()), url=url, body=body, **ctx)}
+
+        replay = {**signed("http://low.example/hook", "r1"), "Host": "low.example"}
+        assert _post(here, body, replay) == 401
+        assert _post(here, body, signed(here, "r2")) == 204
+        handled = [json.loads(line)["run_id"]
+                   for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+        assert handled == ["r2"]
     finally:
         proc.terminate()
         proc.wait(10)

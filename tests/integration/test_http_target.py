@@ -7,8 +7,10 @@ machine silent: non-loopback addresses are only ever refused, never contacted.
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -27,6 +29,7 @@ from cronman.callbacks.dead_letter import validate_dead_letter
 from cronman.callbacks.http import HttpTarget
 from cronman.config import Settings
 from cronman.ids import run_id_for
+from cronman.receiver import InvalidCallback, verify_callback
 from cronman.timeutil import format_rfc3339
 from tests.support.api import http
 from tests.support.processes import Processes
@@ -126,6 +129,76 @@ def test_signature_covers_an_empty_body(rx):
     assert req.method == "DELETE"
     assert req.body == b""
     assert callback_verifies("k", "billing", req, rx.url("/e"))
+
+
+class _ToLoopback:
+    """Resolves every name to one loopback port, whatever port the URL names."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+
+    async def resolve(self, host: str, port: int) -> list:
+        return [(socket.AF_INET, ("127.0.0.1", self.port))]
+
+
+@pytest.mark.parametrize("spelling", [
+    "http://127.0.0.1:{port}",  # no path: "/" is sent
+    "http://LocalHost:{port}/hook",  # the host is sent in lower case
+    "http://h.example:80/hook",  # the default port is not sent
+    "http://127.0.0.1:{port}/hook?#frag",  # nor an empty query, nor the fragment
+    "http://127.0.0.1:{port}/caf\u00e9?q=\u00e9",  # the path and query percent-encoded
+])
+def test_the_receiver_helper_verifies_the_url_as_the_job_spells_it(spelling):
+    """The signature covers the URL's canonical form (the one on the wire): a receiver
+    given the job's URL, and one taking the request's own (FROM_REQUEST), both verify."""
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    from cronman.receiver import CallbackReceiver
+    from cronman.signing import namespace_key
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, format, *args):  # noqa: A002
+            pass
+
+    key = namespace_key("s3cret", "billing")
+    seen: list[tuple[dict, bytes, int]] = []
+    from_request = CallbackReceiver(key, url=CallbackReceiver.FROM_REQUEST)
+
+    def app(environ, start_response):
+        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        status: list[str] = []
+        inner = from_request.wsgi(lambda e, s: s("204 No Content", []) or [b""])
+        result = b"".join(inner({**environ, "wsgi.input": io.BytesIO(body)},
+                                lambda st, h, exc=None: status.append(st)))
+        hdrs = {k[5:].replace("_", "-"): v for k, v in environ.items() if k.startswith("HTTP_")}
+        seen.append((hdrs, body, int(status[0].split()[0])))
+        start_response("204 No Content", [])
+        return [result[:0]]
+
+    server = make_server("127.0.0.1", 0, app, handler_class=Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = spelling.format(port=server.server_port)
+        settings = PRIVATE_OK.with_(signing_secret="s3cret")
+
+        async def go() -> Outcome:
+            target = HttpTarget(settings, resolver=_ToLoopback(server.server_port))
+            try:
+                return await target.deliver(delivery(make(url, body="{}")))
+            finally:
+                await target.close()
+
+        assert asyncio.run(go()).ok
+    finally:
+        server.shutdown()
+        server.server_close()
+    [(hdrs, body, from_request_status)] = seen
+    assert from_request_status == 204
+    assert verify_callback(key, hdrs, body, url=url).job_id == "job-1"
+    assert CallbackReceiver(key, url=url).verify(hdrs, body).job_id == "job-1"
+    with pytest.raises(InvalidCallback):
+        verify_callback(key, hdrs, body, url=url.replace("http://", "https://"))
 
 
 @pytest.mark.parametrize("status", [200, 201, 202, 204, 299])

@@ -6,11 +6,21 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import textwrap
+import time
 from datetime import UTC, datetime
 
 import pytest
 
-from cronman.signing import Signer, context_tail, namespace_key, sign, verify_signature
+from cronman.callbacks.httpclient import PreparedRequest
+from cronman.signing import (
+    Signer,
+    canonical_url,
+    context_tail,
+    namespace_key,
+    sign,
+    verify_signature,
+)
 from cronman.signing_keys import KeyState, NamespaceSigners, namespace_keys
 
 BODY = b'{"kind":"digest"}'
@@ -144,3 +154,69 @@ def test_namespace_signers_follow_updates():
     header = second.sign(T, "job-1", "run-1", CTX["scheduled_for"], tail)
     assert ok(namespace_key("cluster", "a", 1), header)
     assert not ok(namespace_key("cluster", "a", 0), header)
+
+
+# -- the URL's canonical form ------------------------------------------------------
+
+SPELLINGS = [
+    ("http://127.0.0.1:9000", "http://127.0.0.1:9000/"),
+    ("HTTP://LocalHost:9000/hook", "http://localhost:9000/hook"),
+    ("http://h.example:80/hook", "http://h.example/hook"),
+    ("https://h.example:443/hook", "https://h.example/hook"),
+    ("https://h.example:80/hook", "https://h.example:80/hook"),
+    ("http://h.example:09000/hook", "http://h.example:9000/hook"),
+    ("http://h.example/hook#frag", "http://h.example/hook"),
+    ("http://h.example/hook?", "http://h.example/hook"),
+    ("http://h.example/caf\u00e9?q=\u00e9&r", "http://h.example/caf%C3%A9?q=%C3%A9&r"),
+    ("http://h.example/a%2Fb?x=%41&y=?", "http://h.example/a%2Fb?x=%41&y=?"),
+    ("http://h.example/a\"b<c>", "http://h.example/a%22b%3Cc%3E"),
+    ("http://[::1]:9000/hook", "http://[::1]:9000/hook"),
+    ("http://b\u00fccher.example/hook", "http://xn--bcher-kva.example/hook"),
+]
+
+
+@pytest.mark.parametrize(("given", "canonical"), SPELLINGS)
+def test_canonical_url(given, canonical):
+    assert canonical_url(given) == canonical
+    assert canonical_url(canonical) == canonical  # idempotent: the wire form is its own
+
+
+@pytest.mark.parametrize(("given", "_canonical"), SPELLINGS)
+def test_the_canonical_url_is_what_the_http_client_puts_on_the_wire(given, _canonical):
+    wire = PreparedRequest("POST", given).render()
+    request_line, host_line = wire.split(b"\r\n")[:2]
+    target = request_line.split(b" ")[1].decode("ascii")
+    assert host_line.startswith(b"Host: ")
+    scheme = given.split(":", 1)[0].lower()
+    assert f"{scheme}://{host_line[6:].decode('ascii')}{target}" == canonical_url(given)
+
+
+@pytest.mark.parametrize(("given", "canonical"), SPELLINGS)
+def test_a_signature_holds_for_every_spelling_of_the_url_the_client_sends(given, canonical):
+    assert ok("k", signed("k", url=given), url=canonical)
+    assert ok("k", signed("k", url=canonical), url=given)
+    assert not ok("k", signed("k", url=given), url=canonical + "x")
+
+
+@pytest.mark.parametrize("url", ["ftp://h.example/", "http:///hook", "http://h.example:99999/",
+                                 "hook", "http://[::1/"])
+def test_a_url_that_cannot_be_sent_has_no_canonical_form(url):
+    with pytest.raises(ValueError):
+        canonical_url(url)
+
+
+def test_the_by_hand_verifier_of_the_docstring_agrees(monkeypatch):
+    import cronman.signing as signing
+
+    code = signing.__doc__.split("Without it (the same steps by hand)::", 1)[1]
+    code = code.split("\n\n", 1)[1].split("\nFailure notifications", 1)[0]
+    scope: dict = {}
+    exec(textwrap.dedent(code), scope)  # noqa: S102 - our own documentation
+    for given, canonical in SPELLINGS:
+        assert scope["canonical"](given) == canonical
+    now = int(time.time())
+    header = sign("k", now, body=BODY, **{**CTX, "url": "https://Billing.example.com:443/hook"})
+    hdrs = {"Cronman-Signature": header, "Cronman-Job-Id": CTX["job_id"],
+            "Cronman-Run-Id": CTX["run_id"], "Cronman-Scheduled-For": CTX["scheduled_for"]}
+    assert scope["verify"]("k", CTX["url"], hdrs, BODY)
+    assert not scope["verify"]("k", "https://billing.example.com/other", hdrs, BODY)

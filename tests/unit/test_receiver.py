@@ -135,11 +135,13 @@ def test_handle_deduplicates_and_a_failed_handler_is_retried():
     assert receiver.handle(headers(secret="x"), BODY, handler).status == 401
 
 
-def _call(app, hdrs, body=BODY):
-    environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/hook", "CONTENT_LENGTH": str(len(body)),
-               "wsgi.input": io.BytesIO(body), "wsgi.url_scheme": "http",
-               "SERVER_NAME": "rx.local", "SERVER_PORT": "8080"}
-    environ.update({"HTTP_" + k.upper().replace("-", "_"): v for k, v in hdrs.items()})
+def _call(app, hdrs, body=BODY, environ=None):
+    env = {"REQUEST_METHOD": "POST", "PATH_INFO": "/hook", "CONTENT_LENGTH": str(len(body)),
+           "wsgi.input": io.BytesIO(body), "wsgi.url_scheme": "http",
+           "SERVER_NAME": "rx.local", "SERVER_PORT": "8080"}
+    env.update({"HTTP_" + k.upper().replace("-", "_"): v for k, v in hdrs.items()})
+    env.update(environ or {})
+    environ = env
     seen = {}
 
     def start_response(status, response_headers, exc_info=None):
@@ -154,14 +156,68 @@ def _call(app, hdrs, body=BODY):
     return seen["status"], data, seen["headers"]
 
 
-def test_wsgi_without_a_url_checks_the_one_the_request_arrived_at():
-    def app(environ, start_response):
-        start_response("204 No Content", [])
-        return [b""]
+def _no_content(environ, start_response):
+    start_response("204 No Content", [])
+    return [b""]
 
-    wrapped = CallbackReceiver(SECRET).wsgi(app)
-    assert _call(wrapped, headers(url="http://rx.local:8080/hook"))[0] == 204
-    assert _call(wrapped, headers(run_id="run-2"))[0] == 401
+
+def test_a_receiver_needs_the_url_its_jobs_call():
+    with pytest.raises(ValueError, match="url= is required"):
+        CallbackReceiver(SECRET, dedup=MemoryDeduplicator())
+    with pytest.raises(ValueError, match="scheme"):
+        CallbackReceiver(SECRET, url="ftp://billing.example.com/hook")
+    # Unsigned (a cronman that signs nothing): there is no signature to bind to a URL.
+    assert CallbackReceiver(None, allow_unsigned=True).url is None
+
+
+def test_a_callback_replayed_with_another_host_header_is_refused():
+    """Captured at low.example's receiver (same namespace, so same key), sent to billing's
+    with ``Host: low.example``: billing's receiver checks its own URL, not the Host's."""
+    low = "https://low.example/hook"
+    wrapped = CallbackReceiver(SECRET, url="https://billing.example/hook").wsgi(_no_content)
+    captured = headers(url=low)
+    replay = {**captured, "Host": "low.example"}
+    environ_extra = {"wsgi.url_scheme": "https", "SERVER_PORT": "443"}
+    assert _call(wrapped, replay, environ=environ_extra)[0] == 401
+    assert _call(wrapped, headers(url="https://billing.example/hook"),
+                 environ=environ_extra)[0] == 204
+
+
+@pytest.mark.parametrize("spelling", [
+    "https://Billing.Example.COM:443/hook", "HTTPS://billing.example.com/hook#top",
+    "https://billing.example.com:443/hook?"])
+def test_the_configured_url_may_be_any_spelling_of_the_one_signed(spelling):
+    assert _call(CallbackReceiver(SECRET, url=spelling).wsgi(_no_content), headers())[0] == 204
+    assert CallbackReceiver(SECRET, url=spelling).verify(headers(), BODY).run_id == "run-1"
+
+
+@pytest.mark.parametrize(("signed_for", "environ"), [
+    ("http://127.0.0.1:9000", {"HTTP_HOST": "127.0.0.1:9000", "PATH_INFO": "/"}),
+    ("http://LocalHost:9000/hook", {"HTTP_HOST": "localhost:9000"}),
+    ("http://h.example:80/hook", {"HTTP_HOST": "h.example"}),
+    ("http://rx.local:8080/hook#frag", {"HTTP_HOST": "rx.local:8080"}),
+    # wsgiref's PATH_INFO: the raw path's bytes, %-decoded, as latin-1.
+    ("http://rx.local:8080/caf\u00e9", {"HTTP_HOST": "rx.local:8080",
+                                        "PATH_INFO": "/caf\u00c3\u00a9"}),
+    # gunicorn's RAW_URI: the request target as sent.
+    ("http://rx.local:8080/caf\u00e9?q=1", {"HTTP_HOST": "rx.local:8080",
+                                            "RAW_URI": "/caf%C3%A9?q=1"}),
+])
+def test_from_request_checks_the_url_the_request_was_sent_to(signed_for, environ):
+    wrapped = CallbackReceiver(SECRET, url=CallbackReceiver.FROM_REQUEST).wsgi(_no_content)
+    assert _call(wrapped, headers(url=signed_for), environ=environ)[0] == 204
+    other = signed_for.replace("http://", "https://")
+    assert _call(wrapped, headers(url=other), environ=environ)[0] == 401
+
+
+def test_from_request_needs_a_url_per_call_and_a_bad_host_is_a_400():
+    receiver = CallbackReceiver(SECRET, url=CallbackReceiver.FROM_REQUEST)
+    with pytest.raises(ValueError):
+        receiver.verify(headers(), BODY)
+    assert receiver.verify(headers(), BODY, url="https://BILLING.example.com/hook").run_id
+    status, data, _ = _call(receiver.wsgi(_no_content), headers(),
+                            environ={"HTTP_HOST": "a:b:c"})
+    assert status == 400 and b"URL" in data
 
 
 def test_wsgi_middleware():
@@ -199,7 +255,8 @@ def test_wsgi_in_progress_answers_409_with_retry_after():
 def test_flask_decorator():
     from flask import Flask
 
-    receiver = CallbackReceiver(SECRET, dedup=MemoryDeduplicator())  # url: the request's
+    receiver = CallbackReceiver(SECRET, url=CallbackReceiver.FROM_REQUEST,
+                                dedup=MemoryDeduplicator())
     app = Flask(__name__)
     local = "http://localhost/hook"
     handled = []

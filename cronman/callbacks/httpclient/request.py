@@ -14,19 +14,14 @@ import ipaddress
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from urllib.parse import quote, urlsplit
 
 from cronman.callbacks.httpclient.errors import InvalidRequest, InvalidURL
+from cronman.signing import wire_url
 
-DEFAULT_PORTS = {"http": 80, "https": 443}
 # Methods whose requests carry no Content-Length when they have no body.
 BODYLESS_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "CONNECT"})
 
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
-# Characters left as they are in a path or query: RFC 3986 unreserved,
-# sub-delims, ':' '@' '/' '?', and '%' so that existing escapes survive.
-_PATH_SAFE = "/%:@!$&'()*+,;=-._~"
-_QUERY_SAFE = _PATH_SAFE + "?"
 _valid_names: set[str] = set()
 
 
@@ -57,32 +52,16 @@ class Origin:
 
 
 def parse_url(url: str) -> tuple[Origin, str, str]:
-    """``(origin, Host header value, request target)`` of an absolute http(s) URL."""
+    """``(origin, Host header value, request target)`` of an absolute http(s) URL.
+
+    The wire form is :func:`cronman.signing.wire_url`'s, the one callback
+    signatures cover, so that what is signed is what is sent.
+    """
     try:
-        parts = urlsplit(url)
-        port = parts.port
-        host = parts.hostname
+        wire = wire_url(url)
     except ValueError as exc:
-        raise InvalidURL(f"invalid URL {url!r}: {exc}") from None
-    scheme = parts.scheme.lower()
-    if scheme not in DEFAULT_PORTS:
-        raise InvalidURL(f"unsupported URL scheme {parts.scheme!r} in {url!r}")
-    if not host:
-        raise InvalidURL(f"no host in URL {url!r}")
-    if not host.isascii():
-        try:
-            host = host.encode("idna").decode("ascii")
-        except UnicodeError as exc:
-            raise InvalidURL(f"invalid host name in {url!r}: {exc}") from None
-    if port is None:
-        port = DEFAULT_PORTS[scheme]
-    host_header = f"[{host}]" if ":" in host else host
-    if port != DEFAULT_PORTS[scheme]:
-        host_header = f"{host_header}:{port}"
-    target = quote(parts.path or "/", safe=_PATH_SAFE)
-    if parts.query:
-        target += "?" + quote(parts.query, safe=_QUERY_SAFE)
-    return Origin(scheme, host, port), host_header, target
+        raise InvalidURL(str(exc)) from None
+    return Origin(wire.scheme, wire.host, wire.port), wire.host_header, wire.target
 
 
 def header_line(name: str, value: str) -> bytes:
