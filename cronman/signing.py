@@ -42,10 +42,13 @@ alone, under the cluster secret) is no longer sent nor accepted.
 Keys: a namespace's key is a 64-character hex string; the HMAC key is its
 ASCII bytes. An operator or the namespace's own token reads it with
 ``GET /v1/namespaces/{ns}/signing-key`` and rotates it with ``POST
-/v1/namespaces/{ns}/signing-key/rotate``: for the overlap window given
-there, callbacks carry two ``v2`` values (new key and previous key), so a
-receiver may switch to the new key at any time within it. A receiver may
-likewise hold several keys.
+/v1/namespaces/{ns}/signing-key/rotate``. Each node signs with the
+previous key alone until its next poll of the key generations (a few
+seconds), then, until the overlap window given there ends, carries two
+``v2`` values (new key and previous key), then the new key's alone: a
+receiver holds both keys (it may hold several) from the rotation to the
+window's end. A rotation inside the window drops the older previous key at
+once: at most two keys sign.
 
 How a receiver verifies a callback:
 

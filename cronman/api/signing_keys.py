@@ -5,10 +5,14 @@ derived from ``CRONMAN_SIGNING_SECRET`` and the namespace's generation, so
 the receivers of one namespace hold nothing that verifies another's. ``GET``
 shows the keys that sign now (current first; during a rotation's overlap
 window the previous one too, with when it stops). ``POST .../rotate``
-starts the next generation: it signs at once, alongside the previous key
-for ``overlap`` seconds (default a day, at most 30 days; 0 retires the
-previous key at once, for a key that leaked), then alone. Rotating again
-inside a window retires the older of the two at once.
+starts the next generation, which signs alongside the previous key until
+``overlap`` seconds after the call (default a day, at most 30 days; 0
+retires the previous key at once, for a key that leaked), then alone. Each
+node picks a rotation up on its next poll of the generations (every
+``CRONMAN_SYNC_POLL_INTERVAL``; longer while it cannot read the database)
+and signs with the previous key alone until then: receivers must hold both
+keys through the overlap. Rotating again inside a window retires the older
+previous key at once (at most two keys sign: the newest and the one before).
 
 A key can forge callbacks to the namespace's receivers: these calls need a
 token that may write to the namespace (an admin token, or the namespace's

@@ -13,6 +13,17 @@ NOT_ALLOWED = {"description": "the token has no access to the namespace, or is r
 UNSIGNED = {"description": "callbacks are not signed (CRONMAN_SIGNING_SECRET is not set)",
             "content": {JSON: {"schema": ref("Error")}}}
 NAMESPACE_PARAM = {"name": "namespace", "in": "path", "required": True, "schema": NAMESPACE}
+ROTATION = (
+    "The new key does not sign at once everywhere: each scheduler node picks the rotation "
+    "up on its next poll of the key generations (every CRONMAN_SYNC_POLL_INTERVAL, 2 s by "
+    "default; longer while it cannot read the database) and signs with the previous key "
+    "alone until then; from then until the overlap ends (`signs_until`) with both keys (two "
+    "`v2=` values), then with the new key alone. Give receivers the new key alongside the "
+    "previous one and hold both until `signs_until`: a receiver switched to the new key "
+    "alone straight after the rotation refuses callbacks from nodes that have not reloaded. "
+    "Rotating again inside the overlap window drops the older previous key at once (at most "
+    "two keys sign: the newest and the one before it); `overlap` 0 retires the previous key "
+    "at once, for a key that leaked.")
 
 
 def schemas() -> dict[str, Any]:
@@ -36,7 +47,9 @@ def schemas() -> dict[str, Any]:
         "SigningKeyRotate": obj({
             "overlap": {"type": ["integer", "null"], "minimum": 0,
                         "maximum": int(MAX_OVERLAP), "default": int(DEFAULT_OVERLAP),
-                        "description": "seconds the previous key keeps signing alongside"},
+                        "description": "seconds, from this call, the previous key keeps "
+                                       "signing alongside the new one (nodes start signing "
+                                       "with the new key on their next poll)"},
         }, description="A rotation"),
     }
 
@@ -51,9 +64,10 @@ def paths() -> dict[str, Any]:
                       [NAMESPACE_PARAM], extra=denied),
         },
         "/v1/namespaces/{namespace}/signing-key/rotate": {
-            "post": op("rotateSigningKey", "Start the namespace's next signing key; the "
-                       "previous one signs alongside for the overlap window",
-                       ok("200", "SigningKeys", "the keys that sign now"), "400 413",
-                       [NAMESPACE_PARAM], body="SigningKeyRotate", extra=denied),
+            "post": {**op("rotateSigningKey", "Start the namespace's next signing key; the "
+                          "previous one signs alongside for the overlap window",
+                          ok("200", "SigningKeys", "the keys that sign now"), "400 413",
+                          [NAMESPACE_PARAM], body="SigningKeyRotate", extra=denied),
+                     "description": ROTATION},
         },
     }

@@ -34,9 +34,12 @@ def signing_key() -> None:
     """A namespace's callback signing keys (Cronman-Signature v2).
 
     Each namespace signs with its own key: give it to the namespace's
-    receivers (cronman.receiver.CallbackReceiver(key, url=...)). A rotation
-    signs with the new key and the previous one side by side for the overlap,
-    then with the new one alone.
+    receivers (cronman.receiver.CallbackReceiver(key, url=...)). After a
+    rotation each scheduler node signs with the previous key alone until its
+    next poll (CRONMAN_SYNC_POLL_INTERVAL, 2 s), then with both until the
+    overlap ends, then with the new one alone: receivers hold both keys
+    through the overlap. Rotating again inside it drops the older previous
+    key at once.
     """
 
 
@@ -58,10 +61,17 @@ def show(client: CronmanClient, fmt: str, namespace: str, quiet: bool) -> None:
 @signing_key.command("rotate")
 @click.argument("namespace")
 @click.option("--overlap", type=click.IntRange(0, MAX_OVERLAP), default=None,
-              help="seconds the previous key keeps signing alongside (default: a day; "
-                   "0 retires it at once, for a leaked key)")
+              help="seconds from now the previous key keeps signing alongside (default: a "
+                   "day; 0 retires it at once, for a leaked key)")
 @client_command
 def rotate(client: CronmanClient, fmt: str, namespace: str, overlap: int | None) -> None:
-    """Start the namespace's next key; print the keys that sign now."""
+    """Start the namespace's next key; print the keys that sign now.
+
+    Nodes start signing with the new key on their next poll (a few seconds)
+    and the previous key signs alongside until its "signs until": give
+    receivers the new key next to the old one (CallbackReceiver([new, old],
+    url=...)) and drop the old one only after that. Rotating again before it
+    drops the older previous key at once (at most two keys sign).
+    """
     keys = client.rotate_signing_key(namespace, overlap=overlap)
     emit(fmt, keys, lambda: keys_table(keys))

@@ -2,9 +2,10 @@
 
 The http target signs under ``NamespaceSigners``; this reads every
 namespace's key state (one small row per namespace ever rotated) at start
-and every few seconds. A rotation's overlap window makes the lag harmless:
-the new key signs alongside the previous one, so receivers holding either
-accept a callback sent before or after a node noticed.
+and every ``poll_interval`` (the sync poll, 2 s by default). Until a node
+has read a rotation it signs with the previous key alone, so a receiver
+holding only the new key refuses its callbacks: receivers hold both keys
+through the overlap window (the README's "Callback signatures").
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from cronman.processes.api import make_app
 from cronman.signing import namespace_key
 from cronman.store.tables import signing_keys
 from cronman.timeutil import parse_rfc3339
-from tests.support.api import running_api
+from tests.support.api import REPO, running_api
 
 SECRET = "api-signing-secret"
 
@@ -84,6 +84,32 @@ def test_rotation_overlap_and_what_is_stored(app, store, tokens):
     assert [(r["namespace"], r["generation"]) for r in rows] == [("billing", 3)]
     assert not any(SECRET in str(v) or namespace_key(SECRET, "billing", 3) in str(v)
                    for r in rows for v in r.values())
+
+
+def test_a_rotation_inside_the_window_drops_the_older_key_and_the_docs_say_what_happens(
+        app, tokens):
+    """Nodes take a rotation on their next poll (signing with the old key alone until
+    then), and a second rotation inside the window drops the older previous key: the
+    README, the CLI's help and the OpenAPI description say both, not "signs at once"."""
+    client = app.test_client()
+    path = "/v1/namespaces/billing/signing-key/rotate"
+    first = client.post(path, json={"overlap": 600}, headers=tokens["billing"]).get_json()
+    assert [k["generation"] for k in first["keys"]] == [1, 0]
+    second = client.post(path, json={"overlap": 600}, headers=tokens["billing"]).get_json()
+    assert [k["generation"] for k in second["keys"]] == [2, 1]  # generation 0: gone at once
+    assert namespace_key(SECRET, "billing", 0) not in json.dumps(second)
+    assert parse_rfc3339(second["keys"][1]["signs_until"]) \
+        - parse_rfc3339(second["rotated_at"]) == timedelta(seconds=600)
+
+    doc = client.get("/openapi.json").get_json()
+    described = doc["paths"]["/v1/namespaces/{namespace}/signing-key/rotate"]["post"]
+    help_text = CliRunner().invoke(cli, ["signing-key", "rotate", "--help"]).output
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("### Callback signatures", 1)[1].split("\n### ", 1)[0]
+    for text in (described["description"], " ".join(help_text.split()), section):
+        flat = " ".join(text.split())
+        assert "next poll" in flat and "drops the older previous key" in flat, text
+    assert "signs at once" not in section
 
 
 def test_unsigned_deployments_answer_409(store, database_url, tokens):
