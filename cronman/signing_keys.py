@@ -87,6 +87,12 @@ class NamespaceSigners:
             self._states = fresh
             self._cache = {}
 
+    def set_state(self, state: KeyState) -> None:
+        """Replace one namespace's state (its signer is made again only if it changed)."""
+        if self.state(state.namespace) != state:
+            self._states[state.namespace] = state
+            self._cache.pop(state.namespace, None)
+
     def state(self, namespace: str) -> KeyState:
         return self._states.get(namespace) or KeyState(namespace)
 

@@ -75,7 +75,9 @@ class WebhookSender:
     """``{"kind": "webhook", "url", "headers", "timeout"}`` channels.
 
     ``key_state`` reads a namespace's signing key generation (the store's);
-    without it every namespace signs with its first key.
+    without it every namespace signs with its first key. One sender (one per
+    notifier process) holds one ``NamespaceSigners``: a namespace's signer is
+    made once and kept while its key state does not change.
     """
 
     kind = "webhook"
@@ -83,7 +85,7 @@ class WebhookSender:
     def __init__(self, settings: Settings, *, resolver: Resolver | None = None,
                  ssl_context: ssl.SSLContext | None = None,
                  key_state: Callable[[str], KeyState] | None = None) -> None:
-        self._secret = settings.signing_secret
+        self.signers = NamespaceSigners(settings.signing_secret)
         self._key_state = key_state
         self._allow_private = settings.allow_private_targets
         self._resolver = resolver
@@ -115,7 +117,7 @@ class WebhookSender:
         extra = [("Cronman-Notification-Id", note.id),
                  ("Cronman-Event", note.event or "digest"),
                  ("Cronman-Job-Id", note.job_id)]
-        if self._secret is not None:
+        if self.signers.enabled:
             extra.append((SIGNATURE_HEADER, await self._signature(note, body)))
         timeout = float(channel.get("timeout") or 10)
         where = request.origin.where
@@ -131,14 +133,14 @@ class WebhookSender:
             raise SendError(f"HTTP {response.status}{hint} from {where}")
 
     async def _signature(self, note: Notification, body: bytes) -> str:
-        state = KeyState(note.namespace)
         if self._key_state is not None:
             try:  # read per message: notifications are few, and a rotation shows at once
                 state = await asyncio.to_thread(self._key_state, note.namespace)
             except StoreUnavailable as exc:
                 raise SendError(f"cannot read the namespace's signing key: {exc}") from None
+            self.signers.set_state(state)
         now = time.time()
-        signer = NamespaceSigners(self._secret, [state]).signer(note.namespace, now)
+        signer = self.signers.signer(note.namespace, now)
         assert signer is not None
         return signer.sign(int(now), note.job_id, note.id, "",
                            context_tail(note.channel["url"], body))

@@ -5,7 +5,12 @@ guard; on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
+from cronman import signing_keys
+from cronman.notify.senders import WebhookSender
+from cronman.signing import namespace_key, verify_signature
+from cronman.timeutil import utcnow
 from tests.support.notify import (
     create_job,
     finish_run,
@@ -43,6 +48,44 @@ def test_a_failed_run_is_posted_signed_once(store, database_url):
         assert event["run_id"] == run.id and event["detail"]["error"] == "HTTP 503"
         assert note.attempts == 1 and note.last_error is None and note.sent_at is not None
     assert len(rx.requests) == 1  # nothing sent again
+
+
+def test_one_signer_per_namespace_is_kept_across_messages_and_follows_a_rotation(
+        store, database_url, monkeypatch):
+    """The notifier's webhook sender shares one NamespaceSigners: a namespace's keys are
+    prepared once for its messages (not once per message), and a rotation read at the
+    next message is signed with at once (new and previous key)."""
+    made: list[int] = []
+
+    class CountingSigner(signing_keys.Signer):
+        def __init__(self, key) -> None:  # type: ignore[no-untyped-def]
+            made.append(1)
+            super().__init__(key)
+
+    monkeypatch.setattr(signing_keys, "Signer", CountingSigner)
+    settings = notify_settings(database_url)
+    sender = WebhookSender(settings, key_state=store.signing_keys.state)
+    with Receiver() as rx:
+        url = rx.url("/hook")
+        jobs = [create_job(store, f"job-{i}", notify=[webhook_rule(url)]) for i in range(3)]
+        with running_notifier(store, settings, senders={"webhook": sender}):
+            for i, job in enumerate(jobs[:2]):
+                finish_run(store, job.id, base_time(), "failed")
+                rx.wait_for(i + 1, timeout=10)
+            assert len(made) == 1  # two messages, one signer
+            now = utcnow()
+            store.signing_keys.rotate("default", now=now,
+                                      previous_until=now + timedelta(seconds=600))
+            finish_run(store, jobs[2].id, base_time(), "failed")
+            requests = rx.wait_for(3, timeout=10)
+    assert len(made) == 2  # made again for the new key state only
+    assert all(notification_verifies("notify-secret", "default", r, url) for r in requests)
+    last = requests[2]
+    new_key = namespace_key("notify-secret", "default", 1)
+    assert last.header("Cronman-Signature").count("v2=") == 2
+    assert verify_signature(new_key, last.header("Cronman-Signature"), last.body,
+                            job_id=jobs[2].id, run_id=last.header("Cronman-Notification-Id"),
+                            scheduled_for="", url=url)
 
 
 def test_a_failing_receiver_is_retried_and_each_attempt_is_visible(store, database_url):

@@ -220,3 +220,16 @@ def test_the_by_hand_verifier_of_the_docstring_agrees(monkeypatch):
             "Cronman-Run-Id": CTX["run_id"], "Cronman-Scheduled-For": CTX["scheduled_for"]}
     assert scope["verify"]("k", CTX["url"], hdrs, BODY)
     assert not scope["verify"]("k", "https://billing.example.com/other", hdrs, BODY)
+
+
+def test_set_state_replaces_one_namespace_and_keeps_the_others_signers():
+    signers = NamespaceSigners("cluster")
+    a, b = signers.signer("a", T), signers.signer("b", T)
+    signers.set_state(KeyState("a"))  # unchanged: the signer is kept
+    assert signers.signer("a", T) is a
+    signers.set_state(KeyState("a", 1, datetime.fromtimestamp(T + 100, UTC)))
+    fresh = signers.signer("a", T)
+    assert fresh is not a and signers.signer("b", T) is b
+    assert fresh is not None
+    header = fresh.sign(T, "job-1", "run-1", CTX["scheduled_for"], context_tail(CTX["url"], BODY))
+    assert ok(namespace_key("cluster", "a", 1), header) and ok(namespace_key("cluster", "a"), header)
