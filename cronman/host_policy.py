@@ -3,8 +3,10 @@
 A ``HostPolicy`` says what the runs of a namespace (or, on a worker agent,
 any run it is handed) may ask of their host:
 
-- ``root``: run as root -- user ``root``, uid 0 or gid 0. Off by default: a
-  run names a non-root user, or runs as ``DEFAULT_UID:DEFAULT_GID`` (nobody).
+- ``root``: run as root -- user ``root``, uid 0 or gid 0, as ``parse_user``
+  (the parser the runtimes use) reads it. Off by default: a run names a
+  non-root user, or runs as ``DEFAULT_UID:DEFAULT_GID`` (nobody). A user the
+  parser cannot read is refused whatever the policy.
 - ``networks``: the network modes a run may ask for. Default ``none`` only
   (loopback of its own); ``host`` shares the host's network, its loopback
   services included, past the private-address guard.
@@ -20,7 +22,10 @@ namespace grant (``CRONMAN_HOST_POLICY``, or the grant an admin token set
 for the namespace), and by every worker agent against its own
 (``CRONMAN_AGENT_HOST_POLICY``), whatever the run's stored definition says.
 ``refusals`` works on any target that may name ``user`` and ``network`` (worker
-targets will, too). Pure: the standard library only.
+targets will, too). A namespace's grant is stored partial (``grant_keys``:
+only the keys an admin set) and read over the live default (``over``), so a
+later narrowing of ``CRONMAN_HOST_POLICY`` reaches every key a grant leaves
+out. Pure: the standard library only.
 """
 
 from __future__ import annotations
@@ -54,9 +59,15 @@ class HostPolicy:
         """(field, why) for each thing ``target`` asks that this policy refuses."""
         out: list[tuple[str, str]] = []
         user = target.get("user")
-        if not self.root and asks_root(user):
-            out.append(("user", f"{user!r} runs as root, which the host policy does not "
-                                "allow (ask an operator for a grant, or name a non-root uid)"))
+        try:
+            root = asks_root(user)
+        except ValueError as exc:
+            out.append(("user", str(exc)))
+        else:
+            if root and not self.root:
+                out.append(("user", f"{user!r} runs as root, which the host policy does not "
+                                    "allow (ask an operator for a grant, or name a non-root "
+                                    "uid)"))
         network = target.get("network") or "none"
         if network not in self.networks:
             out.append(("network", f"network {network!r} is not allowed by the host policy "
@@ -69,15 +80,35 @@ DEFAULT = HostPolicy()
 UNRESTRICTED = HostPolicy(root=True, networks=frozenset(NETWORKS), process=True)
 
 
-def asks_root(user: Any) -> bool:
-    """Whether a target's ``user`` runs as root (uid 0 or gid 0)."""
+def parse_user(user: str | None) -> tuple[int, int]:
+    """(uid, gid) of a target's ``user``: ``"root"``, ``"nobody"``, ``"uid"``
+    or ``"uid:gid"`` (gid defaults to uid); None gives ``DEFAULT_UID:DEFAULT_GID``.
+    ``ValueError`` for anything else. The one reading of ``user``: the runtimes
+    run as what it returns, and the policies call root what it makes 0."""
     if user is None:
-        return False
-    text = str(user).strip()
-    if text == "root":
-        return True
-    uid, _, gid = text.partition(":")
-    return any(part.isdigit() and int(part) == 0 for part in (uid, gid))
+        return DEFAULT_UID, DEFAULT_GID
+    if not isinstance(user, str):
+        raise ValueError(f"user {user!r} is not root, nobody, uid or uid:gid")
+    value = user.strip()
+    if value == "root":
+        return 0, 0
+    if value == "nobody":
+        return DEFAULT_UID, DEFAULT_GID
+    uid_text, _, gid_text = value.partition(":")
+    try:
+        uid = int(uid_text)
+        gid = int(gid_text) if gid_text else uid
+    except ValueError:
+        raise ValueError(f"user {user!r} is not root, nobody, uid or uid:gid") from None
+    if uid < 0 or gid < 0:
+        raise ValueError(f"user {user!r}: ids must not be negative")
+    return uid, gid
+
+
+def asks_root(user: Any) -> bool:
+    """Whether a target's ``user`` runs as root (uid 0 or gid 0, as
+    ``parse_user`` reads it); ``ValueError`` when it cannot be read."""
+    return 0 in parse_user(user)
 
 
 def from_dict(value: Any, *, base: HostPolicy = DEFAULT) -> HostPolicy:
@@ -104,6 +135,19 @@ def from_dict(value: Any, *, base: HostPolicy = DEFAULT) -> HostPolicy:
         if name in networks[:i]:
             raise ValidationError(f"{name!r} is listed twice", field=f"networks[{i}]")
     return HostPolicy(root=root, networks=frozenset(networks), process=process)
+
+
+def grant_keys(value: Any) -> dict[str, Any]:
+    """A namespace's grant as an admin sets it: only the keys given, checked
+    (``ValidationError`` naming the key) and in their JSON form."""
+    checked = from_dict(value).to_dict()
+    return {key: checked[key] for key in KEYS if key in value}
+
+
+def over(own: Mapping[str, Any] | None, default: HostPolicy) -> HostPolicy:
+    """A namespace's policy: the keys its own grant sets (None: it has none)
+    over the operator's live default. The one place that decides it."""
+    return default if own is None else from_dict(dict(own), base=default)
 
 
 def parse(text: str | None, *, name: str, base: HostPolicy = DEFAULT) -> HostPolicy:

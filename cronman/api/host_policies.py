@@ -7,9 +7,11 @@
 - ``GET /v1/namespaces/{namespace}/host-policy``: the namespace's grant (any
   token of the namespace); ``PUT`` sets it, ``DELETE`` drops it (the
   operator's default, ``CRONMAN_HOST_POLICY``, applies again): admin tokens
-  only, as for ``/v1/tokens``. A grant narrowed later does not change stored
-  jobs: the next write of one through a namespace token is checked, and every
-  worker agent checks each run against its own policy.
+  only, as for ``/v1/tokens``. A grant holds only the keys the PUT gave; the
+  others follow the live default (``host_policy.over``). A grant narrowed
+  later does not change stored jobs, but their runs are checked again: the
+  scheduler node refuses a run its namespace's grant does not allow, and
+  every worker agent checks it against the grant and its own policy.
 """
 
 from __future__ import annotations
@@ -34,10 +36,14 @@ ADMIN_ONLY = "granting a namespace a host policy"
 
 
 def grant(namespace: str) -> HostPolicy:
-    """The namespace's grant: its own, else the operator's default."""
+    """The namespace's policy: its own grant over the operator's default."""
+    return _lookup(namespace)[0]
+
+
+def _lookup(namespace: str) -> tuple[HostPolicy, dict[str, Any] | None]:
     ctx = api_context()
     own = ctx.store.host_policies.get(namespace)
-    return own if own is not None else ctx.settings.host_policy_default
+    return host_policy.over(own, ctx.settings.host_policy_default), own
 
 
 def enforce(spec: dict[str, Any], who: Principal, prefix: str = "") -> None:
@@ -54,9 +60,9 @@ def enforce(spec: dict[str, Any], who: Principal, prefix: str = "") -> None:
 
 
 def policy_json(namespace: str) -> dict[str, Any]:
-    own = api_context().store.host_policies.get(namespace)
-    policy = own if own is not None else api_context().settings.host_policy_default
-    return {"namespace": namespace, **policy.to_dict(), "default": own is None}
+    policy, own = _lookup(namespace)
+    return {"namespace": namespace, **policy.to_dict(), "default": own is None,
+            "granted": own or {}}
 
 
 class HostPolicyItem(ApiView):
@@ -68,9 +74,8 @@ class HostPolicyItem(ApiView):
     def put(self, namespace: str) -> Response:
         who = require_admin(ADMIN_ONLY)
         v.check_namespace(namespace)
-        policy = host_policy.from_dict(read_json(),
-                                       base=api_context().settings.host_policy_default)
-        api_context().store.host_policies.put(namespace, policy, by=who.token_id)
+        grant_keys = host_policy.grant_keys(read_json())
+        api_context().store.host_policies.put(namespace, grant_keys, by=who.token_id)
         return json_response(policy_json(namespace))
 
     def delete(self, namespace: str) -> Response:

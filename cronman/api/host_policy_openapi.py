@@ -29,13 +29,19 @@ def schemas() -> dict[str, Any]:
     }
     return {
         "HostPolicyGrant": obj(fields, description="What the namespace's runs may ask of "
-                                                   "their host; keys left out keep the "
-                                                   "operator's default (CRONMAN_HOST_POLICY)"),
+                                                   "their host. Only the keys given are "
+                                                   "stored (a PUT replaces the grant); keys "
+                                                   "left out follow the operator's live "
+                                                   "default (CRONMAN_HOST_POLICY), so a "
+                                                   "later change of it reaches them"),
         "HostPolicy": obj({"namespace": NAMESPACE, **fields,
                            "default": {"type": "boolean",
                                        "description": "true: the namespace has no grant of "
-                                                      "its own, the operator's default applies"}},
-                          ("namespace", "root", "networks", "process", "default")),
+                                                      "its own, the operator's default applies"},
+                           "granted": {"type": "object",
+                                       "description": "the keys the namespace's own grant "
+                                                      "sets (the others are the default's)"}},
+                          ("namespace", "root", "networks", "process", "default", "granted")),
     }
 
 

@@ -1,9 +1,10 @@
 """The namespaces' host policy grants, as the scheduler nodes read them.
 
-A node stamps each container run it places with its namespace's grant (the
-one an admin token set, else the operator's default, ``CRONMAN_HOST_POLICY``):
-``cronman.callbacks.container`` offers runs to ``process`` agents only when
-it allows that runtime. ``cronman standalone`` (a single-user setup) allows
+A node stamps each container run it places with its namespace's policy (the
+keys an admin token granted over the operator's default, ``CRONMAN_HOST_POLICY``:
+``host_policy.over``): ``cronman.callbacks.container`` refuses a run that asks
+for more and offers runs to ``process`` agents only when it allows that
+runtime. ``cronman standalone`` (a single-user setup) allows
 the process runtime by default while the API needs no token (auth off, or
 open before the first token): every caller is then the operator. Once tokens
 are required, a namespace runs on it only with a grant that says so.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from cronman import host_policy
 from cronman.host_policy import HostPolicy
 from cronman.store.base import Store
 
@@ -27,10 +29,8 @@ def store_grants(store: Store, default: HostPolicy,
 
     def grant(namespace: str) -> HostPolicy:
         own = store.host_policies.get(namespace)
-        if own is not None:
-            return own
         override = open_default() if open_default is not None else None
-        return override if override is not None else default
+        return host_policy.over(own, override if override is not None else default)
 
     return grant
 

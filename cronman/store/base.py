@@ -11,12 +11,11 @@ Database failures surface as ``cronman.errors.StoreUnavailable``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from cronman.host_policy import HostPolicy
 from cronman.models import (
     Job,
     JobFilter,
@@ -371,10 +370,12 @@ class CalendarRecord:
 class HostPolicies(Protocol):
     """The namespaces' host policy grants (``cronman.host_policy``)."""
 
-    def get(self, namespace: str) -> HostPolicy | None:
-        """The namespace's grant; None: the operator's default applies."""
+    def get(self, namespace: str) -> dict[str, Any] | None:
+        """The keys the namespace's grant sets (``host_policy.over`` reads them
+        over the operator's default); None: the default applies."""
 
-    def put(self, namespace: str, policy: HostPolicy, *, by: str | None) -> None: ...
+    def put(self, namespace: str, grant: Mapping[str, Any], *, by: str | None) -> None:
+        """Set the grant: only the keys given (``host_policy.grant_keys``)."""
 
     def delete(self, namespace: str) -> bool: ...
 

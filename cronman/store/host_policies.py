@@ -1,7 +1,8 @@
 """Per-namespace host policies (``/v1/namespaces/{namespace}/host-policy``).
 
-A namespace without a row has the operator's default (``CRONMAN_HOST_POLICY``,
-given by the caller). ``get`` runs on every job write of a namespace token and
+A row holds only the keys an admin set (``host_policy.grant_keys``); the
+caller reads them over the operator's live default (``host_policy.over``,
+``CRONMAN_HOST_POLICY``); a namespace without a row has that default. ``get`` runs on every job write of a namespace token and
 on every container run a node places, so its answers are cached for
 ``CACHE_SECONDS`` per Store; a grant set through the same Store takes effect
 at once, through another process within ``CACHE_SECONDS``.
@@ -11,12 +12,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import delete, select
 
 from cronman import host_policy
-from cronman.host_policy import HostPolicy
 from cronman.store.engine import Database, Tx
 from cronman.store.tables import host_policies
 from cronman.timeutil import utcnow
@@ -31,24 +32,27 @@ class SqlHostPolicies:
     def __init__(self, db: Database) -> None:
         self._db = db
         self._lock = threading.Lock()
-        self._cache: dict[str, tuple[float, HostPolicy | None]] = {}
+        self._cache: dict[str, tuple[float, dict[str, Any] | None]] = {}
 
-    def get(self, namespace: str) -> HostPolicy | None:
-        """The namespace's grant, or None when it has none (the default applies)."""
+    def get(self, namespace: str) -> dict[str, Any] | None:
+        """The keys the namespace's grant sets, or None when it has none (the
+        default applies)."""
         now = time.monotonic()
         with self._lock:
             hit = self._cache.get(namespace)
         if hit is not None and hit[0] > now:
-            return hit[1]
+            return dict(hit[1]) if hit[1] is not None else None
         with self._db.read() as conn:
             row = conn.execute(select(host_policies.c.policy)
                                .where(host_policies.c.namespace == namespace)).first()
-        policy = None if row is None else host_policy.from_dict(row[0])
-        self._remember(namespace, policy)
-        return policy
+        grant = None if row is None else host_policy.grant_keys(row[0])
+        self._remember(namespace, grant)
+        return dict(grant) if grant is not None else None
 
-    def put(self, namespace: str, policy: HostPolicy, *, by: str | None) -> None:
-        values: dict[str, Any] = {"policy": policy.to_dict(), "updated_at": utcnow(),
+    def put(self, namespace: str, grant: Mapping[str, Any], *, by: str | None) -> None:
+        """Set the namespace's grant: the keys given (``ValidationError`` for others)."""
+        policy = host_policy.grant_keys(dict(grant))
+        values: dict[str, Any] = {"policy": policy, "updated_at": utcnow(),
                                   "updated_by": by}
 
         def fn(tx: Tx) -> None:
@@ -68,7 +72,7 @@ class SqlHostPolicies:
         self._remember(namespace, None)
         return bool(deleted)
 
-    def _remember(self, namespace: str, policy: HostPolicy | None) -> None:
+    def _remember(self, namespace: str, policy: dict[str, Any] | None) -> None:
         with self._lock:
             if len(self._cache) >= _CACHE_MAX:
                 self._cache.clear()

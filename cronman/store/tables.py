@@ -473,7 +473,8 @@ host_policies = Table(
     "host_policies",
     metadata,
     Column("namespace", String(128), primary_key=True),
-    # The policy's JSON form: {"root": bool, "networks": [...], "process": bool}.
+    # The keys of {"root": bool, "networks": [...], "process": bool} the grant
+    # sets; the others come from the live default.
     Column("policy", JsonType, nullable=False),
     Column("updated_at", UTCDateTime(), nullable=False),
     # The admin token that set it (NULL: with auth off or open).

@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
+from cronman import host_policy
 from cronman.errors import CronmanError
 
 #: Bytes of stdout and of stderr kept for a run's ``logs_tail``.
@@ -154,19 +155,10 @@ class LogTail:
 
 
 def parse_user(user: str | None) -> tuple[int, int]:
-    """(uid, gid) of a target's ``user``: ``"root"``, ``"nobody"``, ``"uid"``
-    or ``"uid:gid"`` (gid defaults to uid); None gives ``DEFAULT_USER``."""
-    value = DEFAULT_USER if user is None else user.strip()
-    if value == "root":
-        return 0, 0
-    if value == "nobody":
-        return 65534, 65534
-    uid_text, _, gid_text = value.partition(":")
+    """(uid, gid) of a target's ``user`` (``cronman.host_policy.parse_user``,
+    the same reading the host policies check); ``RuntimeError_`` when it
+    cannot be read."""
     try:
-        uid = int(uid_text)
-        gid = int(gid_text) if gid_text else uid
-    except ValueError:
-        raise RuntimeError_(f"user {user!r} is not root, nobody, uid or uid:gid") from None
-    if uid < 0 or gid < 0:
-        raise RuntimeError_(f"user {user!r}: ids must not be negative")
-    return uid, gid
+        return host_policy.parse_user(user)
+    except ValueError as exc:
+        raise RuntimeError_(str(exc)) from None

@@ -233,7 +233,7 @@ def test_a_process_agent_in_a_cluster_runs_granted_namespaces_only(tmp_path, db_
         agent = procs.agent("p1", redis_url=env["CRONMAN_REDIS_URL"], runtime="process",
                             env={**env, "CRONMAN_AGENT_LABELS": "kind=host",
                                  "CRONMAN_DATABASE_URL": db_url, "AGENT_SECRET": "s3cret"})
-        store.host_policies.put("ops", HostPolicy(process=True), by=None)
+        store.host_policies.put("ops", HostPolicy(process=True).to_dict(), by=None)
         selector = {"selector": {"kind": "host"}}
         job = container_job(store, "host", ["sh", "-c", "echo on $CRONMAN_RUN_ID; id -u; env"],
                             target_extra=selector, namespace="ops")

@@ -63,7 +63,7 @@ def test_a_namespace_token_is_refused_root_and_the_host_network(client, tokens):
     assert err["field"] == "target.user"
     assert client.get("/v1/namespaces/beta/host-policy", headers=h).get_json() == {
         "namespace": "beta", "root": False, "networks": ["none"], "process": False,
-        "default": True}
+        "default": True, "granted": {}}
 
 
 def test_an_admin_grant_lets_the_namespace_ask(client, tokens, store):
@@ -81,7 +81,7 @@ def test_an_admin_grant_lets_the_namespace_ask(client, tokens, store):
                       json={"root": True, "networks": ["none", "host"]}, headers=admin)
     assert resp.status_code == 200 and resp.get_json() == {
         "namespace": "beta", "root": True, "networks": ["host", "none"], "process": False,
-        "default": False}
+        "default": False, "granted": {"root": True, "networks": ["host", "none"]}}
     assert client.post("/v1/jobs", json=container(user="root", network="host"),
                        headers=h).status_code == 201
     # Another namespace's token gains nothing from it.
@@ -112,3 +112,35 @@ def test_admin_tokens_and_the_operator_default(store, database_url, tokens):
                              headers=tokens["beta"]), 403)["field"] == "target.user"
     with pytest.raises(ValueError, match="CRONMAN_HOST_POLICY"):
         Settings(host_policy='{"root": "yes"}')
+
+
+def test_a_grant_stores_only_its_keys_so_a_narrower_default_reaches_the_rest(
+        store, database_url, tokens):
+    lax = make_app(Settings(database_url=database_url, auth="required",
+                            host_policy='{"networks": ["none", "host"]}'),
+                   store=store).test_client()
+    resp = lax.put("/v1/namespaces/beta/host-policy", json={"root": True},
+                   headers=tokens["admin"])
+    assert resp.status_code == 200 and resp.get_json() == {
+        "namespace": "beta", "root": True, "networks": ["host", "none"], "process": False,
+        "default": False, "granted": {"root": True}}, resp.get_json()
+    assert store.host_policies.get("beta") == {"root": True}
+    assert lax.post("/v1/jobs", json=container("net", network="host"),
+                    headers=tokens["beta"]).status_code == 201
+    # The operator narrows CRONMAN_HOST_POLICY: the key the grant left out follows.
+    narrow = make_app(Settings(database_url=database_url, auth="required"),
+                      store=store).test_client()
+    assert narrow.get("/v1/namespaces/beta/host-policy", headers=tokens["beta"]).get_json() == {
+        "namespace": "beta", "root": True, "networks": ["none"], "process": False,
+        "default": False, "granted": {"root": True}}
+    err = error_of(narrow.post("/v1/jobs", json=container("net2", network="host"),
+                               headers=tokens["beta"]), 403)
+    assert err["field"] == "target.network"
+    assert narrow.post("/v1/jobs", json=container("root", user="root"),
+                       headers=tokens["beta"]).status_code == 201
+    # A PUT replaces the grant: keys it leaves out are no longer granted.
+    narrow.put("/v1/namespaces/beta/host-policy", json={"process": False},
+               headers=tokens["admin"])
+    assert store.host_policies.get("beta") == {"process": False}
+    assert error_of(narrow.post("/v1/jobs", json=container("root2", user="root"),
+                                headers=tokens["beta"]), 403)["field"] == "target.user"

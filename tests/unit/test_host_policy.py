@@ -6,15 +6,46 @@ import pytest
 
 from cronman import host_policy
 from cronman.errors import ValidationError
-from cronman.host_policy import HostPolicy, asks_root
+from cronman.host_policy import HostPolicy, asks_root, parse_user
+from cronman.worker_agent.runtime import RuntimeError_
+from cronman.worker_agent.runtime import parse_user as runtime_parse_user
+
+# Every spelling the runtimes' parser reads as uid or gid 0.
+ROOT_SPELLINGS = ("root", "0", "0:1000", "1000:0", "00", "+0", "-0", "0_0", "65534:+0",
+                  " 0 ", "65534:-0", "0:0")
 
 
 @pytest.mark.parametrize(("user", "root"), [
-    (None, False), ("nobody", False), ("1000", False), ("1000:1000", False),
-    ("root", True), ("0", True), ("0:1000", True), ("1000:0", True), ("00", True),
+    (None, False), ("nobody", False), ("1000", False), ("1000:1000", False), ("65534:+1", False),
+    *((spelling, True) for spelling in ROOT_SPELLINGS),
 ])
-def test_what_runs_as_root(user, root):
+def test_what_runs_as_root_is_what_the_runtime_runs_as(user, root):
     assert asks_root(user) is root
+    assert (0 in runtime_parse_user(user)) is root
+
+
+@pytest.mark.parametrize("user", ["alice", "0:x", "", ":0", "1:-1", "-1", "0:0:0"])
+def test_a_user_the_runtime_cannot_read_is_refused_whatever_the_policy(user):
+    with pytest.raises(RuntimeError_):
+        runtime_parse_user(user)
+    with pytest.raises(ValueError):
+        parse_user(user)
+    assert [f for f, _ in host_policy.UNRESTRICTED.refusals({"user": user})] == ["user"]
+
+
+def test_a_grant_keeps_only_its_keys_and_reads_over_the_live_default():
+    assert host_policy.grant_keys({"root": True}) == {"root": True}
+    assert host_policy.grant_keys({"networks": ["host", "none"]}) == {
+        "networks": ["host", "none"]}
+    with pytest.raises(ValidationError):
+        host_policy.grant_keys({"root": True, "mounts": []})
+    lax = HostPolicy(networks=frozenset({"none", "host"}))
+    assert host_policy.over(None, lax) is lax
+    assert host_policy.over({"root": True}, lax) == HostPolicy(root=True, networks=lax.networks)
+    # The default narrowed later: the keys the grant leaves out follow it.
+    assert host_policy.over({"root": True}, HostPolicy()) == HostPolicy(root=True)
+    # A grant may be narrower than the default.
+    assert host_policy.over({"networks": ["none"]}, lax) == HostPolicy()
 
 
 def test_the_default_refuses_root_and_the_host_network_naming_the_field():
