@@ -17,10 +17,11 @@ any run it is handed) may ask of their host:
 There are no privileged containers, added capabilities or mounts to ask for:
 a container target has no such fields (unknown fields are refused).
 
-The same type is checked in two places: by the API against the caller's
-namespace grant (``CRONMAN_HOST_POLICY``, or the grant an admin token set
-for the namespace), and by every worker agent against its own
-(``CRONMAN_AGENT_HOST_POLICY``), whatever the run's stored definition says.
+The same type is checked by the API against the caller's namespace grant
+(the keys an admin token set for the namespace over ``CRONMAN_HOST_POLICY``),
+by the scheduler node placing each run against that grant again, and by
+every worker agent against the grant the message carries and against its
+own (``CRONMAN_AGENT_HOST_POLICY``), whatever the run's stored definition says.
 ``refusals`` works on any target that may name ``user`` and ``network`` (worker
 targets will, too). A namespace's grant is stored partial (``grant_keys``:
 only the keys an admin set) and read over the live default (``over``), so a

@@ -3,7 +3,7 @@
 - ``enforce``: a job written with a namespace token may ask of its host only
   what the namespace's grant allows (403 naming the field: ``target.user``,
   ``target.network``). Admin tokens, and the API while auth is off or open,
-  are the operator: they may ask for anything.
+  are the operator: they may write anything (its runs still need the grant).
 - ``GET /v1/namespaces/{namespace}/host-policy``: the namespace's grant (any
   token of the namespace); ``PUT`` sets it, ``DELETE`` drops it (the
   operator's default, ``CRONMAN_HOST_POLICY``, applies again): admin tokens

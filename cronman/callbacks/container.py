@@ -17,11 +17,16 @@ waits for its outcome:
    again; a lease the agent stopped renewing is ``lost`` (``Outcome.lost``:
    the job's ``delivery`` decides between a new attempt and ``lost``).
 
-Host policy (``cronman.host_policy``): each message carries the run's
-namespace and that namespace's grant (``grants``: the store's, else the
-operator's default). Runs are offered to ``process`` agents only when the
-grant allows the ``process`` runtime; every agent checks each run against
-its own policy as well, whatever the message says.
+Host policy (``cronman.host_policy``): before placing a run the node reads
+its namespace's grant (``grants``: the store's over the operator's default)
+and fails the run, not retried, when its target asks for more (root, the
+host's network) -- a job stored before its grant was narrowed keeps firing
+but does not run. When the grant cannot be read (the database away) the last
+one read for that namespace serves, else the attempt fails retryable: never
+a broader policy than the namespace's own. Each message carries the
+namespace and its grant; runs are offered to ``process`` agents only when
+the grant allows that runtime, and every agent checks each run against the
+grant and against its own policy, whatever the stored row says.
 
 ``timeout`` bounds the whole attempt: waiting for room, starting and
 running. The result is ``exit_code``, ``agent_id`` and ``logs_tail``
@@ -73,6 +78,8 @@ DEFAULT_PLACEMENT_TIMEOUT = 60.0
 OFFER_SECONDS = 5.0
 #: How long a placement (and the outcome in it) is kept in the directory.
 KEEP_SECONDS = 3600.0
+#: Namespaces whose last read grant a target keeps (for a database outage).
+KNOWN_GRANTS_MAX = 4096
 #: How long a replacing run waits for the container it replaces to be gone.
 STOP_WAIT = 10.0
 
@@ -91,6 +98,7 @@ class ContainerTarget:
         self.default_grant = (settings.host_policy_default if settings is not None
                               else DEFAULT_POLICY)
         self.grants = grants
+        self._known_grants: dict[str, HostPolicy] = {}  # namespace -> its last read grant
         if placement_timeout is None:
             placement_timeout = (settings.agent_placement_timeout if settings is not None
                                  else DEFAULT_PLACEMENT_TIMEOUT)
@@ -188,6 +196,14 @@ class ContainerTarget:
         memory_mb = int(target.get("memory_mb") or 256)
         selector = {str(k): str(v) for k, v in (target.get("selector") or {}).items()}
         grant = await self._grant(d.namespace)
+        if isinstance(grant, Outcome):
+            return grant
+        refused = grant.refusals(target)
+        if refused:
+            field, why = refused[0]
+            return Outcome(False, error=f"refused by the host policy of namespace "
+                                        f"{d.namespace!r} (its grant): target.{field}: {why}",
+                           retryable=False)
         message = {"kind": "start", "run_id": d.run_id, "attempt": d.attempt,
                    "job_id": d.job_id, "scheduled_for": format_rfc3339(d.scheduled_for),
                    "namespace": d.namespace, "host_policy": grant.to_dict(),
@@ -210,16 +226,24 @@ class ContainerTarget:
         assert answer == PLACED
         return d.attempt
 
-    async def _grant(self, namespace: str) -> HostPolicy:
-        """The namespace's grant; the operator's default when it cannot be read."""
+    async def _grant(self, namespace: str) -> HostPolicy | Outcome:
+        """The namespace's grant; when it cannot be read, the last one read for
+        the namespace, else a failed (retryable) attempt."""
         if self.grants is None:
             return self.default_grant
         try:
             grant: HostPolicy = await self.call(self.grants, namespace)
         except Exception as exc:
-            log.warning("cannot read the host policy of namespace %r (%s): its runs get the "
-                        "default", namespace, exc)
-            return self.default_grant
+            known = self._known_grants.get(namespace)
+            if known is not None:
+                log.warning("cannot read the host policy of namespace %r (%s): its last "
+                            "known grant serves", namespace, exc)
+                return known
+            return Outcome(False, error=f"cannot read the host policy of namespace "
+                                        f"{namespace!r}: {exc}")
+        if len(self._known_grants) >= KNOWN_GRANTS_MAX and namespace not in self._known_grants:
+            self._known_grants.clear()
+        self._known_grants[namespace] = grant
         return grant
 
     def _no_room(self, request: Request, waited: float) -> str:

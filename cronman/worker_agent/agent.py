@@ -19,11 +19,13 @@ One asyncio loop; the directory (Redis) calls go to a small thread pool.
   are killed.
 
 - **Host policy** (``cronman.host_policy``, ``CRONMAN_AGENT_HOST_POLICY``):
-  before starting anything the agent checks the run against its own policy
-  -- root, network mode, and on the ``process`` runtime both its own consent
-  and the run's namespace grant carried by the message -- and records a
-  refused run failed (not retried) with the reason, whatever the run's stored
-  definition says. Default: non-root, network ``none``.
+  before starting anything the agent checks the run -- root, network mode,
+  and on the ``process`` runtime its consent -- against both its own policy
+  and the run's namespace grant carried by the message (a message without
+  one, from a node older than the agent, is refused: upgrade the nodes
+  first), and records a refused run failed (not retried) with the reason,
+  whatever the run's stored definition says. Default: non-root, network
+  ``none``.
 
 A graceful stop leaves the membership and, on containerd, leaves the
 containers running for the agent's return (their leases run on until then);
@@ -42,8 +44,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
+from cronman import host_policy
 from cronman.coordination.agents import FENCED, STOP, AgentDirectory, AgentInfo, Capacity
-from cronman.errors import CoordinatorUnavailable
+from cronman.errors import CoordinatorUnavailable, ValidationError
 from cronman.host_policy import DEFAULT as DEFAULT_POLICY
 from cronman.host_policy import HostPolicy
 from cronman.timeutil import format_rfc3339, now_ms, utcnow
@@ -278,7 +281,9 @@ class WorkerAgent:
             log.error("container %s could not be removed: %r", held.container_id, exc)
 
     def refusal(self, message: dict[str, Any]) -> str | None:
-        """Why this agent's host policy refuses the run of ``message`` (None: it may run)."""
+        """Why the run of ``message`` may not run here (None: it may): what its
+        target asks beyond this agent's own policy, or beyond its namespace's
+        grant carried by the message (a message without one is refused)."""
         target = message.get("target")
         if not isinstance(target, dict):
             return "the run names no container target"
@@ -286,16 +291,23 @@ class WorkerAgent:
         if refused:
             field, why = refused[0]
             return f"target.{field}: {why}"
-        if self.runtime.name == "process":
-            grant = message.get("host_policy")
-            granted = isinstance(grant, dict) and grant.get("process") is True
-            if not self.policy.process:
-                return ("the process runtime runs commands on this agent's host without "
-                        "isolation, which this agent's host policy does not allow")
-            if not granted:
-                return ("the process runtime runs commands on this agent's host without "
-                        f"isolation, which the host policy of namespace "
-                        f"{message.get('namespace')!r} does not allow")
+        if self.runtime.name == "process" and not self.policy.process:
+            return ("the process runtime runs commands on this agent's host without "
+                    "isolation, which this agent's host policy does not allow")
+        namespace = message.get("namespace")
+        try:
+            grant = host_policy.from_dict(message.get("host_policy"))
+        except ValidationError:
+            return (f"the message carries no host policy of namespace {namespace!r} (a "
+                    "scheduler node older than this agent?), so nothing is granted")
+        refused = grant.refusals(target)
+        if refused:
+            field, why = refused[0]
+            return f"target.{field}: namespace {namespace!r}, by its grant: {why}"
+        if self.runtime.name == "process" and not grant.process:
+            return ("the process runtime runs commands on this agent's host without "
+                    f"isolation, which the host policy of namespace {namespace!r} does not "
+                    "allow")
         return None
 
     async def _start_and_wait(self, held: HeldRun, message: dict[str, Any]) -> dict[str, Any]:

@@ -55,8 +55,8 @@ class AgentRig:
         return agent
 
     def target(self, placement_timeout: float = 10.0, offer_seconds: float = 5.0,
-               grants: Any = None) -> ContainerTarget:
-        target = ContainerTarget(RedisAgentDirectory(self.settings),
+               grants: Any = None, settings: Settings | None = None) -> ContainerTarget:
+        target = ContainerTarget(RedisAgentDirectory(self.settings), settings,
                                  placement_timeout=placement_timeout, poll=0.05,
                                  offer_seconds=offer_seconds, grants=grants)
         self.targets.append(target)

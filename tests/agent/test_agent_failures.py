@@ -14,7 +14,6 @@ from datetime import timedelta
 import pytest
 
 from cronman.callbacks.validation import validate_target
-from cronman.host_policy import HostPolicy
 from cronman.models import RunFilter
 from cronman.store import open_store
 from cronman.timeutil import utcnow
@@ -230,17 +229,18 @@ def test_a_process_agent_in_a_cluster_runs_granted_namespaces_only(tmp_path, db_
     once = {"retry": {"max_attempts": 1, "min_backoff": 1, "max_backoff": 1}}
     with Processes(tmp_path) as procs:
         procs.scheduler(db_url, "n1", env={**env, "CRONMAN_AGENT_PLACEMENT_TIMEOUT": "3"})
-        agent = procs.agent("p1", redis_url=env["CRONMAN_REDIS_URL"], runtime="process",
-                            env={**env, "CRONMAN_AGENT_LABELS": "kind=host",
-                                 "CRONMAN_DATABASE_URL": db_url, "AGENT_SECRET": "s3cret"})
-        store.host_policies.put("ops", HostPolicy(process=True).to_dict(), by=None)
+        procs.agent("p1", redis_url=env["CRONMAN_REDIS_URL"], runtime="process",
+                    env={**env, "CRONMAN_AGENT_LABELS": "kind=host",
+                         "CRONMAN_DATABASE_URL": db_url, "AGENT_SECRET": "s3cret"})
+        store.host_policies.put("ops", {"process": True}, by=None)
         selector = {"selector": {"kind": "host"}}
         job = container_job(store, "host", ["sh", "-c", "echo on $CRONMAN_RUN_ID; id -u; env"],
                             target_extra=selector, namespace="ops")
         tenant = container_job(store, "tenant", ["sh", "-c", "id"], target_extra=selector,
                                namespace="tenant", **once)
         # Written straight to the database: root and the host's network in a
-        # granted namespace. The agent refuses it whatever the row says.
+        # namespace granted the process runtime only. The node refuses it
+        # whatever the row says (the agents' own checks: test_host_policy).
         forged = container_job(store, "forged", ["sh", "-c", "id"], namespace="ops",
                                target_extra={**selector, "user": "root", "network": "host"},
                                **once)
@@ -256,6 +256,6 @@ def test_a_process_agent_in_a_cluster_runs_granted_namespaces_only(tmp_path, db_
         assert "'tenant'" in run.error and "logs_tail" not in (run.result or {})
         run = final_run(store, forged.id)
         assert run.status == "failed" and run.attempt == 1, run
-        assert "refused by the host policy of worker agent p1: target.user" in run.error
+        assert "refused by the host policy of namespace 'ops' (its grant): target.user" in (
+            run.error), run
         assert "logs_tail" not in (run.result or {})
-        assert "refused by the host policy" in agent.log_text()

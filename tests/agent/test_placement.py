@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from cronman.host_policy import HostPolicy
 from cronman.timeutil import parse_rfc3339
 from tests.agent.harness import AgentRig, delivery, wait_until
 
@@ -128,6 +129,7 @@ def test_a_redispatched_run_adopts_its_live_container(containerd, namespace, red
         directory = rig.target().directory
         assert directory.place("a", d1.run_id, 1, 1.0, 64,
                                {"kind": "start", "run_id": d1.run_id, "attempt": 1,
+                                "namespace": "default", "host_policy": HostPolicy().to_dict(),
                                 "target": d1.target, "timeout": 30}, 5000, 60000) == "placed"
         await wait_until(lambda: agent.held, 5, "the container to start")
         again = delivery(d1.target["command"], run_id=d1.run_id, attempt=2)
