@@ -314,7 +314,13 @@ def components() -> dict[str, Any]:
     schemas["Health"] = obj({"status": STRING}, ("status",), closed=False)
     schemas["AuthState"] = AUTH_STATE
     schemas["Ready"] = obj({"status": STRING, "checks": STRING_MAP, "auth": ref("AuthState"),
-                             "error": ERROR["properties"]["error"]},
+                             "error": ERROR["properties"]["error"],
+                             "database_member": nullable(obj(
+                                 {"member": {"type": "string",
+                                             "description": "host:port written to"},
+                                  "since": {**TIME, "description": "the first connection, "
+                                            "or the last move to another member"}},
+                                 ("member", "since")))},
                             ("status", "checks", "auth"))
     return {
         "schemas": schemas,
