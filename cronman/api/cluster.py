@@ -1,4 +1,6 @@
-"""``GET /v1/cluster``: the scheduler nodes the coordinator sees, and the worker agents.
+"""``GET /v1/cluster``: the scheduler nodes the coordinator sees, the worker
+agents, and the database member this API process writes to (``database_member``:
+host:port and since when, as on ``/readyz``; under Patroni it moves on a failover).
 
 An agent's ``running_runs`` lists only the runs of jobs in the caller's
 namespaces (all of them for an admin token, or while no token is needed);
@@ -24,6 +26,7 @@ from cronman.api.common import ApiView, json_response, principal
 from cronman.api.context import api_context
 from cronman.coordination.agents import AgentDirectory, AgentInfo
 from cronman.coordination.base import OVERLOADED_BEHIND_MS, NodeInfo
+from cronman.observability.db_member import member_json
 from cronman.store.base import Store
 from cronman.timeutil import format_rfc3339, utcnow
 
@@ -119,6 +122,7 @@ def cluster_json(who: Principal = OPEN) -> dict[str, Any]:
         "replicas": ctx.settings.replicas,
         "nodes": [node_json(n, now) for n in sorted(nodes, key=lambda n: n.id)],
         "agents": [agent_json(a, now, visible) for a in agents],
+        "database_member": member_json(ctx.database_member()),
     }
 
 

@@ -306,21 +306,22 @@ def components() -> dict[str, Any]:
                        "description": "fire times in the range"},
     }, ("requested", "fire_times"))
     schemas["Node"] = NODE
+    schemas["DatabaseMember"] = obj(
+        {"member": {"type": "string", "description": "host:port written to"},
+         "since": {**TIME, "description": "the first connection, "
+                   "or the last move to another member"}},
+        ("member", "since"))
     schemas["Cluster"] = obj({
         "replicas": {"type": "integer", "minimum": 1},
         "nodes": {"type": "array", "items": ref("Node")},
         "agents": {"type": "array", "items": {"type": "object"}},
-    }, ("replicas", "nodes", "agents"))
+        "database_member": nullable(ref("DatabaseMember")),
+    }, ("replicas", "nodes", "agents", "database_member"))
     schemas["Health"] = obj({"status": STRING}, ("status",), closed=False)
     schemas["AuthState"] = AUTH_STATE
     schemas["Ready"] = obj({"status": STRING, "checks": STRING_MAP, "auth": ref("AuthState"),
                              "error": ERROR["properties"]["error"],
-                             "database_member": nullable(obj(
-                                 {"member": {"type": "string",
-                                             "description": "host:port written to"},
-                                  "since": {**TIME, "description": "the first connection, "
-                                            "or the last move to another member"}},
-                                 ("member", "since")))},
+                             "database_member": nullable(ref("DatabaseMember"))},
                             ("status", "checks", "auth"))
     return {
         "schemas": schemas,

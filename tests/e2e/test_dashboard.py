@@ -21,7 +21,7 @@ from cronman.store import open_store
 from cronman.timeutil import utcnow
 from tests.support.api import http, running_api
 from tests.support.browser import PageWatch, artifact_dir, launch
-from tests.support.databases import migrated_pg_database
+from tests.support.databases import PG_HOST, PG_PORT, migrated_pg_database
 from tests.support.processes import Processes
 from tests.support.receiver import Receiver
 from tests.support.waiting import wait_for
@@ -278,6 +278,10 @@ def test_cluster_view_shows_the_node_and_its_membership_change(console, admin_pa
     events = rows(page, "#cluster-events")
     assert any("e2e-node-1" in e and "joined" in e for e in events), events
     assert "1 node(s)" in page.inner_text("#cluster-summary")
+    # The database member this API writes to (host:port as libpq connected), since when.
+    page.wait_for_selector("#cluster-database code")
+    assert page.inner_text("#cluster-database code") == f"{PG_HOST}:{PG_PORT}"
+    assert page.get_attribute("#cluster-database time", "datetime")
     shot(page, "cluster")
 
 

@@ -1,5 +1,6 @@
 // The cluster: scheduler nodes (heartbeat age, overloaded or not, owned jobs,
-// fires, lock wins and losses), worker agents, and the membership changes of the last hour.
+// fires, lock wins and losses), worker agents, the membership changes of the last hour,
+// and the database member the API writes to (under Patroni it moves on a failover).
 
 import { api } from "../api.js";
 import { clear, fmtNumber, h, table, timeCell } from "../dom.js";
@@ -10,11 +11,12 @@ const AGENT_SKIP = new Set(["running_runs"]);
 export function render(ctx) {
   const { root } = ctx;
   const summary = h("p", { class: "muted", id: "cluster-summary" });
+  const database = h("p", { class: "muted", id: "cluster-database" });
   const nodes = h("div", { id: "cluster-nodes" });
   const agents = h("div", { id: "cluster-agents" });
   const events = h("div", { id: "cluster-events" });
   root.append(
-    h("section", { class: "card" }, h("h1", { text: "Cluster" }), summary,
+    h("section", { class: "card" }, h("h1", { text: "Cluster" }), summary, database,
       h("h2", { text: "Scheduler nodes" }), nodes),
     h("section", { class: "card" }, h("h2", { text: "Worker agents" }), agents),
     h("section", { class: "card" }, h("h2", { text: "Membership changes, last hour" }), events));
@@ -26,6 +28,7 @@ export function render(ctx) {
       const fires = cluster.nodes.reduce((n, node) => n + (node.fires_last_minute || 0), 0);
       summary.textContent = `${cluster.nodes.length} node(s), ${cluster.agents.length} agent(s), ` +
         `${cluster.replicas} replicas per job, ${fmtNumber(fires)} fires in the last minute`;
+      clear(database).append(...databaseLine(cluster.database_member));
       clear(nodes).append(nodesTable(cluster.nodes));
       clear(agents).append(agentsTable(cluster.agents));
       clear(events).append(eventsTable(changes.items));
@@ -43,6 +46,12 @@ export function render(ctx) {
 function age(seconds) {
   if (seconds === null || seconds === undefined) return "—";
   return `${Number(seconds).toFixed(1)} s`;
+}
+
+function databaseLine(member) {
+  if (!member) return ["Database: no connection yet"];
+  return ["Database written to: ", h("code", { text: member.member }), " since ",
+    timeCell(member.since)];
 }
 
 function nodesTable(nodes) {
