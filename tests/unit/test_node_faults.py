@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import statistics
 import time
 from collections import Counter
@@ -311,6 +312,22 @@ def test_both_down_nothing_is_dispatched_and_the_gap_is_recorded(db, store, monk
     assert node.metrics.not_dispatched._value.get() == len(skipped)
 
 
+def record_retries(node: SchedulerNode) -> list[RunUpdate]:
+    """The ``retrying`` updates ``node`` writes, in order, as they were handed
+    to its writer (each the failure's handling time plus the lease as
+    ``lease_expires_at``, and the next attempt's time as ``next_attempt_at``)."""
+    seen: list[RunUpdate] = []
+    update = node.writer.update
+
+    def recording(u: RunUpdate) -> None:
+        if u.status == "retrying":
+            seen.append(copy.copy(u))  # the writer merges later ones into a queued one
+        update(u)
+
+    node.writer.update = recording  # type: ignore[method-assign]
+    return seen
+
+
 def test_retries_follow_the_backoff_then_fail(db, store):
     at = (utcnow() + timedelta(seconds=1)).replace(microsecond=0)
     from cronman.callbacks.base import Outcome
@@ -323,6 +340,7 @@ def test_retries_follow_the_backoff_then_fail(db, store):
     target = RecordingTarget("http", outcome=Outcome(False, {"http_status": 503},
                                                      error="HTTP 503"))
     node = make_node(db, store, InProcessCoordinator(ttl=2.0), "a", target)
+    retrying = record_retries(node)
 
     async def main():
         async with running(node):
@@ -330,9 +348,17 @@ def test_retries_follow_the_backoff_then_fail(db, store):
             await asyncio.sleep(0.5)
 
     asyncio.run(main())
+    # The waits the node set, from each failure to the next attempt's time (on
+    # its own clock: a loaded machine runs them late, it does not change them).
+    lease = timedelta(seconds=node.settings.lease_seconds)
+    waits = [u.next_attempt_at - (u.lease_expires_at - lease) for u in retrying]
+    assert waits == [timedelta(seconds=s) for s in (0.2, 0.3, 0.3)]  # 0.2, 0.4 capped at 0.3
+    # Each attempt is sent at its time, not before, and at least that wait after the last.
+    for u, rec in zip(retrying, target.records[1:], strict=True):
+        assert rec.wall * 1000 >= node.clock.local_ms(to_ms(u.next_attempt_at)) - 1
     times = [r.at for r in target.records]
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
-    assert [round(g, 1) for g in gaps] == [0.2, 0.3, 0.3]  # 0.2, 0.4 capped at 0.3, ...
+    assert all(g >= w.total_seconds() - 0.002 for g, w in zip(gaps, waits, strict=True)), gaps
     assert [d.attempt for d in target.deliveries] == [1, 2, 3, 4]
     assert len(set(target.run_ids())) == 1
     [run] = all_runs(store, [job])
