@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -252,14 +253,35 @@ def test_sends_do_not_block_the_event_loop(moto, sqs):
 
     async def go():
         sender = SqsTarget(PRIVATE_OK, max_workers=4)
+        loop_thread = threading.get_ident()
+        boto_threads: list[int] = []  # where boto3 made a client or sent a request
+        sent_at: list[float] = []
+        ticks: list[float] = []
         gaps: list[float] = []
         stop = asyncio.Event()
+        client = sender.client
+
+        def on_send(**_: object) -> None:  # None: botocore goes on and sends
+            boto_threads.append(threading.get_ident())
+            sent_at.append(time.monotonic())
+
+        def watched_client(region: str, endpoint_url: str | None) -> object:
+            boto_threads.append(threading.get_ident())
+            c = client(region, endpoint_url)
+            c.meta.events.register("before-send.sqs", on_send, unique_id="test-send-threads")
+            return c
+
+        sender.client = watched_client
 
         async def ticker():
-            last = time.monotonic()
+            # The loop thread's own CPU time between turns: how long a turn
+            # worked (a loaded machine that holds the thread off the CPU, or
+            # boto3's threads holding the GIL, do not add to it).
+            last = time.thread_time()
             while not stop.is_set():
                 await asyncio.sleep(0.005)
-                now = time.monotonic()
+                now = time.thread_time()
+                ticks.append(time.monotonic())
                 gaps.append(now - last)
                 last = now
 
@@ -268,16 +290,21 @@ def test_sends_do_not_block_the_event_loop(moto, sqs):
             outcomes = await asyncio.gather(
                 *(sender.deliver(delivery(target, job_id=f"j{i}")) for i in range(12))
             )
+            done_at = time.monotonic()
         finally:
             stop.set()
             await tick
             await sender.close()
-        return outcomes, gaps
+        during = [t for t in ticks if sent_at and sent_at[0] < t < done_at]
+        return outcomes, gaps, loop_thread, boto_threads, len(sent_at), during
 
-    outcomes, gaps = asyncio.run(go())
+    outcomes, gaps, loop_thread, boto_threads, sends, during = asyncio.run(go())
     assert all(o.ok for o in outcomes)
-    assert len(gaps) > 5
-    # The loop kept turning while boto3 worked on its threads.
+    assert sends == 12
+    # boto3 worked on its threads only, never on the loop's...
+    assert boto_threads and loop_thread not in boto_threads
+    # ...and the loop kept turning while it did.
+    assert len(gaps) > 5 and during, (len(gaps), during)
     assert max(gaps) < 0.5
 
 
