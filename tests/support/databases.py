@@ -48,23 +48,8 @@ def temporary_pg_database(prefix: str = "cronman_t") -> Iterator[str]:
     commit a client was told about is lost. (The private servers that tests
     do kill, tests.support.pg_server, keep synchronous_commit on.)
     """
-    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    conn = _admin()
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f'CREATE DATABASE "{name}"')
-            cur.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
-    finally:
-        conn.close()
-    try:
-        yield pg_url(name)
-    finally:
-        conn = _admin()
-        try:
-            with conn.cursor() as cur:
-                cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            conn.close()
+    with _database(prefix, template=None) as url:
+        yield url
 
 
 @contextmanager
@@ -75,12 +60,20 @@ def migrated_pg_database(prefix: str = "cronman_t") -> Iterator[str]:
     partitions. The template is named after the migrations, the store's code
     and today's date (``upgrade`` makes the partitions from today on), so a
     changed migration or a new day makes a new one; earlier days' are dropped."""
+    with _database(prefix, template=_template_database()) as url:
+        yield url
+
+
+@contextmanager
+def _database(prefix: str, template: str | None) -> Iterator[str]:
+    """A new database (a copy of ``template``, or empty), synchronous_commit
+    off; dropped afterwards."""
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    template = _template_database()
+    copy = f' TEMPLATE "{template}"' if template else ""
     conn = _admin()
     try:
         with conn.cursor() as cur:
-            cur.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+            cur.execute(f'CREATE DATABASE "{name}"{copy}')
             cur.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
     finally:
         conn.close()
