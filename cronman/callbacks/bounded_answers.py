@@ -32,6 +32,8 @@ from botocore.awsrequest import (
     AWSHTTPSConnectionPool,
 )
 
+from cronman.callbacks.httpclient.errors import byte_size
+
 # An SQS answer (SendMessage) is a few hundred bytes; an error a few KiB.
 MAX_ANSWER_BYTES = 1024 * 1024
 # Time from the request sent to the answer read whole (the sqs target's deadline).
@@ -44,12 +46,6 @@ class AnswerTooLarge(Exception):
     Not an ``OSError`` or ``HTTPException`` on purpose: urllib3 would retry
     or wrap those; this way the target's error handling sees it.
     """
-
-
-def _size(n: int) -> str:
-    if n % (1024 * 1024) == 0:
-        return f"{n // (1024 * 1024)} MiB"
-    return f"{n // 1024} KiB" if n % 1024 == 0 else f"{n} bytes"
 
 
 class BoundedReader:
@@ -65,7 +61,7 @@ class BoundedReader:
     def _took(self, n: int) -> None:
         self._left -= n
         if self._left < 0:
-            raise AnswerTooLarge(f"answer over {_size(self._limit)}")
+            raise AnswerTooLarge(f"answer over {byte_size(self._limit)}")
         if time.monotonic() > self._deadline:
             raise AnswerTooLarge(f"answer not complete in {self._seconds:g}s")
 

@@ -40,6 +40,7 @@ from cronman.callbacks.httpclient.errors import (
     ResponseTooLarge,
     ServerDisconnected,
     StaleConnection,
+    byte_size,
 )
 from cronman.callbacks.httpclient.request import Origin
 
@@ -321,7 +322,7 @@ class HttpConnection(asyncio.Protocol):
         self._fail(RequestTimeout(f"no complete answer from {self.origin.where} in time"))
 
     def _head_over(self) -> ResponseTooLarge:
-        return ResponseTooLarge(f"answer headers over {_size(self._max_header_bytes)}")
+        return ResponseTooLarge(f"answer headers over {byte_size(self._max_header_bytes)}")
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
@@ -345,10 +346,6 @@ class HttpConnection(asyncio.Protocol):
         if exc is None:
             return f"server {self.origin.where} closed the connection"
         return f"connection to {self.origin.where} lost: {exc}"
-
-
-def _size(n: int) -> str:
-    return f"{n // 1024} KiB" if n % 1024 == 0 else f"{n} bytes"
 
 
 def _head_keeps_alive(headers: list[tuple[bytes, bytes]], version: str) -> bool:

@@ -73,3 +73,10 @@ class ClientClosed(HttpClientError):
 
 class StaleConnection(HttpClientError):
     """A pooled connection was found closed before the request was written (nothing sent)."""
+
+
+def byte_size(n: int) -> str:
+    """A bound in bytes as its messages name it: ``64 KiB``, ``1 MiB``, ``100 bytes``."""
+    if n % (1024 * 1024) == 0:
+        return f"{n // (1024 * 1024)} MiB"
+    return f"{n // 1024} KiB" if n % 1024 == 0 else f"{n} bytes"
