@@ -230,14 +230,8 @@ class PatroniCluster:
                 _kill(pid)
 
     def admin_sql(self, member: Member, sql: str, dbname: str = "postgres") -> None:
-        conn = psycopg2.connect(host="127.0.0.1", port=member.pg_port, user="postgres",
-                                dbname=dbname, connect_timeout=5)
-        conn.autocommit = True
-        try:
-            with conn.cursor() as cur:
-                cur.execute(sql)
-        finally:
-            conn.close()
+        """Run one statement that returns no rows (``CREATE DATABASE`` …)."""
+        self._run(member, sql, dbname, rows=False)
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-4000:]}"
@@ -315,13 +309,17 @@ postgresql:
         return "\n".join(lines) + "\n"
 
     def query(self, member: Member, sql: str, dbname: str = "postgres") -> list[tuple]:
+        return self._run(member, sql, dbname, rows=True)
+
+    @staticmethod
+    def _run(member: Member, sql: str, dbname: str, *, rows: bool) -> list[tuple]:
         conn = psycopg2.connect(host="127.0.0.1", port=member.pg_port, user="postgres",
                                 dbname=dbname, connect_timeout=5)
         conn.autocommit = True
         try:
             with conn.cursor() as cur:
                 cur.execute(sql)
-                return cur.fetchall()
+                return cur.fetchall() if rows else []
         finally:
             conn.close()
 
