@@ -114,7 +114,7 @@ class Run:
     lease_expires_at: datetime | None = None
     next_attempt_at: datetime | None = None
     skipped_before: int = 0
-    # What gated the run (cronman.scheduler.gates): the upstream runs it
+    # What gated the run (cronman.scheduler.dispatch.gates): the upstream runs it
     # consumed or found fresh, what it waited for, the calendar that skipped it.
     gate: dict[str, Any] | None = None
 

@@ -43,26 +43,28 @@ from cronman.callbacks import TargetRegistry
 from cronman.config import Settings
 from cronman.coordination.base import OVERLOADED_BEHIND_MS, Coordinator
 from cronman.observability.gc_pauses import GcPauseWatch
-from cronman.scheduler.calendar_book import CalendarBook
-from cronman.scheduler.claimer import CLAIM_INTERVAL, CLAIM_LEAD, Claimer
-from cronman.scheduler.clock import DatabaseClockProbe, ReferenceClock
-from cronman.scheduler.dispatch import Dispatcher
-from cronman.scheduler.gates import FireGates, signal_router
-from cronman.scheduler.heap_trim import release_free_memory
-from cronman.scheduler.jobtable import JobTable
-from cronman.scheduler.leases import LeaseKeeper
-from cronman.scheduler.lifecycle import Lifecycle, Pools
-from cronman.scheduler.maintenance import PartitionUpkeep
-from cronman.scheduler.membership import Membership
-from cronman.scheduler.metrics import NodeMetrics
-from cronman.scheduler.outcome_marks import MARK_TTL_LEASES, OutcomeMarker
-from cronman.scheduler.pulse import PULSE_INTERVAL, Progress, Pulser, StallWatch
-from cronman.scheduler.requested import RequestedRuns
-from cronman.scheduler.signing_book import SigningKeyBook
-from cronman.scheduler.sweeper import Sweeper
-from cronman.scheduler.sync import JobReader, JobSync
-from cronman.scheduler.takeover import TAKEOVER_AFTER, Standby, StartMarks
-from cronman.scheduler.writer import ResultWriter
+from cronman.scheduler.claim.claimer import CLAIM_INTERVAL, CLAIM_LEAD, Claimer
+from cronman.scheduler.claim.pulse import PULSE_INTERVAL, Progress, Pulser, StallWatch
+from cronman.scheduler.claim.standby import TAKEOVER_AFTER, Standby
+from cronman.scheduler.dispatch.dispatcher import Dispatcher
+from cronman.scheduler.dispatch.gates import FireGates, signal_router
+from cronman.scheduler.dispatch.signing_book import SigningKeyBook
+from cronman.scheduler.dispatch.start_marks import StartMarks
+from cronman.scheduler.jobs.calendar_book import CalendarBook
+from cronman.scheduler.jobs.jobtable import JobTable
+from cronman.scheduler.jobs.membership import Membership
+from cronman.scheduler.jobs.source import JobReader
+from cronman.scheduler.jobs.sync import JobSync
+from cronman.scheduler.record.outcome_marks import MARK_TTL_LEASES, OutcomeMarker
+from cronman.scheduler.record.writer import ResultWriter
+from cronman.scheduler.recovery.leases import LeaseKeeper
+from cronman.scheduler.recovery.maintenance import PartitionUpkeep
+from cronman.scheduler.recovery.requested import RequestedRuns
+from cronman.scheduler.recovery.sweeper import Sweeper
+from cronman.scheduler.runtime.clock import DatabaseClockProbe, ReferenceClock
+from cronman.scheduler.runtime.heap_trim import release_free_memory
+from cronman.scheduler.runtime.lifecycle import Lifecycle, Pools
+from cronman.scheduler.runtime.metrics import NodeMetrics
 from cronman.store.base import Store
 
 log = logging.getLogger(__name__)

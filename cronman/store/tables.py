@@ -112,7 +112,7 @@ jobs = Table(
     # The job's own notification rules (cronman.notify.rules); NULL: none.
     Column("notify", NullableJsonType),
     # [{"job": <upstream id>, "within": s, "wait": s}]: a fire waits for each
-    # upstream's fresh success (cronman.scheduler.gates); NULL: none.
+    # upstream's fresh success (cronman.scheduler.dispatch.gates); NULL: none.
     Column("depends_on", NullableJsonType),
     # Names of exclusion calendars (``calendars``) whose dates skip a fire; NULL: none.
     Column("calendars", NullableJsonType),

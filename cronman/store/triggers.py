@@ -28,7 +28,7 @@ at the same moment cannot both see an incomplete set. A paused downstream,
 or one outside its ``start_at``/``end_at`` window, hears nothing. Successes
 of jobs with ``depends_on`` dependents are announced on the change feed
 (``*ok:<job id>``) to wake the fires waiting for them
-(cronman.scheduler.gates).
+(cronman.scheduler.dispatch.gates).
 
 A run's ``scheduled_for`` is the trigger's time (the database's clock on
 PostgreSQL), a millisecond later when that one is taken: (job, scheduled_for)

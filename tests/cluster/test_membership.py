@@ -24,7 +24,7 @@ from cronman.callbacks.recording import RecordingTarget
 from cronman.config import Settings
 from cronman.coordination.memory import InProcessCoordinator
 from cronman.models import Job
-from cronman.scheduler.jobtable import JobTable
+from cronman.scheduler.jobs.jobtable import JobTable
 from cronman.scheduler.node import SchedulerNode
 from cronman.store import open_store
 from cronman.store.migrate import upgrade
@@ -152,7 +152,7 @@ def test_heartbeat_goes_on_during_a_slow_first_load_and_slow_database(sqlite_sto
     coordinator = InProcessCoordinator(ttl=1.0)
     node = _node(url, store, coordinator, "slow", ttl=1.0)
 
-    import cronman.scheduler.sync as sync_module
+    import cronman.scheduler.jobs.sync as sync_module
 
     async def scenario() -> list[float]:
         joined = asyncio.Event()

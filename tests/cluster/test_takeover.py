@@ -28,7 +28,8 @@ from cronman.coordination.base import NodeInfo
 from cronman.coordination.memory import InProcessCoordinator
 from cronman.errors import CoordinatorUnavailable
 from cronman.models import RunFilter
-from cronman.scheduler.claims import Fire, take_over_batch
+from cronman.scheduler.claim.batch import take_over_batch
+from cronman.scheduler.fires import Fire
 from cronman.scheduler.node import SchedulerNode
 from cronman.schedules import parse_schedule
 from cronman.store import open_store

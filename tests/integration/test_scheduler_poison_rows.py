@@ -24,7 +24,7 @@ import pytest
 
 from cronman.config import Settings
 from cronman.processes.api import make_app
-from cronman.scheduler.writer import STUCK_AFTER
+from cronman.scheduler.record.writer import STUCK_AFTER
 from cronman.timeutil import format_rfc3339, utcnow
 from tests.support.api import free_port
 from tests.support.databases import PG_HOST, PG_PORT, PG_USER, migrated_pg_database

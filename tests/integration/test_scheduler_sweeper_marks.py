@@ -27,7 +27,7 @@ from cronman.coordination.redis import RedisCoordinator
 from cronman.ids import run_id_for
 from cronman.models import Run
 from cronman.scheduler.node import SchedulerNode
-from cronman.scheduler.outcome_marks import OutcomeMark
+from cronman.scheduler.record.outcome_marks import OutcomeMark
 from cronman.store import open_store
 from cronman.store.migrate import upgrade
 from cronman.timeutil import format_rfc3339, to_ms, utcnow

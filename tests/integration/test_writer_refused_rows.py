@@ -20,10 +20,10 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import text
 
 from cronman.models import RunUpdate
-from cronman.scheduler import writer as writer_module
-from cronman.scheduler.clock import ReferenceClock
-from cronman.scheduler.metrics import NodeMetrics
-from cronman.scheduler.writer import ResultWriter
+from cronman.scheduler.record import writer as writer_module
+from cronman.scheduler.record.writer import ResultWriter
+from cronman.scheduler.runtime.clock import ReferenceClock
+from cronman.scheduler.runtime.metrics import NodeMetrics
 from cronman.store import open_store
 from cronman.timeutil import utcnow
 from tests.support.api import free_port

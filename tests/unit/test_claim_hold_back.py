@@ -13,12 +13,12 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from cronman.coordination.ownership import Ownership
-from cronman.scheduler.claimer import HOLD_AHEAD_MS, HOLD_BEHIND_MS, HOLD_MIN_HELD, Claimer
-from cronman.scheduler.clock import ReferenceClock
-from cronman.scheduler.jobtable import JobTable
-from cronman.scheduler.lifecycle import Lifecycle
-from cronman.scheduler.metrics import NodeMetrics
-from cronman.scheduler.timers import TimerHeap
+from cronman.scheduler.claim.claimer import HOLD_AHEAD_MS, HOLD_BEHIND_MS, HOLD_MIN_HELD, Claimer
+from cronman.scheduler.jobs.jobtable import JobTable
+from cronman.scheduler.jobs.timers import TimerHeap
+from cronman.scheduler.runtime.clock import ReferenceClock
+from cronman.scheduler.runtime.lifecycle import Lifecycle
+from cronman.scheduler.runtime.metrics import NodeMetrics
 from tests.unit.test_node_jobtable import T0, make_job
 
 

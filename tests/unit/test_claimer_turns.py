@@ -11,11 +11,11 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from cronman.scheduler.active import ActiveRun
-from cronman.scheduler.claimer import LOOP_CHUNK, Claimer
-from cronman.scheduler.claims import ClaimResult, Fire
-from cronman.scheduler.clock import ReferenceClock
-from cronman.scheduler.metrics import NodeMetrics
+from cronman.scheduler.claim.batch import ClaimResult
+from cronman.scheduler.claim.claimer import LOOP_CHUNK, Claimer
+from cronman.scheduler.fires import ActiveRun, Fire
+from cronman.scheduler.runtime.clock import ReferenceClock
+from cronman.scheduler.runtime.metrics import NodeMetrics
 from tests.unit.test_node_jobtable import make_job
 
 BATCH = 4 * LOOP_CHUNK + 17

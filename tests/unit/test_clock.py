@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 
-from cronman.scheduler.clock import MAX_SAMPLES, SAMPLE_WINDOW, ReferenceClock
+from cronman.scheduler.runtime.clock import MAX_SAMPLES, SAMPLE_WINDOW, ReferenceClock
 
 
 class Times:

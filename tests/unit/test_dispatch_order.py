@@ -13,13 +13,12 @@ from prometheus_client import CollectorRegistry
 from cronman.callbacks import TargetRegistry
 from cronman.callbacks.recording import RecordingTarget
 from cronman.models import Job
-from cronman.scheduler.active import ActiveRun
-from cronman.scheduler.claims import Fire
-from cronman.scheduler.clock import ReferenceClock
-from cronman.scheduler.dispatch import Dispatcher
-from cronman.scheduler.duequeue import DUE_PER_TURN
-from cronman.scheduler.metrics import NodeMetrics
-from cronman.scheduler.writer import ResultWriter
+from cronman.scheduler.dispatch.dispatcher import Dispatcher
+from cronman.scheduler.dispatch.duequeue import DUE_PER_TURN
+from cronman.scheduler.fires import ActiveRun, Fire
+from cronman.scheduler.record.writer import ResultWriter
+from cronman.scheduler.runtime.clock import ReferenceClock
+from cronman.scheduler.runtime.metrics import NodeMetrics
 from cronman.store import open_store
 from cronman.store.migrate import upgrade
 from tests.support.store_data import job_spec

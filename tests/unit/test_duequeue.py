@@ -12,10 +12,9 @@ import pytest
 
 from cronman.config import Settings
 from cronman.models import Job
-from cronman.scheduler.active import ActiveRun
-from cronman.scheduler.claims import Fire
-from cronman.scheduler.clock import ReferenceClock
-from cronman.scheduler.duequeue import DueQueue
+from cronman.scheduler.dispatch.duequeue import DueQueue
+from cronman.scheduler.fires import ActiveRun, Fire
+from cronman.scheduler.runtime.clock import ReferenceClock
 from tests.support.store_data import job_spec
 
 CREATED = datetime(2026, 11, 27, tzinfo=UTC)

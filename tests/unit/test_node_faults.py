@@ -26,12 +26,13 @@ from cronman.coordination.base import TOO_EARLY
 from cronman.coordination.memory import InProcessCoordinator
 from cronman.errors import StoreUnavailable
 from cronman.models import RunFilter, RunUpdate
-from cronman.scheduler import writer as writer_module
-from cronman.scheduler.claims import Fire, claimed_run
-from cronman.scheduler.clock import ReferenceClock
-from cronman.scheduler.metrics import NodeMetrics
+from cronman.scheduler.claim.batch import claimed_run
+from cronman.scheduler.fires import Fire
 from cronman.scheduler.node import SchedulerNode
-from cronman.scheduler.writer import ResultWriter
+from cronman.scheduler.record import writer as writer_module
+from cronman.scheduler.record.writer import ResultWriter
+from cronman.scheduler.runtime.clock import ReferenceClock
+from cronman.scheduler.runtime.metrics import NodeMetrics
 from cronman.store import open_store
 from cronman.store.migrate import upgrade
 from cronman.timeutil import to_ms, utcnow
@@ -556,7 +557,7 @@ def test_a_claimed_fire_of_a_job_deleted_before_its_time_is_skipped(db, store):
 
 def test_free_heap_can_be_handed_back_to_the_os():
     """glibc here: the trim after a big load is available and harmless."""
-    from cronman.scheduler.heap_trim import release_free_memory
+    from cronman.scheduler.runtime.heap_trim import release_free_memory
 
     junk = [bytes(4096) for _ in range(10_000)]
     del junk

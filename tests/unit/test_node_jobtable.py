@@ -10,7 +10,7 @@ import pytest
 
 from cronman.coordination.ownership import Ownership
 from cronman.models import Job
-from cronman.scheduler.jobtable import JobTable
+from cronman.scheduler.jobs.jobtable import JobTable
 from cronman.timeutil import from_ms, parse_rfc3339, to_ms
 
 T0 = 1_800_000_000_000  # a whole second

@@ -7,12 +7,12 @@ import asyncio
 from collections.abc import Iterator
 from typing import Any
 
-from cronman.scheduler import sync as sync_module
-from cronman.scheduler.clock import ReferenceClock
-from cronman.scheduler.jobtable import JobTable
-from cronman.scheduler.lifecycle import Lifecycle, Pool
-from cronman.scheduler.metrics import NodeMetrics
-from cronman.scheduler.sync import JobSync
+from cronman.scheduler.jobs import sync as sync_module
+from cronman.scheduler.jobs.jobtable import JobTable
+from cronman.scheduler.jobs.sync import JobSync
+from cronman.scheduler.runtime.clock import ReferenceClock
+from cronman.scheduler.runtime.lifecycle import Lifecycle, Pool
+from cronman.scheduler.runtime.metrics import NodeMetrics
 from cronman.store import open_store
 from cronman.store.migrate import upgrade
 from tests.support.store_data import job_spec

@@ -15,7 +15,7 @@ from cronman.cli.api_server import default_workers, memory_limit_bytes
 from cronman.observability import logs
 from cronman.observability.namespace_series import OTHER, NamespaceSeries, limits_from_env
 from cronman.observability.node_endpoints import health, readiness
-from cronman.scheduler.lifecycle import Lifecycle
+from cronman.scheduler.runtime.lifecycle import Lifecycle
 
 
 @pytest.fixture

@@ -10,13 +10,13 @@ from prometheus_client import CollectorRegistry
 
 from cronman.coordination.memory import InProcessCoordinator
 from cronman.models import RunUpdate
-from cronman.scheduler.metrics import NodeMetrics
-from cronman.scheduler.outcome_marks import (
+from cronman.scheduler.record.outcome_marks import (
     MAX_ERROR_CHARS,
     RESULT_TEXT_CHARS,
     OutcomeMark,
     OutcomeMarker,
 )
+from cronman.scheduler.runtime.metrics import NodeMetrics
 
 T0 = datetime(2026, 11, 22, 7, 0, 0, tzinfo=UTC)
 

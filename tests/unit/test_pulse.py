@@ -9,16 +9,16 @@ from prometheus_client import CollectorRegistry
 from cronman.coordination.base import Pulse, PulseReading
 from cronman.coordination.memory import InProcessCoordinator
 from cronman.errors import CoordinatorUnavailable
-from cronman.scheduler import pulse as pulse_module
-from cronman.scheduler.clock import IN_PROCESS, REDIS, ReferenceClock
-from cronman.scheduler.metrics import NodeMetrics
-from cronman.scheduler.pulse import (
+from cronman.scheduler.claim import pulse as pulse_module
+from cronman.scheduler.claim.pulse import (
     RTT_WINDOW_S,
     STALE_MS,
     UNKNOWN_AFTER_S,
     Progress,
     Pulser,
 )
+from cronman.scheduler.runtime.clock import IN_PROCESS, REDIS, ReferenceClock
+from cronman.scheduler.runtime.metrics import NodeMetrics
 
 SERVER_MS = 1_800_000_000_000
 
@@ -116,7 +116,7 @@ def test_the_clock_reference_is_named_for_the_coordinator_that_answers(setup, ca
     alone = Pulser("a", InProcessCoordinator(ttl=30.0), clock=clock,
                    progress=lambda: Progress("v", True, 0, False), peers=lambda: ["a"],
                    metrics=NodeMetrics(CollectorRegistry()))
-    with caplog.at_level("INFO", logger="cronman.scheduler.clock"):
+    with caplog.at_level("INFO", logger="cronman.scheduler.runtime.clock"):
         alone.pulse_once()
     assert clock.source == IN_PROCESS
     assert "clock reference: this host's clock (in-process coordinator, no Redis)" in caplog.text

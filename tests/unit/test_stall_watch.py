@@ -3,7 +3,7 @@ while fires wait -- never for being busy, however late."""
 
 from __future__ import annotations
 
-from cronman.scheduler.pulse import STALL_MS, STALL_MS_PER_HELD, StallWatch
+from cronman.scheduler.claim.pulse import STALL_MS, STALL_MS_PER_HELD, StallWatch
 
 LATE = 100 * STALL_MS  # the oldest waiting fire was due this long ago
 

@@ -9,11 +9,11 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from cronman.scheduler.claims import Fire
-from cronman.scheduler.clock import ReferenceClock
-from cronman.scheduler.lifecycle import Lifecycle
-from cronman.scheduler.metrics import NodeMetrics
-from cronman.scheduler.takeover import Standby, Watched
+from cronman.scheduler.claim.standby import Standby, Watched
+from cronman.scheduler.fires import Fire
+from cronman.scheduler.runtime.clock import ReferenceClock
+from cronman.scheduler.runtime.lifecycle import Lifecycle
+from cronman.scheduler.runtime.metrics import NodeMetrics
 from tests.unit.test_duequeue import _job
 
 

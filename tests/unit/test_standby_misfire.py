@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from cronman.scheduler.claims import Fire
-from cronman.scheduler.clock import ReferenceClock
-from cronman.scheduler.lifecycle import Lifecycle
-from cronman.scheduler.metrics import NodeMetrics
-from cronman.scheduler.pulse import Progress
-from cronman.scheduler.takeover import WATCH_MAX_MS, Standby, Watched
+from cronman.scheduler.claim.pulse import Progress
+from cronman.scheduler.claim.standby import WATCH_MAX_MS, Standby, Watched
+from cronman.scheduler.fires import Fire
+from cronman.scheduler.runtime.clock import ReferenceClock
+from cronman.scheduler.runtime.lifecycle import Lifecycle
+from cronman.scheduler.runtime.metrics import NodeMetrics
 from tests.unit.test_node_jobtable import make_job
 
 

@@ -20,13 +20,10 @@ from prometheus_client import CollectorRegistry
 from cronman.callbacks import TargetRegistry
 from cronman.callbacks.recording import RecordingTarget
 from cronman.coordination.memory import InProcessCoordinator
-from cronman.scheduler.active import ActiveRun
-from cronman.scheduler.claims import Fire
-from cronman.scheduler.clock import ReferenceClock
-from cronman.scheduler.dispatch import Dispatcher
-from cronman.scheduler.duequeue import DUE_PER_TURN
-from cronman.scheduler.metrics import NodeMetrics
-from cronman.scheduler.start_marks import (
+from cronman.scheduler.dispatch.dispatcher import Dispatcher
+from cronman.scheduler.dispatch.duequeue import DUE_PER_TURN
+from cronman.scheduler.dispatch.start_marks import (
+    EARLY_BOUND_MS,
     MARK_AHEAD_MS,
     MAX_RAISED_MARK_AHEAD_MS,
     PACE_CALLS,
@@ -35,10 +32,13 @@ from cronman.scheduler.start_marks import (
     START_TAKEN,
     START_UNREACHABLE,
     StartMarker,
+    StartMarks,
     _Lane,
 )
-from cronman.scheduler.takeover import EARLY_BOUND_MS, StartMarks
-from cronman.scheduler.writer import ResultWriter
+from cronman.scheduler.fires import ActiveRun, Fire
+from cronman.scheduler.record.writer import ResultWriter
+from cronman.scheduler.runtime.clock import ReferenceClock
+from cronman.scheduler.runtime.metrics import NodeMetrics
 from cronman.timeutil import to_ms
 from tests.support.store_data import job_spec
 from tests.unit.test_dispatch_order import NoneHeld, store  # noqa: F401  (fixture)

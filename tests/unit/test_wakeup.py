@@ -8,7 +8,7 @@ import time
 import pytest
 
 from cronman.eventloop import Wakeup
-from cronman.scheduler.lifecycle import Lifecycle
+from cronman.scheduler.runtime.lifecycle import Lifecycle
 
 
 def test_a_wakeup_ends_when_set_or_when_its_time_is_up() -> None:

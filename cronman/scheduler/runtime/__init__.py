@@ -1,0 +1,3 @@
+"""What every stage of a node shares: its clock (the cluster's reference time),
+its lifecycle (stop signal, worker pools), its metrics, rate-limited logs and
+the C heap's trim. Imports nothing of the scheduler."""
