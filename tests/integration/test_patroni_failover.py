@@ -42,7 +42,7 @@ from tests.support.receiver import Receiver
 from tests.support.store_data import base_time, job_spec
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.postgres, pytest.mark.redis]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 
 ACTIVE = "is the active notifier"
 ENV = {"CRONMAN_NOTIFY_POLL_INTERVAL": "0.3", "CRONMAN_SIGNING_SECRET": "ha-secret"}
