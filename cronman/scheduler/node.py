@@ -1,27 +1,50 @@
 """A scheduler node: sync, due, claim, dispatch, recover (DESIGN.md, "The life of one fire").
 
-The node only composes its parts and runs them; none of them calls back into it:
+The node composes its parts and runs them. Each part is handed at
+construction the parts below it that it calls (its stage may import them:
+``cronman/scheduler/__init__.py``); a part that must tell the node or a
+sibling something is handed a small interface (a ``Protocol`` of the
+caller's module) instead, and nothing is wired after construction:
 
-- ``Membership`` joins the cluster, heartbeats and reports membership changes
-  to ``JobSync``, which keeps the ``JobTable`` (owned jobs and their timer
-  heap) in step with the database and the membership;
-- the ``Claimer`` pops fires due soon and claims them (coordinator lock, then
-  the database fence); winners go to the ``Dispatcher``, which starts each at
-  its due time through the targets; fires lost to a replica wait on
-  ``Standby`` and are taken over if their holder never starts them;
-- the ``ResultWriter`` writes run changes in batches, the ``OutcomeMarker``
-  marks each attempt's end in the coordinator at once;
-- ``LeaseKeeper`` renews the leases of held runs, the ``Sweeper`` carries on
-  runs whose node stopped, ``RequestedRuns`` takes runs the API asked for
-  (and runs an upstream's success made), ``PartitionUpkeep`` keeps the daily
-  run partitions;
+- ``Membership`` (``jobs``) joins the cluster and heartbeats; it tells the
+  ``JobSync`` of membership changes (``MembershipListener``) and asks the
+  node what to publish (``HeartbeatStats``);
+- ``JobSync`` keeps the ``JobTable`` (owned jobs and their timer heap) in
+  step with the database and the membership; it tells the node what changed
+  (``JobEvents``: ``table_changed`` wakes the claimer, ``runs_requested``
+  kicks ``RequestedRuns``, ``announced`` goes to the gates or the calendars);
+- the ``Claimer`` (``claim``) pops fires due soon and claims them
+  (coordinator lock, then the database fence) while the node says so
+  (``ClaimSwitch``); winners go to the ``Dispatcher``; fires lost to a
+  replica, or whose first owner is in charge, wait on ``Standby`` (handed the
+  ``JobTable`` as its ``View``) and are taken over if their holder never
+  starts them;
+- the ``Pulser`` asks the node what its pulse says (``ProgressReport``),
+  reads the peers of ``Membership`` (``Peers``) and tells the node of each
+  reading (``PulseReadings``: the standby looks again, a skewed clock steps
+  out);
+- the ``Dispatcher`` (``dispatch``) starts each run at its due time through
+  the targets; its own parts call it back through the interfaces of their
+  modules: the due queue (``DueRuns``), the start marks (``MarkedRuns``:
+  ``proceed``, ``due``, ``let_go``), the finisher (``RunHolder``: ``forget``),
+  the gates (``WaitNotes``); the finisher tells the ``OutcomeMarker``
+  (``OutcomeSink``) of each attempt's end;
+- the ``ResultWriter`` (``record``) writes run changes in batches and tells
+  the node of claims written after an outage (``ClaimsWritten``, passed on to
+  the dispatcher, which is made after the writer);
+- ``LeaseKeeper`` (``recovery``) renews the leases of held runs, the
+  ``Sweeper`` carries on runs whose node stopped, ``RequestedRuns`` takes
+  runs the API asked for (and runs an upstream's success made),
+  ``PartitionUpkeep`` keeps the daily run partitions: each calls the
+  dispatcher and the writer below it, nothing calls them back;
 - the dispatcher's ``FireGates`` skip fires an exclusion calendar holds (the
   ``CalendarBook``) and hold fires whose upstream jobs are not fresh until
   an upstream's success is heard on the feed.
 
 Threads: the event loop (the thread calling ``run``/``main``) owns the table,
 the dispatcher and every delivery; blocking calls go to the pools of
-``lifecycle.Pools``; the change feed has a thread of its own.
+``lifecycle.Pools``; the change feed and the pulses have a thread each
+(``progress`` is read on the pulse thread).
 """
 
 from __future__ import annotations
@@ -47,7 +70,7 @@ from cronman.scheduler.claim.claimer import CLAIM_INTERVAL, CLAIM_LEAD, Claimer
 from cronman.scheduler.claim.pulse import PULSE_INTERVAL, Progress, Pulser, StallWatch
 from cronman.scheduler.claim.standby import TAKEOVER_AFTER, Standby
 from cronman.scheduler.dispatch.dispatcher import Dispatcher
-from cronman.scheduler.dispatch.gates import FireGates, signal_router
+from cronman.scheduler.dispatch.gates import FireGates, route_signal
 from cronman.scheduler.dispatch.signing_book import SigningKeyBook
 from cronman.scheduler.dispatch.start_marks import StartMarks
 from cronman.scheduler.jobs.calendar_book import CalendarBook
@@ -106,7 +129,7 @@ class SchedulerNode:
         node_id = self.node_id
         self.table = JobTable(node_id, s.replicas)
         self.writer = ResultWriter(store.runs, pools.write.executor, m, node_id=node_id,
-                                   clock=clock, lease_seconds=lease)
+                                   clock=clock, lease_seconds=lease, claims_written=self)
         self.outcome_marks = OutcomeMarker(coordinator, node_id,
                                            int(MARK_TTL_LEASES * lease * 1000), m)
         reader = JobReader(self.table, store.jobs, pools.misc)
@@ -122,34 +145,29 @@ class SchedulerNode:
             lease_seconds=lease, jobs=self.table,
             start_marker=StartMarks(node_id, coordinator, store.runs, lease_seconds=lease,
                                     clock=clock, pool=pools.start, metrics=m),
-            on_outcome=self.outcome_marks.add, gates=self.gates)
-        self.writer.on_claims_written = self.dispatcher.claims_written
-        self.pulser = Pulser(node_id, coordinator, clock=clock, progress=self._progress,
-                             peers=lambda: self.membership.members, metrics=m)
+            outcomes=self.outcome_marks, gates=self.gates)
+        self.sync = JobSync(self.table, store.jobs, store.feed,
+                            poll_interval=s.sync_poll_interval, clock=clock, pool=pools.misc,
+                            lifecycle=life, metrics=m, events=self)
+        self.membership = Membership(node_id, coordinator, heartbeat_ttl=s.heartbeat_ttl,
+                                     address=address, stats=self, clock=clock,
+                                     pool=pools.beat, lifecycle=life, metrics=m,
+                                     listener=self.sync)
+        self.pulser = Pulser(node_id, coordinator, clock=clock, progress=self,
+                             peers=self.membership, metrics=m, readings=self)
         self.standby = Standby(node_id, coordinator, store.runs, self.dispatcher, self.writer,
-                               self.pulser, view=lambda: self.table.view_key,
-                               lease_seconds=lease, clock=clock, pool=pools.claim,
-                               lifecycle=life, metrics=m, takeover_after=takeover_after,
-                               claim_lead=claim_lead)
-        self.pulser.on_reading = self._after_pulse
+                               self.pulser, view=self.table, lease_seconds=lease, clock=clock,
+                               pool=pools.claim, lifecycle=life, metrics=m,
+                               takeover_after=takeover_after, claim_lead=claim_lead)
         self._out = False  # stepped out of the cluster: clock skewed
         self.claimer = Claimer(node_id, self.table, coordinator, store.runs, self.dispatcher,
-                               self.standby, self.writer, self.pulser,
-                               claiming=lambda: self.claiming, lease_seconds=lease, clock=clock,
-                               pool=pools.claim, lifecycle=life, metrics=m,
-                               claim_lead=claim_lead, claim_interval=claim_interval)
+                               self.standby, self.writer, self.pulser, switch=self,
+                               lease_seconds=lease, clock=clock, pool=pools.claim,
+                               lifecycle=life, metrics=m, claim_lead=claim_lead,
+                               claim_interval=claim_interval)
         self.requested = RequestedRuns(node_id, reader, store.runs, self.dispatcher,
                                        self.writer, lease_seconds=lease, poll=requested_poll,
                                        clock=clock, pool=pools.misc, lifecycle=life, metrics=m)
-        self.sync = JobSync(self.table, store.jobs, store.feed,
-                            poll_interval=s.sync_poll_interval, clock=clock, pool=pools.misc,
-                            lifecycle=life, metrics=m, on_table_changed=self.claimer.wake,
-                            on_runs_requested=self.requested.kick,
-                            on_signal=signal_router(self.gates, self.calendars.kick))
-        self.membership = Membership(node_id, coordinator, heartbeat_ttl=s.heartbeat_ttl,
-                                     address=address, stats=self._stats, clock=clock,
-                                     pool=pools.beat, lifecycle=life, metrics=m,
-                                     listener=self.sync)
         self._stall = StallWatch()
         self.gc_pauses = GcPauseWatch(m.gc_pauses)
         self._snapshot: tuple[str, bool, int] = (self.table.view_key, False, 0)
@@ -312,9 +330,11 @@ class SchedulerNode:
         the most it runs at once (thread-safe)."""
         return self._load
 
-    def _progress(self) -> Progress:
-        """What this node's pulse says of it (on the pulse thread): the loop's
-        last snapshot, and whether its dispatch still moves."""
+    # -- what the parts tell the node (the interfaces of the docstring) ------
+
+    def progress(self) -> Progress:
+        """What this node's pulse says of it (``ProgressReport``, on the pulse
+        thread): the loop's last snapshot, and whether its dispatch still moves."""
         view, ready, through = self._snapshot
         d = self.dispatcher
         stalled = self._stall.stalled(
@@ -335,9 +355,10 @@ class SchedulerNode:
         }
         return all(v == "ok" for v in checks.values()), checks
 
-    def _after_pulse(self) -> None:
-        """After each pulse: watched fires are looked at again, and a node
-        whose clock went off (or came back) steps out of (or into) the cluster."""
+    def pulse_read(self) -> None:
+        """After each pulse (``PulseReadings``): watched fires are looked at
+        again, and a node whose clock went off (or came back) steps out of (or
+        into) the cluster."""
         self.standby.wake()
         skewed = self.clock.skewed
         self.metrics.clock_skewed.set(int(skewed))
@@ -347,8 +368,8 @@ class SchedulerNode:
                 self.membership.step_out() if skewed else self.membership.step_in())
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
-    def _stats(self) -> dict[str, Any]:
-        """What the node publishes with each heartbeat."""
+    def heartbeat_stats(self) -> dict[str, Any]:
+        """What the node publishes with each heartbeat (``HeartbeatStats``)."""
         return {"owned_jobs": len(self.table.jobs),
                 "fires_last_minute": self.dispatcher.fires_last_minute.value(),
                 "lock_wins": self.claimer.lock_wins,
@@ -359,12 +380,29 @@ class SchedulerNode:
                 "behind_ms": int(self._load["behind_s"] * 1000),
                 "saturation_pct": int(self._load["saturation"] * 100)}
 
+    def claims_written(self, inserted: set[str], foreign: set[str]) -> None:
+        """``ClaimsWritten``: passed on to the dispatcher (made after the writer)."""
+        self.dispatcher.claims_written(inserted, foreign)
+
+    def table_changed(self) -> None:
+        """``JobEvents``: the claimer looks at the table's head again."""
+        self.claimer.wake()
+
+    def runs_requested(self) -> None:
+        """``JobEvents``: requested runs are looked for now."""
+        self.requested.kick()
+
+    def announced(self, item: str) -> None:
+        """``JobEvents``: an upstream's success wakes its waiters, a calendar
+        change has the calendars read again."""
+        route_signal(item, self.gates, self.calendars)
+
     # -- stopping ---------------------------------------------------------
 
     async def _shutdown(self, claimer: asyncio.Task[None], writer: asyncio.Task[None],
                         tasks: list[asyncio.Task[None]]) -> None:
         begun = time.monotonic()
-        self.dispatcher.accepting = False
+        self.dispatcher.stop_accepting()
         self.claimer.wake()
         await self.membership.leave(1.0)
         # Not joined here: the thread may be in a wait of half a second, and

@@ -73,10 +73,22 @@ def done(run, **fields) -> RunUpdate:
                      duration_ms=5, result={"http_status": 204}, **fields)
 
 
-def flush(store, fill) -> tuple[ResultWriter, NodeMetrics, bool]:
+class ClaimsSeen:
+    """The writer's ``ClaimsWritten``: what it told, in order."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[set[str], set[str]]] = []
+
+    def claims_written(self, inserted: set[str], foreign: set[str]) -> None:
+        self.seen.append((inserted, foreign))
+
+
+def flush(store, fill, told: ClaimsSeen | None = None
+          ) -> tuple[ResultWriter, NodeMetrics, bool]:
     metrics = NodeMetrics(CollectorRegistry())
     with ThreadPoolExecutor(1) as pool:
-        writer = ResultWriter(store.runs, pool, metrics, node_id="n1", clock=ReferenceClock())
+        writer = ResultWriter(store.runs, pool, metrics, node_id="n1", clock=ReferenceClock(),
+                              claims_written=told)
         fill(writer)
         ok = asyncio.run(writer.flush())
     return writer, metrics, ok
@@ -133,15 +145,14 @@ def test_refused_claims_written_late_are_cut(setup):
     t1 = base_time() + timedelta(minutes=10)
     late = {j.name: make_run(j.id, t1, skipped_before=4) for j in jobs.values()}
     cursors = [(j.id, t1, 4) for j in jobs.values()]
-    seen: list[tuple[set[str], set[str]]] = []
+    told = ClaimsSeen()
 
     def fill(writer):
-        writer.on_claims_written = lambda ins, foreign: seen.append((ins, foreign))
         writer.insert_later(list(late.values()), cursors)
 
-    writer, metrics, ok = flush(store, fill)
+    writer, metrics, ok = flush(store, fill, told)
     assert ok and writer.pending == 0
-    assert seen == [({r.id for r in late.values()}, set())]  # none taken for a double fire
+    assert told.seen == [({r.id for r in late.values()}, set())]  # none taken for a double fire
     for name, run in late.items():
         got = store.runs.get_run(run.id)
         assert got is not None, name

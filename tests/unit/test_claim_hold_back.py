@@ -100,10 +100,15 @@ class Behind:
         return None if self.late_ms is None else T0 - self.late_ms
 
 
+class _Switch:
+    def __init__(self, claiming: bool) -> None:
+        self.claiming = claiming
+
+
 def _claimer(table: Any, dispatcher: Any, *, claiming: bool = True,
              lifecycle: Lifecycle | None = None, clock: Any = None) -> Claimer:
     return Claimer("n1", table, None, None, dispatcher, None, None, None,  # type: ignore[arg-type]
-                   claiming=lambda: claiming, lease_seconds=30.0,
+                   switch=_Switch(claiming), lease_seconds=30.0,
                    clock=clock or ReferenceClock(), pool=None,  # type: ignore[arg-type]
                    lifecycle=lifecycle, metrics=NodeMetrics(CollectorRegistry()))  # type: ignore[arg-type]
 

@@ -57,6 +57,10 @@ class Standby:
     def watch_early(self, fires) -> None: ...
 
 
+class _Claiming:
+    claiming = True
+
+
 class Writer:
     def note_store(self, ok: bool) -> None: ...
 
@@ -68,7 +72,7 @@ def _claimer(table: Any, dispatcher: Any, result: ClaimResult | None = None) -> 
         return result
 
     return Claimer("a", table, None, None, dispatcher, Standby(), Writer(), None,  # type: ignore[arg-type]
-                   claiming=lambda: True, lease_seconds=30.0, clock=ReferenceClock(),
+                   switch=_Claiming(), lease_seconds=30.0, clock=ReferenceClock(),
                    pool=pool, lifecycle=None, metrics=NodeMetrics(CollectorRegistry()))  # type: ignore[arg-type]
 
 

@@ -29,6 +29,13 @@ def _job(name: str, priority: int = 0) -> Job:
                    "concurrency", "priority")})
 
 
+class _Due:
+    """The queue's ``DueRuns``: each run due goes to ``call``."""
+
+    def __init__(self, call: Callable[[ActiveRun], object]) -> None:
+        self.due = call
+
+
 def _run(job: Job, due_ms: int) -> ActiveRun:
     return ActiveRun.of_fire(Fire(job=job, fire_ms=due_ms, due_ms=due_ms))
 
@@ -41,8 +48,8 @@ def _called(schedule: Callable[[DueQueue, int], None], seconds: float,
     got: list[tuple[str, int]] = []
 
     async def main() -> None:
-        q = DueQueue(clock, lambda ar: got.append((ar.job.name, clock.now_ms() - ar.due_ms)),
-                     tick_ms=tick_ms)
+        late = _Due(lambda ar: got.append((ar.job.name, clock.now_ms() - ar.due_ms)))
+        q = DueQueue(clock, late, tick_ms=tick_ms)
         schedule(q, clock.now_ms())
         await asyncio.sleep(seconds)
 
@@ -145,7 +152,7 @@ def test_a_backlog_goes_highest_priority_first_a_turn_share_at_a_time(tick_ms: i
     turns_seen: list[int] = []
 
     async def main() -> None:
-        q = DueQueue(clock, lambda ar: got.append(ar.job.name), per_turn=50, tick_ms=tick_ms)
+        q = DueQueue(clock, _Due(lambda ar: got.append(ar.job.name)), per_turn=50, tick_ms=tick_ms)
         low, high = _job("low"), _job("high", priority=10)
         now = clock.now_ms()
         for i in range(1000):

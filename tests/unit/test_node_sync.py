@@ -18,6 +18,19 @@ from cronman.store.migrate import upgrade
 from tests.support.store_data import job_spec
 
 
+class _Events:
+    """The sync's ``JobEvents``, heard by nobody."""
+
+    def table_changed(self) -> None:
+        pass
+
+    def runs_requested(self) -> None:
+        pass
+
+    def announced(self, item: str) -> None:
+        pass
+
+
 class _ChangedWhileLoading:
     """The store's jobs, whose first-load iterator commits two changes after
     its first page: one to a job already read, then one to a job still
@@ -58,7 +71,7 @@ def test_a_change_committed_during_the_first_load_is_read_by_the_next_poll(tmp_p
         sync = JobSync(table, _ChangedWhileLoading(store.jobs, first, second),
                        store.feed, poll_interval=60.0, clock=ReferenceClock(), pool=pool,
                        lifecycle=life, metrics=NodeMetrics(registry=None),
-                       on_table_changed=lambda: None, on_runs_requested=lambda: None)
+                       events=_Events())
 
         async def load_then_poll() -> None:
             await sync.initial_load()

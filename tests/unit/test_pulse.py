@@ -63,11 +63,21 @@ def fake_time(monkeypatch) -> FakeTime:
     return t
 
 
+class _Node:
+    """What a pulser asks of its node and of the membership."""
+
+    def __init__(self, members: list[str]) -> None:
+        self.members = members
+
+    def progress(self) -> Progress:
+        return Progress("v", True, 0, False)
+
+
 @pytest.fixture
 def setup(fake_time):
     coordinator = ScriptedCoordinator(fake_time)
     pulser = Pulser("a", coordinator, clock=ReferenceClock(),  # type: ignore[arg-type]
-                    progress=lambda: Progress("v", True, 0, False), peers=lambda: ["a", "b"],
+                    progress=_Node([]), peers=_Node(["a", "b"]),
                     metrics=NodeMetrics(CollectorRegistry()))
     return pulser, coordinator
 
@@ -114,7 +124,7 @@ def test_the_clock_reference_is_named_for_the_coordinator_that_answers(setup, ca
     # Standalone: no Redis; the in-process coordinator's clock is this host's.
     clock = ReferenceClock()
     alone = Pulser("a", InProcessCoordinator(ttl=30.0), clock=clock,
-                   progress=lambda: Progress("v", True, 0, False), peers=lambda: ["a"],
+                   progress=_Node([]), peers=_Node(["a"]),
                    metrics=NodeMetrics(CollectorRegistry()))
     with caplog.at_level("INFO", logger="cronman.scheduler.runtime.clock"):
         alone.pulse_once()

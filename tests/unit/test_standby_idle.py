@@ -17,6 +17,10 @@ from cronman.scheduler.runtime.metrics import NodeMetrics
 from tests.unit.test_duequeue import _job
 
 
+class _View:
+    view_key = "v"  # the membership view the standby's fires are reckoned on
+
+
 class GonePrimary:
     """Pulses in which the first owner no longer shows."""
 
@@ -50,7 +54,7 @@ def test_an_idle_standby_sleeps_through_pulses_and_wakes_for_a_deferred_fire() -
 
     async def main() -> CountingStandby:
         s = CountingStandby(node_id="b", coordinator=None, runs=None, dispatcher=None,
-                            writer=None, pulses=GonePrimary(), view=lambda: "v",
+                            writer=None, pulses=GonePrimary(), view=_View(),
                             lease_seconds=30.0, clock=clock, pool=None, lifecycle=life,
                             metrics=NodeMetrics(CollectorRegistry()))
         task = asyncio.create_task(s.run())

@@ -20,6 +20,10 @@ from cronman.scheduler.runtime.metrics import NodeMetrics
 from tests.unit.test_node_jobtable import make_job
 
 
+class _View:
+    view_key = "v"  # the membership view the standby's fires are reckoned on
+
+
 class Pulses:
     """The first owner's pulse: none (gone), or in charge through ``through_ms``."""
 
@@ -49,7 +53,7 @@ class Taking(Standby):
 
 def _standby(pulses: Pulses, clock: ReferenceClock) -> Taking:
     return Taking(node_id="b", coordinator=None, runs=None, dispatcher=None, writer=None,
-                  pulses=pulses, view=lambda: "v", lease_seconds=30.0, clock=clock,
+                  pulses=pulses, view=_View(), lease_seconds=30.0, clock=clock,
                   pool=None, lifecycle=Lifecycle(), metrics=NodeMetrics(CollectorRegistry()))
 
 

@@ -15,8 +15,8 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
 from functools import partial
+from typing import Protocol
 
 from cronman.coordination.base import Coordinator
 from cronman.eventloop import Wakeup
@@ -84,12 +84,20 @@ HOLD_AHEAD_MS = 2000
 HOLD_MIN_HELD = LOOP_CHUNK
 
 
+class ClaimSwitch(Protocol):
+    """Whether the node claims fires now (the node: ready, its clock within bounds)."""
+
+    @property
+    def claiming(self) -> bool:
+        """False while the node loads or its clock is off: the jobs' other owners fire them."""
+
+
 class Claimer:
     """Pops due fires from the table, claims them, hands them on."""
 
     def __init__(self, node_id: str, table: JobTable, coordinator: Coordinator, runs: RunStore,
                  dispatcher: Dispatcher, standby: Standby, writer: ResultWriter, pulses: Pulser,
-                 *, claiming: Callable[[], bool],
+                 *, switch: ClaimSwitch,
                  lease_seconds: float, clock: ReferenceClock, pool: Pool, lifecycle: Lifecycle,
                  metrics: NodeMetrics,
                  claim_lead: float = CLAIM_LEAD, claim_interval: float = CLAIM_INTERVAL) -> None:
@@ -101,7 +109,7 @@ class Claimer:
         self._standby = standby
         self._writer = writer
         self._pulses = pulses
-        self._claiming = claiming
+        self._switch = switch
         self._lease_seconds = lease_seconds
         self._clock = clock
         self._pool = pool
@@ -144,13 +152,13 @@ class Claimer:
                 continue
             last_round = now
             extra = self.extra_lead_ms
-            hold = self._claiming() and self.behind(now)
+            hold = self._switch.claiming and self.behind(now)
             try:
                 fires, cursors = await self._pop(now, extra, hold=hold)
                 skipped = self._table.take_misfires_skipped()
                 if skipped:
                     self._metrics.misfires_skipped.inc(skipped)
-                if not self._claiming():
+                if not self._switch.claiming:
                     continue  # skewed clock: the jobs' other owners fire them
                 fires = self._defer(fires)
                 if fires or cursors:

@@ -30,8 +30,8 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from cronman.coordination.base import Coordinator, Pulse
 from cronman.errors import CoordinatorUnavailable
@@ -87,6 +87,28 @@ class Progress:
             return None
 
 
+class ProgressReport(Protocol):
+    """What the pulser asks the node before each pulse (on the pulse thread)."""
+
+    def progress(self) -> Progress:
+        """What this node's pulse says of it now."""
+
+
+class PulseReadings(Protocol):
+    """Told after each pulse round trip (on the event loop)."""
+
+    def pulse_read(self) -> None:
+        """The peers' pulses and the reference clock were read again (or not)."""
+
+
+class Peers(Protocol):
+    """The membership a pulse reads the peers of (``jobs.membership.Membership``)."""
+
+    @property
+    def members(self) -> list[str]:
+        """The live members as this node last saw them (its own id included)."""
+
+
 class StallWatch:
     """Tells when a node's own dispatch stops moving while fires wait: its
     through time lags and it has started no attempt for a while -- a while
@@ -123,8 +145,8 @@ class Pulser:
     is stalled (``StallWatch``)."""
 
     def __init__(self, node_id: str, coordinator: Coordinator, *, clock: ReferenceClock,
-                 progress: Callable[[], Progress], peers: Callable[[], list[str]],
-                 metrics: NodeMetrics, on_reading: Callable[[], None] = lambda: None) -> None:
+                 progress: ProgressReport, peers: Peers, metrics: NodeMetrics,
+                 readings: PulseReadings | None = None) -> None:
         self.node_id = node_id
         self._coordinator = coordinator
         self._clock = clock
@@ -133,7 +155,7 @@ class Pulser:
         self._progress = progress
         self._peers = peers
         self._metrics = metrics
-        self.on_reading = on_reading  # called on the event loop after each reading
+        self._readings = readings
         # The last reading, published whole (the pulse thread writes it, the
         # event loop reads it); None: unknown (coordinator down).
         self._reading: _Reading | None = None
@@ -166,10 +188,10 @@ class Pulser:
 
     def pulse_once(self) -> None:
         """One pulse round trip (blocking: call it off the event loop)."""
-        peers = [p for p in self._peers() if p != self.node_id]
+        peers = [p for p in self._peers.members if p != self.node_id]
         started = time.monotonic()
         try:
-            reading = self._coordinator.pulse(self.node_id, self._progress().encode(),
+            reading = self._coordinator.pulse(self.node_id, self._progress.progress().encode(),
                                               PULSE_TTL_MS, peers)
         except CoordinatorUnavailable as exc:
             self._metrics.coordinator_errors.labels("pulse").inc()
@@ -186,9 +208,9 @@ class Pulser:
             self._reading = _Reading(reading.server_ms, slack, reading.pulses)
             self._read_at = now
         loop = self._loop
-        if loop is not None and not loop.is_closed():
+        if loop is not None and self._readings is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self.on_reading)
+                loop.call_soon_threadsafe(self._readings.pulse_read)
 
     def _slack_ms(self, now: float, round_trip: float) -> int:
         """The slowest round trip (ms, monotonic) of the last ``RTT_WINDOW_S``."""

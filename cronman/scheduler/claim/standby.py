@@ -15,9 +15,9 @@ from __future__ import annotations
 import heapq
 import logging
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Protocol
 
 from cronman.coordination.base import Coordinator
 from cronman.eventloop import Wakeup
@@ -44,6 +44,14 @@ IDLE_SCAN_INTERVAL = 1.0  # the same while nothing is watched
 RECHECK_MS = 200  # a fire whose holder is alive is looked at again after this, doubling
 RECHECK_MAX_MS = 2000
 WATCH_MAX_MS = 120_000  # past this, a fire still held unstarted is the lease sweeper's
+
+
+class View(Protocol):
+    """Which membership this node's ownership is reckoned on (``jobs.jobtable.JobTable``)."""
+
+    @property
+    def view_key(self) -> str:
+        """The view of the membership the job table is reconciled to."""
 
 
 @dataclass(slots=True, eq=False)
@@ -80,7 +88,7 @@ class Standby:
 
     def __init__(self, node_id: str, coordinator: Coordinator, runs: RunStore,
                  dispatcher: Dispatcher, writer: ResultWriter, pulses: Pulser, *,
-                 view: Callable[[], str], lease_seconds: float, clock: ReferenceClock,
+                 view: View, lease_seconds: float, clock: ReferenceClock,
                  pool: Pool, lifecycle: Lifecycle, metrics: NodeMetrics,
                  takeover_after: float = TAKEOVER_AFTER, claim_lead: float = 0.5) -> None:
         self.node_id = node_id
@@ -159,7 +167,7 @@ class Standby:
     async def scan(self) -> None:
         """Take what is due to be looked at."""
         now = self._clock.now_ms()
-        view = self._view()
+        view = self._view.view_key
         batches: dict[tuple[bool, str], list[Watched]] = {}
         for primary, q in list(self._deferred.items()):
             reason, limit = self._limit(primary, view, now)

@@ -42,7 +42,7 @@ from cronman.scheduler.dispatch import admission
 from cronman.scheduler.dispatch.admission import HeldJobs
 from cronman.scheduler.dispatch.dead_letters import DeadLetters, timeout_of
 from cronman.scheduler.dispatch.duequeue import DueQueue
-from cronman.scheduler.dispatch.finisher import OutcomeHook, RunFinisher
+from cronman.scheduler.dispatch.finisher import OutcomeSink, RunFinisher
 from cronman.scheduler.dispatch.gates import GateKeeper, GateVerdict
 from cronman.scheduler.dispatch.start_marks import StartMarkBatcher, StartMarker
 from cronman.scheduler.dispatch.waitqueue import FairQueue
@@ -69,7 +69,7 @@ class Dispatcher:
                  metrics: NodeMetrics, clock: ReferenceClock, max_in_flight: int,
                  lease_seconds: float, dispatch_tick_ms: int = 0,
                  jobs: HeldJobs, start_marker: StartMarker | None = None,
-                 on_outcome: OutcomeHook | None = None,
+                 outcomes: OutcomeSink | None = None,
                  gates: GateKeeper | None = None) -> None:
         self.node_id = node_id
         self.clock = clock
@@ -93,7 +93,7 @@ class Dispatcher:
         # Runs not started yet, by due time (lazily cleaned): how far dispatch has come.
         self._unstarted: list[tuple[int, int, ActiveRun]] = []
         self._seq = 0
-        self._due_runs = DueQueue(clock, self._due, tick_ms=dispatch_tick_ms)
+        self._due_runs = DueQueue(clock, self, tick_ms=dispatch_tick_ms)
         self.fires_last_minute = MinuteCounter()
         self._lateness = metrics.lateness
         metrics.in_flight.set_function(lambda: self.running)
@@ -101,16 +101,15 @@ class Dispatcher:
         self.dead_letters = DeadLetters(targets, metrics, self._side_tasks)
         self.finisher = RunFinisher(
             node_id=node_id, writer=writer, metrics=metrics, clock=clock,
-            lease_seconds=lease_seconds, dead_letters=self.dead_letters, on_outcome=on_outcome,
-            forget=self._forget)
+            lease_seconds=lease_seconds, dead_letters=self.dead_letters, outcomes=outcomes,
+            holder=self)
         self._finish = self.finisher.finish
         self.start_marks = None if start_marker is None else StartMarkBatcher(
             start_marker, node_id=node_id, writer=writer, metrics=metrics, clock=clock,
-            side_tasks=self._side_tasks, proceed=self._proceed, due=self._due,
-            let_go=self._let_go)
+            side_tasks=self._side_tasks, runs=self)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watchdog: asyncio.TimerHandle | None = None
-        self.accepting = True
+        self._accepting = True
 
     # -- entry points -----------------------------------------------------
 
@@ -157,7 +156,9 @@ class Dispatcher:
         if self._due_runs.at(ar, at_ms) and ar.mark_start and self.start_marks is not None:
             self.start_marks.expect(ar)
 
-    def _due(self, ar: ActiveRun) -> None:
+    def due(self, ar: ActiveRun) -> None:
+        """``ar``'s time has come (``DueRuns``: the due queue, the start marks):
+        pass its checks and gates, ask for its start mark, or start it."""
         try:
             self._due_inner(ar)
         except Exception as exc:  # a bug must not leave a run without a status
@@ -196,9 +197,9 @@ class Dispatcher:
                 return
         marks = self.start_marks
         if ar.mark_start and marks is not None:
-            marks.add(ar)  # ``_proceed`` follows unless a replica took it over
+            marks.add(ar)  # ``proceed`` follows unless a replica took it over
             return
-        self._proceed(ar)
+        self.proceed(ar)
 
     def _queue_mark(self, ar: ActiveRun) -> None:
         """Mark a fire handled here (skipped) started: no replica takes it over."""
@@ -211,8 +212,9 @@ class Dispatcher:
             return
         self._start(ar)
 
-    def _proceed(self, ar: ActiveRun) -> None:
-        """Start the run, or first wait for its upstream jobs (``depends_on``)."""
+    def proceed(self, ar: ActiveRun) -> None:
+        """Start the run, or first wait for its upstream jobs (``depends_on``);
+        the start marks call it once a run is marked started (``MarkedRuns``)."""
         gates = self.gates
         if gates is not None and gates.must_wait(ar):
             ar.waiting = True
@@ -223,7 +225,7 @@ class Dispatcher:
 
     async def _wait_upstream(self, ar: ActiveRun, gates: GateKeeper) -> None:
         try:
-            verdict = await gates.wait(ar, lambda gate: self._note_waiting(ar, gate))
+            verdict = await gates.wait(ar, self)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug must not leave a run without a status
@@ -243,8 +245,9 @@ class Dispatcher:
             return
         self._go(ar)
 
-    def _note_waiting(self, ar: ActiveRun, gate: dict[str, Any]) -> None:
-        """The run waits for upstream jobs: say so in its row (the API shows why)."""
+    def note_waiting(self, ar: ActiveRun, gate: dict[str, Any]) -> None:
+        """The run waits for upstream jobs (``WaitNotes``): say so in its row
+        (the API shows why)."""
         ar.gate = gate
         self.writer.update(RunUpdate(id=ar.run_id, scheduled_for=ar.scheduled_for,
                                      status=ar.status, gate=gate))
@@ -340,7 +343,7 @@ class Dispatcher:
         if ar.done:
             return
         try:
-            at_ms = self.finisher.after_attempt(ar, outcome, accepting=self.accepting)
+            at_ms = self.finisher.after_attempt(ar, outcome, accepting=self._accepting)
             if at_ms is not None:
                 self._schedule(ar, at_ms)
         except Exception as exc:  # a bug must not leave a run without a status
@@ -372,7 +375,8 @@ class Dispatcher:
             if not nxt.done:
                 self._start(nxt)
 
-    def _forget(self, ar: ActiveRun) -> None:
+    def forget(self, ar: ActiveRun) -> None:
+        """Stop holding ``ar`` (``RunHolder``: the finisher ended it)."""
         self.active.pop(ar.run_id, None)
         runs = self.by_job.get(ar.job.id)
         if runs is not None:
@@ -390,6 +394,11 @@ class Dispatcher:
 
     # -- outside decisions ------------------------------------------------
 
+    def stop_accepting(self) -> None:
+        """The node is stopping: a failed attempt's retry is left to whoever
+        takes the run over."""
+        self._accepting = False
+
     def end(self, ar: ActiveRun, status: str, error: str) -> None:
         """End a held run now (``lost``, ``failed``, ``skipped``) with ``error``."""
         self._stop_local(ar)
@@ -402,13 +411,14 @@ class Dispatcher:
         if ar is None:
             return
         log.warning("run %s of job %s stopped here: %s", run_id, ar.job.id, reason)
-        self._let_go(ar)
+        self.let_go(ar)
 
-    def _let_go(self, ar: ActiveRun) -> None:
-        """Stop holding ``ar`` without a write (another party has it now)."""
+    def let_go(self, ar: ActiveRun) -> None:
+        """Stop holding ``ar`` without a write (another party has it now;
+        ``MarkedRuns``: a replica took it over)."""
         ar.done = True
         self._stop_local(ar)
-        self._forget(ar)
+        self.forget(ar)
 
     def hand_back(self) -> list[tuple[str, datetime]]:
         """Stop everything still held (graceful stop); returns the keys of runs
@@ -421,7 +431,7 @@ class Dispatcher:
         for ar in list(self.active.values()):
             ar.done = True
             self._stop_local(ar)
-            self._forget(ar)
+            self.forget(ar)
             if not ar.pending_claim:
                 keys.append(ar.key)
         self._due_runs.clear()

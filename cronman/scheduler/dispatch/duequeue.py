@@ -25,7 +25,7 @@ their exact timer; runs already due go at once.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from typing import Protocol
 
 from cronman.scheduler.fires import ActiveRun
 from cronman.scheduler.jobs.timers import Entry, TimerHeap
@@ -58,13 +58,20 @@ def _waiting(entry: Entry) -> bool:
     return handle.ar.handle is handle
 
 
-class DueQueue:
-    """Calls ``due(run)`` for each run at its due time (reference ms)."""
+class DueRuns(Protocol):
+    """What a run's due time goes on to (the dispatcher)."""
 
-    def __init__(self, clock: ReferenceClock, due: Callable[[ActiveRun], None], *,
+    def due(self, ar: ActiveRun) -> None:
+        """``ar``'s due time has come (or its wait is over): go on with it."""
+
+
+class DueQueue:
+    """Calls ``runs.due(run)`` for each run at its due time (reference ms)."""
+
+    def __init__(self, clock: ReferenceClock, runs: DueRuns, *,
                  per_turn: int = DUE_PER_TURN, tick_ms: int = 0) -> None:
         self._clock = clock
-        self._due = due
+        self._due = runs.due  # bound once: called per fire
         self._per_turn = per_turn
         self._tick = max(0, int(tick_ms))  # 0: every run on its own exact timer
         self._heap = TimerHeap()
@@ -79,7 +86,7 @@ class DueQueue:
         return len(self._heap)
 
     def at(self, ar: ActiveRun, at_ms: int) -> bool:
-        """Call ``due(ar)`` once the reference clock reaches ``at_ms``;
+        """Call ``runs.due(ar)`` once the reference clock reaches ``at_ms``;
         whether that is still to come (False: in a coming loop turn)."""
         handle = DueHandle(ar)
         ar.handle = handle

@@ -4,7 +4,7 @@ A failed attempt is retried after the policy's backoff (``retrying``, with
 ``next_attempt_at``; the run holds no slot meanwhile); the last failure, or a
 non-retryable one, ends the run ``failed`` and fires its dead-letter target.
 Every status change goes to the result writer; the end of each attempt (a
-final status, or ``retrying``) also goes to ``on_outcome`` at once: the
+final status, or ``retrying``) also goes to the ``OutcomeSink`` at once: the
 node's outcome marks, which spare a run whose node dies before the writer's
 flush from being sent again.
 """
@@ -12,9 +12,8 @@ flush from being sent again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from cronman.callbacks.base import Outcome
 from cronman.models import Run, RunUpdate
@@ -29,26 +28,37 @@ from cronman.timeutil import from_ms, to_ms
 
 log = logging.getLogger(__name__)
 
-# Told of each update that ends an attempt (outcome_marks.OutcomeMarker.add).
-OutcomeHook = Callable[[RunUpdate], None]
+class OutcomeSink(Protocol):
+    """Told of each update that ends an attempt (``record.outcome_marks.OutcomeMarker``)."""
+
+    def add(self, u: RunUpdate) -> None:
+        """An attempt ended as ``u`` says (a final status, or ``retrying``)."""
+
+
+class RunHolder(Protocol):
+    """Who holds the runs (the dispatcher): told when one reached its final status."""
+
+    def forget(self, ar: ActiveRun) -> None:
+        """``ar`` is done: stop holding it."""
 
 
 class RunFinisher:
     """Records the end of attempts and runs: the writer's update, the
-    outcome hook, the metrics and the dead letter. ``forget`` is the
-    dispatcher's: it stops holding a run that reached its final status."""
+    outcomes' sink, the metrics and the dead letter; the ``holder`` forgets
+    a run that reached its final status."""
 
     def __init__(self, *, node_id: str, writer: ResultWriter, metrics: NodeMetrics,
                  clock: ReferenceClock, lease_seconds: float, dead_letters: DeadLetters,
-                 on_outcome: OutcomeHook | None, forget: Callable[[ActiveRun], None]) -> None:
+                 outcomes: OutcomeSink | None, holder: RunHolder) -> None:
         self._node_id = node_id
         self._writer = writer
         self._metrics = metrics
         self._clock = clock
         self._lease_seconds = lease_seconds
         self._dead_letters = dead_letters
-        self._on_outcome = on_outcome
-        self._forget = forget
+        # Bound once: called per fire.
+        self._on_outcome = None if outcomes is None else outcomes.add
+        self._forget = holder.forget
         # Bound metric children: the per-fire path skips the label lookups.
         self._attempts_ok = metrics.attempts.labels("ok")
         self._attempts_failed = metrics.attempts.labels("failed")

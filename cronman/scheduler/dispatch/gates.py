@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -65,6 +65,13 @@ class UpstreamRuns(Protocol):
         """Per (job id, since, until): its latest succeeded run scheduled in the window."""
 
 
+class WaitNotes(Protocol):
+    """Told when a run starts waiting for its upstream jobs (the dispatcher)."""
+
+    def note_waiting(self, ar: ActiveRun, gate: dict[str, Any]) -> None:
+        """``ar`` waits for the upstream jobs ``gate`` names (its row says so)."""
+
+
 class GateKeeper(Protocol):
     """What the dispatcher asks of the gates (``FireGates``)."""
 
@@ -74,8 +81,7 @@ class GateKeeper(Protocol):
     def must_wait(self, ar: ActiveRun) -> bool:
         """Whether the run's upstream jobs must be looked at before it starts."""
 
-    async def wait(self, ar: ActiveRun,
-                   on_waiting: Callable[[dict[str, Any]], None]) -> GateVerdict:
+    async def wait(self, ar: ActiveRun, notes: WaitNotes) -> GateVerdict:
         """Until the run may go, or must be skipped."""
 
 
@@ -132,10 +138,9 @@ class FireGates:
             if not fut.done():
                 fut.set_result(None)
 
-    async def wait(self, ar: ActiveRun,
-                   on_waiting: Callable[[dict[str, Any]], None]) -> GateVerdict:
+    async def wait(self, ar: ActiveRun, notes: WaitNotes) -> GateVerdict:
         """Until every upstream of the run is fresh (go) or one's wait runs
-        out (skip). ``on_waiting`` is told once, when the run starts waiting."""
+        out (skip). ``notes`` is told once, when the run starts waiting."""
         deps = list(ar.job.depends_on or ())
         t = ar.scheduled_for
         windows = [(str(d["job"]), t - timedelta(seconds=float(d["within"])), t) for d in deps]
@@ -165,8 +170,8 @@ class FireGates:
                         return await self._skip(ar, base, deps, expired, waited,
                                                 now - began)
                     if not waited:
-                        on_waiting({**base, "waiting_for": stale,
-                                    "waiting_since": format_rfc3339(from_ms(now))})
+                        notes.note_waiting(ar, {**base, "waiting_for": stale,
+                                                "waiting_since": format_rfc3339(from_ms(now))})
                     waited.extend(j for j in stale if j not in waited)
                     timeout = (min(deadline[j] for j in stale) - now) / 1000.0
                 else:
@@ -227,14 +232,14 @@ class FireGates:
                                   f"{max(0, waited_ms) / 1000:.1f} s", gate)
 
 
-def signal_router(gates: FireGates, calendars_changed: Callable[[], None]
-                  ) -> Callable[[str], None]:
-    """What the node does with the feed's workflow announcements."""
+class Rereadable(Protocol):
+    def kick(self) -> None:
+        """What it holds changed (announced): read it again."""
 
-    def route(item: str) -> None:
-        if item.startswith(UPSTREAM_SUCCEEDED):
-            gates.upstream_succeeded(item[len(UPSTREAM_SUCCEEDED):])
-        elif item == CALENDARS_CHANGED:
-            calendars_changed()
 
-    return route
+def route_signal(item: str, gates: FireGates, calendars: Rereadable) -> None:
+    """What the node does with a workflow announcement of the feed (``JobEvents.announced``)."""
+    if item.startswith(UPSTREAM_SUCCEEDED):
+        gates.upstream_succeeded(item[len(UPSTREAM_SUCCEEDED):])
+    elif item == CALENDARS_CHANGED:
+        calendars.kick()

@@ -19,7 +19,7 @@ records such a run ``lost`` instead of sending it), nor are runs whose claim
 still waits in the writer (which node holds them is not settled). The start
 marker (``StartMarks``, below) answers once per run; ``StartMarkBatcher``
 gathers the runs, calls it, and carries out the answers, handing the runs
-back to the dispatcher through the callbacks it was given.
+back to the dispatcher through the ``MarkedRuns`` it was given.
 """
 
 from __future__ import annotations
@@ -30,11 +30,12 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from cronman.coordination.base import Coordinator
 from cronman.errors import CoordinatorUnavailable, StoreUnavailable
 from cronman.models import Run
+from cronman.scheduler.dispatch.duequeue import DueRuns
 from cronman.scheduler.fires import LOCK_TTL_MS, ActiveRun
 from cronman.scheduler.record.writer import ResultWriter
 from cronman.scheduler.runtime.clock import ReferenceClock
@@ -54,8 +55,18 @@ START_UNREACHABLE = 2  # neither coordinator nor database could say
 # A negative answer -n: the fire is due n ms from now by the reference clock
 # (this node's clock runs fast): nothing was marked; ask again then.
 StartMarker = Callable[[list[ActiveRun]], Awaitable[list[int]]]
-# What the batcher hands a run back to the dispatcher through.
-RunHook = Callable[[ActiveRun], None]
+
+
+class MarkedRuns(DueRuns, Protocol):
+    """Where a run goes once its start mark is answered (the dispatcher):
+    ``proceed``, ``due`` again (the clock ran fast, or the answer was not
+    carried out) or ``let_go``."""
+
+    def proceed(self, ar: ActiveRun) -> None:
+        """Marked started: go on with the run (its gates, then its attempt)."""
+
+    def let_go(self, ar: ActiveRun) -> None:
+        """Stop holding ``ar`` without a write (taken over, or unconfirmed)."""
 
 
 # Answers carried out per loop turn: a batch of hundreds answered at once
@@ -135,25 +146,24 @@ class StartMarkBatcher:
     a turn, so a fire may stay marked and unsent for a few turns longer on a
     node that is behind: if the node dies then, the lease sweeper sends it.
 
-    For each answer it calls one of the dispatcher's hooks: ``proceed`` (go
-    on with the run), ``due`` (its due time came again: the clock ran fast)
-    or ``let_go`` (stop holding it: taken over, or unconfirmed); it records
-    what the writer and the metrics must know itself.
+    For each answer it hands the run back through ``runs`` (``MarkedRuns``:
+    the dispatcher); it records what the writer and the metrics must know
+    itself.
     """
 
     def __init__(self, marker: StartMarker, *, node_id: str, writer: ResultWriter,
                  metrics: NodeMetrics, clock: ReferenceClock,
-                 side_tasks: set[asyncio.Task[Any]], proceed: RunHook, due: RunHook,
-                 let_go: RunHook) -> None:
+                 side_tasks: set[asyncio.Task[Any]], runs: MarkedRuns) -> None:
         self._marker = marker
         self._node_id = node_id
         self._writer = writer
         self._metrics = metrics
         self._clock = clock
         self._side_tasks = side_tasks
-        self._proceed = proceed
-        self._due = due
-        self._let_go = let_go
+        # Bound once: called per fire.
+        self._proceed = runs.proceed
+        self._due = runs.due
+        self._let_go = runs.let_go
         self._raised = _Lane(RAISED_MARK_AHEAD_MS, calls_ahead=True,  # above the default priority
                              most_ahead_ms=MAX_RAISED_MARK_AHEAD_MS)
         self._rest = _Lane(MARK_AHEAD_MS, calls_ahead=False)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from typing import Protocol
 
 from cronman.errors import StoreUnavailable
 from cronman.scheduler.jobs.jobstate import Prepared
@@ -27,16 +27,21 @@ READ_CHUNK = 5000  # jobs read per query
 APPLY_CHUNK = 1000  # jobs handled per loop iteration before yielding
 
 
+class TableChanged(Protocol):
+    def table_changed(self) -> None:
+        """The job table changed: the claimer looks at its head again."""
+
+
 class GainPreparer:
     """Prepares the jobs a silent member would hand over, and admits them."""
 
     def __init__(self, table: JobTable, jobs: JobStore, pool: Pool, clock: ReferenceClock,
-                 on_table_changed: Callable[[], None]) -> None:
+                 events: TableChanged) -> None:
         self._table = table
         self._clock = clock
         self._jobs = jobs
         self._pool = pool
-        self._on_table_changed = on_table_changed
+        self._events = events
         self._member: str | None = None  # the silent member whose jobs are prepared
         self._prepared: dict[str, Prepared] = {}
 
@@ -95,7 +100,7 @@ class GainPreparer:
                 rest.append(job_id)
             if n % APPLY_CHUNK == APPLY_CHUNK - 1:
                 await asyncio.sleep(0)
-        self._on_table_changed()
+        self._events.table_changed()
         log.info("held %d prepared jobs (%.0f ms checking them, %.0f ms scheduling them); "
                  "%d to load", len(ids) - len(rest), (t1 - t0) * 1000,
                  (time.perf_counter() - t1) * 1000, len(rest))

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -42,11 +42,16 @@ class MembershipListener(Protocol):
         """``member`` has missed heartbeats (None: no single member is silent)."""
 
 
+class HeartbeatStats(Protocol):
+    def heartbeat_stats(self) -> dict[str, Any]:
+        """What the node publishes with each heartbeat (its load, its counts)."""
+
+
 class Membership:
     """Joins the cluster, heartbeats, and reports membership changes."""
 
     def __init__(self, node_id: str, coordinator: Coordinator, *, heartbeat_ttl: float,
-                 address: str, stats: Callable[[], dict[str, Any]], clock: ReferenceClock,
+                 address: str, stats: HeartbeatStats, clock: ReferenceClock,
                  pool: Pool,
                  lifecycle: Lifecycle, metrics: NodeMetrics,
                  listener: MembershipListener) -> None:
@@ -73,7 +78,7 @@ class Membership:
     def info(self) -> NodeInfo:
         """What this node publishes with each heartbeat."""
         return NodeInfo(id=self.node_id, address=self.address, started_at=self.started_at,
-                        last_heartbeat=self._clock.now(), stats=self._stats())
+                        last_heartbeat=self._clock.now(), stats=self._stats.heartbeat_stats())
 
     async def start(self) -> None:
         """Join, then wait for the membership to hold still (nodes of a cluster

@@ -4,9 +4,8 @@
   read while one is applied); the table keeps the ones this node owns.
 - **Announcements** (``NOTIFY`` on PostgreSQL, an in-process event in
   standalone) name changed jobs, heard on a **feed** thread; they are read
-  again and applied. ``RUNS_REQUESTED`` goes to the requested-runs loop,
-  the other ``*`` announcements (upstream successes, calendar changes) to
-  ``on_signal``.
+  again and applied. ``RUNS_REQUESTED`` and the other ``*`` announcements
+  (upstream successes, calendar changes) are passed on (``JobEvents``).
 - **Polling** every ``sync_poll_interval`` is the safety net: changes since
   the watermark as it was a few seconds ago (sequence numbers can commit out
   of order; re-applying a change is harmless).
@@ -14,7 +13,8 @@
   jobs gained are read and loaded (through the prepared ones first, see
   ``gains``).
 
-Every change to the table wakes the claimer (``on_table_changed``).
+Every change to the table is told (``JobEvents.table_changed``: the claimer
+looks at its head again).
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol
 
 from cronman.errors import StoreUnavailable
 from cronman.models import Job, JobRow
-from cronman.scheduler.jobs.gains import GainPreparer
+from cronman.scheduler.jobs.gains import GainPreparer, TableChanged
 from cronman.scheduler.jobs.jobtable import JobTable
 from cronman.scheduler.runtime.clock import ReferenceClock
 from cronman.scheduler.runtime.heap_trim import release_free_memory
@@ -49,14 +50,23 @@ FREEZE_AFTER = 10_000  # gained jobs loaded at once past which the cyclic GC pau
 WATERMARK_OVERLAP = 6.0  # seconds of change_seq history re-read by each poll
 
 
+class JobEvents(TableChanged, Protocol):
+    """What the job sync tells the stages above it (the node passes it on)."""
+
+    def runs_requested(self) -> None:
+        """Runs were asked for (``RUNS_REQUESTED``): look for them now."""
+
+    def announced(self, item: str) -> None:
+        """Another ``*`` announcement of the feed: an upstream's success, a
+        calendar change."""
+
+
 class JobSync:
     """Keeps the job table in step with the database and the membership."""
 
     def __init__(self, table: JobTable, jobs: JobStore, feed: Callable[[], ChangeFeed], *,
                  poll_interval: float, clock: ReferenceClock, pool: Pool, lifecycle: Lifecycle,
-                 metrics: NodeMetrics, on_table_changed: Callable[[], None],
-                 on_runs_requested: Callable[[], None],
-                 on_signal: Callable[[str], None] | None = None) -> None:
+                 metrics: NodeMetrics, events: JobEvents) -> None:
         self.table = table
         self._jobs = jobs
         self._open_feed = feed
@@ -65,10 +75,8 @@ class JobSync:
         self._pool = pool
         self._lifecycle = lifecycle
         self._metrics = metrics
-        self._on_table_changed = on_table_changed
-        self._on_runs_requested = on_runs_requested
-        self._on_signal = on_signal  # other announcements ("*...": upstream successes...)
-        self._gains = GainPreparer(table, jobs, pool, clock, on_table_changed)
+        self._events = events
+        self._gains = GainPreparer(table, jobs, pool, clock, events)
         self._members: list[str] = []
         self._changed = asyncio.Event()
         self._announced: set[str] = set()
@@ -184,10 +192,9 @@ class JobSync:
     def _announce(self, ids: list[str]) -> None:
         for item in ids:
             if item == RUNS_REQUESTED:
-                self._on_runs_requested()
+                self._events.runs_requested()
             elif item.startswith("*"):
-                if self._on_signal is not None:
-                    self._on_signal(item)
+                self._events.announced(item)
             else:
                 self._announced.add(item)
         if self._announced:
@@ -316,6 +323,6 @@ class JobSync:
             skipped = table.take_misfires_skipped()
             if skipped:
                 self._metrics.misfires_skipped.inc(skipped)
-            self._on_table_changed()
+            self._events.table_changed()
             await asyncio.sleep(0)
         self._metrics.owned_jobs.set(len(table.jobs))

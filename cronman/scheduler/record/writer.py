@@ -47,9 +47,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Executor
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from cronman.errors import StoreUnavailable
 from cronman.eventloop import Wakeup
@@ -83,6 +84,15 @@ UNREACHABLE_WRITE_DELAY = 5.0
 # Seconds of failing flushes in a row after which writes count as stuck.
 STUCK_AFTER = 10.0
 
+class ClaimsWritten(Protocol):
+    """Told when claims made while the database was down are in it (the
+    node, which passes it on to the dispatcher)."""
+
+    def claims_written(self, inserted: set[str], foreign: set[str]) -> None:
+        """The runs ``inserted`` have their rows now; those ``foreign`` were
+        fired twice (another node's row stands)."""
+
+
 class ResultWriter:
     """Batches run rows and updates from the event loop into the store."""
 
@@ -91,13 +101,12 @@ class ResultWriter:
                  flush_interval: float = DEFAULT_FLUSH_INTERVAL,
                  max_batch: int = DEFAULT_MAX_BATCH,
                  max_pending: int = DEFAULT_MAX_PENDING,
-                 on_claims_written: Callable[[set[str], set[str]], None] | None = None
-                 ) -> None:
+                 claims_written: ClaimsWritten | None = None) -> None:
         self._runs = runs
         self._clock = clock
         self.node_id = node_id  # updates are fenced on it (write_run_updates)
         self.lease_seconds = lease_seconds
-        self.on_claims_written = on_claims_written
+        self._claims_written = claims_written
         self._executor = executor
         self._metrics = metrics
         self.flush_interval = flush_interval
@@ -343,8 +352,8 @@ class ResultWriter:
     def _done(self, batch: WriteBatch) -> None:
         """What the committed part of a flush tells the node (a failed flush too)."""
         self.writes += batch.written
-        if (batch.inserted or batch.foreign) and self.on_claims_written is not None:
-            self.on_claims_written(batch.inserted - batch.foreign, batch.foreign)
+        if (batch.inserted or batch.foreign) and self._claims_written is not None:
+            self._claims_written.claims_written(batch.inserted - batch.foreign, batch.foreign)
         if batch.foreign:
             now = time.monotonic()
             for run_id in batch.foreign:
