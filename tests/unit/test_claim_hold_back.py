@@ -15,10 +15,10 @@ from prometheus_client import CollectorRegistry
 from cronman.coordination.ownership import Ownership
 from cronman.scheduler.claim.claimer import HOLD_AHEAD_MS, HOLD_BEHIND_MS, HOLD_MIN_HELD, Claimer
 from cronman.scheduler.jobs.jobtable import JobTable
-from cronman.scheduler.jobs.timers import TimerHeap
 from cronman.scheduler.runtime.clock import ReferenceClock
 from cronman.scheduler.runtime.lifecycle import Lifecycle
 from cronman.scheduler.runtime.metrics import NodeMetrics
+from cronman.scheduler.runtime.timers import TimerHeap
 from tests.unit.test_node_jobtable import T0, make_job
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from cronman.scheduler.dispatch.waitqueue import FairQueue
-from cronman.scheduler.jobs.timers import TimerHeap
+from cronman.scheduler.runtime.timers import TimerHeap
 
 
 def test_pops_the_due_entries_highest_priority_first_then_in_due_order():

@@ -11,23 +11,14 @@ from cronman.callbacks import TargetRegistry
 from cronman.callbacks.base import Outcome
 from cronman.callbacks.dead_letter import dead_letter_delivery, run_record
 from cronman.models import Job, Run
+from cronman.scheduler.dispatch.deadlines import timeout_of
 from cronman.scheduler.runtime.metrics import NodeMetrics
 from cronman.scheduler.runtime.ratelog import RateLimitedLog
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TARGET_TIMEOUT = 10.0
 # Added to a dead-letter target's own timeout before it is given up.
 TIMEOUT_MARGIN = 5.0
-
-
-def timeout_of(spec: dict[str, Any]) -> float:
-    """A target's ``timeout`` in seconds (its default when unset or invalid)."""
-    try:
-        value = float(spec.get("timeout") or DEFAULT_TARGET_TIMEOUT)
-    except (TypeError, ValueError):
-        value = DEFAULT_TARGET_TIMEOUT
-    return max(0.1, value)
 
 
 class DeadLetters:

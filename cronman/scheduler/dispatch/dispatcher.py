@@ -40,7 +40,8 @@ from cronman.models import Job, Run, RunUpdate
 from cronman.observability import logs
 from cronman.scheduler.dispatch import admission
 from cronman.scheduler.dispatch.admission import HeldJobs
-from cronman.scheduler.dispatch.dead_letters import DeadLetters, timeout_of
+from cronman.scheduler.dispatch.dead_letters import DeadLetters
+from cronman.scheduler.dispatch.deadlines import timeout_of
 from cronman.scheduler.dispatch.duequeue import DueQueue
 from cronman.scheduler.dispatch.finisher import OutcomeSink, RunFinisher
 from cronman.scheduler.dispatch.gates import GateKeeper, GateVerdict

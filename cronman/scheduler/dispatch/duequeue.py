@@ -28,8 +28,8 @@ import asyncio
 from typing import Protocol
 
 from cronman.scheduler.fires import ActiveRun
-from cronman.scheduler.jobs.timers import Entry, TimerHeap
 from cronman.scheduler.runtime.clock import ReferenceClock
+from cronman.scheduler.runtime.timers import Entry, TimerHeap
 from cronman.vocabulary import DEFAULT_PRIORITY
 
 # Due runs taken per loop turn, highest priority first.

@@ -32,7 +32,7 @@ from cronman.scheduler.fires import Cursor, Fire
 from cronman.scheduler.jobs.catchup import count_fire_times, recent_fire_times
 from cronman.scheduler.jobs.jobstate import Common, JobState, Prepared
 from cronman.scheduler.jobs.membership import view_key
-from cronman.scheduler.jobs.timers import Entry, TimerHeap
+from cronman.scheduler.runtime.timers import Entry, TimerHeap
 from cronman.schedules import CronSchedule, IntervalSchedule, JobTimes, parse_schedule
 from cronman.schedules.cronexpr import uses_job_id
 from cronman.schedules.window import IntervalTimes, Times

@@ -1,4 +1,5 @@
-"""The timer heap of a scheduler node.
+"""The timer heap of a scheduler node: the job table's timers (fires by due
+time) and the dispatcher's due queue (runs by due time) are both one.
 
 Entries are plain tuples ``(due_ms, -priority, job_id, fire_ms, state)``:
 ordered by due time, then higher priority first, then job id (no insertion
