@@ -16,10 +16,11 @@ Stages, in the order a fire crosses them (``node.py`` composes them):
 
 Shared by all: ``fires`` (``Fire``, ``Cursor``, ``ActiveRun``: what flows
 between the stages), ``policies`` (retry, misfire, concurrency: pure) and
-``runtime/`` (clock, lifecycle, metrics, rate-limited logs).
+``runtime/`` (clock, lifecycle, metrics, the timer heap, rate-limited logs).
 
 Imports go down this list only (checked by ``lint-imports`` in ``ops/test``):
 ``node`` > ``recovery`` | ``claim`` > ``dispatch`` > ``record`` | ``jobs`` >
 ``fires``, ``policies``, ``runtime``. A stage that must tell one above it
-something does so through an interface it is handed at construction.
+(or a sibling) something does so through a ``Protocol`` of its own module,
+handed in at construction (``node``'s docstring lists them).
 """
