@@ -94,7 +94,7 @@ class Settings:
     agent_memory_mb: int | None = None  # MiB offered; None: the host's
     agent_slots: int = DEFAULT_AGENT_SLOTS  # containers at once
     agent_placement_timeout: float = DEFAULT_AGENT_PLACEMENT_TIMEOUT
-    agent_state_dir: str = DEFAULT_AGENT_STATE_DIR  # log FIFOs of the containerd runtime
+    agent_state_dir: str = DEFAULT_AGENT_STATE_DIR  # the runtimes' kept container output
     # What a run may ask of its host (cronman.host_policy, JSON): every
     # namespace's default grant, and the most this worker agent runs.
     host_policy: str | None = None

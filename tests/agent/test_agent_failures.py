@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
 import uuid
 from datetime import timedelta
 
@@ -99,22 +98,28 @@ def agent_containers(containerd, namespace, agent_id):
 
 
 def test_agent_killed_and_back_within_its_lease_reattaches(tmp_path, db_url, store, env):
+    # A lease that outlasts an agent's start on a loaded machine (~3 s at worst).
+    env = {**env, "CRONMAN_LEASE_SECONDS": str(3 * LEASE)}
     with Processes(tmp_path) as procs:
         procs.scheduler(db_url, "n1", env=env)
         a1 = procs.agent("a1", redis_url=env["CRONMAN_REDIS_URL"], env=env)
-        job = container_job(store, "reattach", ["sh", "-c", "sleep 3; echo done"])
-        quick = container_job(store, "quick", ["sh", "-c", "sleep 0.5; exit 4"],
+        # Output before the kill, while no agent runs, and after its return.
+        job = container_job(store, "reattach", ["sh", "-c", "echo start; sleep 1.5; "
+                                                "echo away >&2; sleep 2; echo done"])
+        quick = container_job(store, "quick", ["sh", "-c", "echo before; sleep 0.5; "
+                                               "echo after >&2; exit 4"],
                               retry={"max_attempts": 1, "min_backoff": 1, "max_backoff": 1})
         wait_for(lambda: len(starts(procs)) == 2, 15, "the containers to start")
         a1.kill()
-        time.sleep(1.0)  # the quick one exits while no agent watches it
+        # The quick one ends while no agent watches it (the agent takes longer to start).
         a1 = procs.agent("a1", redis_url=env["CRONMAN_REDIS_URL"], env=env)
         run = final_run(store, job.id)
         assert run.status == "succeeded", run
         assert run.attempt == 1 and run.result["agent_id"] == "a1"
-        assert run.result["logs_tail"] == {"stdout": "done\n", "stderr": ""}
+        assert run.result["logs_tail"] == {"stdout": "start\ndone\n", "stderr": "away\n"}
         ended = final_run(store, quick.id)
         assert ended.status == "failed" and ended.result["exit_code"] == 4, ended
+        assert ended.result["logs_tail"] == {"stdout": "before\n", "stderr": "after\n"}
         assert a1.log_text().count("reattached to container") == 2
         assert sorted(starts(procs)) == sorted([(run.id, 1), (ended.id, 1)])  # no second start
 

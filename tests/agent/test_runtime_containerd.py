@@ -47,8 +47,14 @@ def test_command_env_exit_codes_and_logs_apart(containerd, namespace):
             assert end.stderr == "err\n"
             end = await run_once(rt, spec(["id", "-u"], user="root"))
             assert (end.exit_code, end.stdout) == (0, "0\n")
-            end = await run_once(rt, spec(["sh", "-c", "yes 0123456789 | head -c 100000"]))
+            s = spec(["sh", "-c", "yes 0123456789 | head -c 100000"])
+            cid = await rt.start(s)
+            end = await rt.wait(cid)
             assert end.exit_code == 0 and len(end.stdout) == 4096  # the tail only
+            kept = sum(f.stat().st_size for f in (rt.state_dir / cid).iterdir())
+            assert 4096 <= kept <= 2 * 4096  # bounded on disk too
+            await rt.remove(cid)
+            assert not (rt.state_dir / cid).exists()
         finally:
             await rt.close()
 
@@ -140,8 +146,10 @@ def test_missing_image_is_a_clear_error(containerd, namespace):
 def test_reattach_from_another_runtime_object_and_list_by_label(containerd, namespace):
     async def main():
         first = runtime_for(containerd, namespace)
-        cid = await first.start(spec(["sh", "-c", "sleep 1; echo late"],
+        cid = await first.start(spec(["sh", "-c", "echo early; sleep 1; echo late; "
+                                                  "echo err >&2"],
                                      labels={"cronman.agent": "a1"}))
+        await asyncio.sleep(0.3)
         await first.close()  # the agent went away; the container keeps running
         second = runtime_for(containerd, namespace)
         try:
@@ -149,7 +157,8 @@ def test_reattach_from_another_runtime_object_and_list_by_label(containerd, name
             assert info.id == cid and info.running
             assert await second.list({"cronman.agent": "other"}) == []
             end = await second.wait(cid)
-            assert (end.exit_code, end.stdout) == (0, "late\n")
+            # What it wrote before, and while, no agent watched it is kept.
+            assert (end.exit_code, end.stdout, end.stderr) == (0, "early\nlate\n", "err\n")
             await second.remove(cid)
             assert await second.list({"cronman.agent": "a1"}) == []
         finally:

@@ -1,15 +1,20 @@
 """The containerd runtime: containers through containerd's gRPC API.
 
 Each run gets a container (the OCI spec of ``oci_spec``, runc v2 shim) on a
-fresh overlay snapshot of its image, stdout and stderr through FIFOs under
-``state_dir`` (``fifo``), and a cgroup of its own whose OOM-kill counter is
-read after the exit. Nothing here shells out to ``ctr``.
+fresh overlay snapshot of its image, stdout and stderr kept apart in bounded
+files under ``state_dir`` by a logging binary the shim runs (``logkeeper``,
+``binary://`` stdio), and a cgroup of its own whose OOM-kill counter is read
+after the exit. Nothing here shells out to ``ctr``.
 
 containerd keeps tasks running when the agent dies, and the shims keep them
 running while containerd itself restarts: ``wait`` retries a call that finds
 containerd unreachable until it answers again, and works as well on a
-container this runtime object did not start (after an agent restart), by
-reopening its FIFOs.
+container this runtime object did not start (after an agent restart). The
+shim owns the logging binary, so a container's output while its agent is
+down is kept: once the task exited, ``wait`` deletes it (the shim closes the
+streams and waits for the logger to write the rest) and reads the tails from
+the files. A container started by an older agent, with FIFOs, is read through
+them (``fifo``).
 """
 
 from __future__ import annotations
@@ -18,10 +23,13 @@ import asyncio
 import contextlib
 import json
 import logging
+import stat
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from google.protobuf import any_pb2, empty_pb2
 from grpc import aio
@@ -48,6 +56,7 @@ from cronman.worker_agent.runtimes.containerd_client import (
 )
 from cronman.worker_agent.runtimes.containerd_images import ImageStore
 from cronman.worker_agent.runtimes.fifo import ContainerLogs
+from cronman.worker_agent.runtimes.logkeeper import STREAMS, read_tail, write_wrapper
 from cronman.worker_agent.runtimes.oci_spec import build_spec, cgroup_path
 
 log = logging.getLogger(__name__)
@@ -77,8 +86,24 @@ class ContainerdRuntime:
         self.state_dir = Path(state_dir) / namespace
         self.log_tail_bytes = log_tail_bytes
         self.images = ImageStore(self.client, snapshotter)
-        self._logs: dict[str, ContainerLogs] = {}
+        self._logs: dict[str, ContainerLogs] = {}  # FIFOs of an older agent's containers
         self._exited: dict[str, asyncio.Event] = {}
+        self._keeper: Path | None = None
+
+    def _log_uri(self, directory: Path) -> str:
+        """The ``binary://`` stdio URI that keeps a task's output in ``directory``."""
+        if self._keeper is None:
+            self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            keeper = self.state_dir / "logkeeper"
+            write_wrapper(keeper, sys.executable)
+            self._keeper = keeper
+        return (f"binary://{quote(str(self._keeper))}?dir={quote(str(directory), safe='')}"
+                f"&limit={self.log_tail_bytes}")
+
+    def _tails(self, container_id: str) -> tuple[str, str]:
+        directory = self.state_dir / container_id
+        out, err = (read_tail(directory, name, self.log_tail_bytes) for name in STREAMS)
+        return _text(out), _text(err)
 
     async def import_image(self, archive: Path) -> list[str]:
         try:
@@ -102,23 +127,16 @@ class ContainerdRuntime:
             runtime=containers_pb2.Container.Runtime(name=RUNC_V2),
             spec=any_pb2.Any(type_url=SPEC_TYPE_URL, value=json.dumps(oci).encode()),
             snapshotter=self.snapshotter, snapshot_key=cid)
-        logs: ContainerLogs | None = None
         try:
             await c.containers.Create(containers_pb2.CreateContainerRequest(container=container),
                                       **c.kw())
             prepared = await c.snapshots.Prepare(snapshots_pb2.PrepareSnapshotRequest(
                 snapshotter=self.snapshotter, key=cid, parent=image.chain_id), **c.kw())
-            logs = ContainerLogs(self.state_dir / cid, self.log_tail_bytes)
-            stdout, stderr = logs.paths
+            uri = self._log_uri(self.state_dir / cid)
             await c.tasks.Create(tasks_pb2.CreateTaskRequest(
-                container_id=cid, rootfs=prepared.mounts, stdout=stdout, stderr=stderr),
-                **c.kw())
-            self._logs[cid] = logs
+                container_id=cid, rootfs=prepared.mounts, stdout=uri, stderr=uri), **c.kw())
             await c.tasks.Start(tasks_pb2.StartRequest(container_id=cid), **c.kw())
         except aio.AioRpcError as exc:
-            self._logs.pop(cid, None)
-            if logs is not None:
-                logs.close()
             with contextlib.suppress(Exception):
                 await self.remove(cid)
             raise _translate(exc, "starting the container") from None
@@ -127,7 +145,8 @@ class ContainerdRuntime:
     async def wait(self, container_id: str) -> ContainerExit:
         c = self.client
         logs = self._logs.get(container_id)
-        if logs is None:
+        fifo = self.state_dir / container_id / "stdout"
+        if logs is None and fifo.exists() and stat.S_ISFIFO(fifo.stat().st_mode):
             logs = self._logs[container_id] = ContainerLogs(self.state_dir / container_id,
                                                            self.log_tail_bytes)
         exited = self._exited.setdefault(container_id, asyncio.Event())
@@ -145,7 +164,7 @@ class ContainerdRuntime:
                     delay = min(RECONNECT_MAX_DELAY, delay * 2)
                     continue
                 exited.set()
-                stdout, stderr = await logs.finish()
+                stdout, stderr = await self._finish(container_id, logs)
                 if not_found(exc):
                     return ContainerExit(exit_code=-1, stdout=stdout, stderr=stderr,
                                          error="the container has no task in containerd (it "
@@ -153,12 +172,28 @@ class ContainerdRuntime:
                 raise _translate(exc, "waiting for the container") from None
         exited.set()
         oom = self._oom_killed(container_id)
-        stdout, stderr = await logs.finish()
+        stdout, stderr = await self._finish(container_id, logs)
         finished = None
         if reply.HasField("exited_at") and reply.exited_at.seconds > 0:
             finished = reply.exited_at.ToDatetime(tzinfo=UTC)
         return ContainerExit(exit_code=int(reply.exit_status), oom_killed=oom, stdout=stdout,
                              stderr=stderr, finished_at=finished or datetime.now(UTC))
+
+    async def _finish(self, container_id: str, logs: ContainerLogs | None) -> tuple[str, str]:
+        """The tails of an exited container's output. Deleting its task first
+        makes the shim close the streams and wait for the logging binary to
+        write the rest (its cgroup, read for the OOM flag, goes with it)."""
+        if logs is not None:
+            return await logs.finish()
+        c = self.client
+        try:
+            await c.tasks.Delete(tasks_pb2.DeleteTaskRequest(container_id=container_id),
+                                 **c.kw())
+        except aio.AioRpcError as exc:
+            if not not_found(exc):
+                log.warning("task of %s not deleted after its exit (its logs may miss their "
+                            "last lines): %s", container_id, exc.details())
+        return self._tails(container_id)
 
     def _oom_killed(self, container_id: str) -> bool:
         """Whether the kernel OOM-killed a process of the container's cgroup
@@ -268,6 +303,11 @@ class ContainerdRuntime:
             logs.close()
         self._logs.clear()
         await self.client.close()
+
+
+def _text(data: bytes) -> str:
+    """A tail as text (a multi-byte character cut at its start is dropped)."""
+    return data.decode("utf-8", errors="replace").lstrip("\ufffd")
 
 
 def _translate(exc: aio.AioRpcError, what: str) -> RuntimeError_:
