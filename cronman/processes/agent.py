@@ -32,7 +32,14 @@ def build_runtime(kind: str, settings: Settings) -> ContainerRuntime:
     if kind == "process":
         from cronman.worker_agent.runtimes.process import ProcessRuntime
 
-        return ProcessRuntime()
+        try:
+            return ProcessRuntime(state_dir=settings.agent_state_dir)
+        except OSError as exc:
+            log.warning("the process runtime cannot keep its runs in CRONMAN_AGENT_STATE_DIR "
+                        "(%s): in a temporary directory instead, so a run does not outlive "
+                        "this agent process (set CRONMAN_AGENT_STATE_DIR to a writable one)",
+                        exc)
+            return ProcessRuntime()
     from cronman.worker_agent.runtimes.containerd import ContainerdRuntime
 
     return ContainerdRuntime(settings.containerd_address, settings.containerd_namespace,

@@ -29,8 +29,10 @@ One asyncio loop; the directory (Redis) calls go to a small thread pool.
 
 A graceful stop leaves the membership and, on containerd, leaves the
 containers running for the agent's return (their leases run on until then);
-the process runtime's children cannot outlive the agent, so they are stopped
-and reported failed.
+on the process runtime it stops the commands and reports them failed. Either
+runtime's runs outlive an agent that is killed (their output kept in files
+under the state dir, by the shim's logger or the command's supervisor), and
+the agent back with the same id reattaches to them.
 """
 
 from __future__ import annotations

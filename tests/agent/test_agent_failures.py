@@ -9,6 +9,7 @@ import json
 import re
 import uuid
 from datetime import timedelta
+from functools import partial
 
 import pytest
 
@@ -122,6 +123,31 @@ def test_agent_killed_and_back_within_its_lease_reattaches(tmp_path, db_url, sto
         assert ended.result["logs_tail"] == {"stdout": "before\n", "stderr": "after\n"}
         assert a1.log_text().count("reattached to container") == 2
         assert sorted(starts(procs)) == sorted([(run.id, 1), (ended.id, 1)])  # no second start
+
+
+def test_a_process_agent_killed_and_back_reattaches_with_the_output_of_both_sides(
+        tmp_path, db_url, store, env):
+    """The process runtime's commands outlive a SIGKILLed agent (no SIGPIPE on
+    a pipe to the dead agent) and are reported once by the agent back."""
+    env = {**env, "CRONMAN_LEASE_SECONDS": str(3 * LEASE),
+           "CRONMAN_AGENT_LABELS": "kind=host"}
+    with Processes(tmp_path) as procs:
+        procs.scheduler(db_url, "n1", env=env)
+        agent = partial(procs.agent, "p1", redis_url=env["CRONMAN_REDIS_URL"],
+                        runtime="process", env=env)
+        p1 = agent()
+        store.host_policies.put("ops", {"process": True}, by=None)
+        job = container_job(store, "host", ["sh", "-c", "echo start; sleep 1.5; "
+                                            "echo away >&2; sleep 1.5; echo done"],
+                            target_extra={"selector": {"kind": "host"}}, namespace="ops")
+        wait_for(lambda: starts(procs), 15, "the command to start")
+        p1.kill()
+        p1 = agent()
+        run = final_run(store, job.id)
+        assert run.status == "succeeded" and run.attempt == 1, run
+        assert run.result["logs_tail"] == {"stdout": "start\ndone\n", "stderr": "away\n"}
+        assert p1.log_text().count("reattached to container") == 1
+        assert starts(procs) == [(run.id, 1)]
 
 
 def test_agent_that_never_returns_loses_its_runs_and_is_fenced_on_return(

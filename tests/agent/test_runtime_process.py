@@ -54,3 +54,52 @@ def test_stop_reaches_the_process_group_and_kills_after_the_grace():
             await rt.close()
 
     asyncio.run(main())
+
+
+def test_a_run_outlives_its_runtime_and_is_found_again_with_its_output(tmp_path):
+    """An agent SIGKILLed leaves its runtime object behind unclosed: the
+    command carries on under its supervisor (no SIGPIPE, no blocked write),
+    and a runtime on the same state dir finds it, stops it, reads its end."""
+    command = "echo early; sleep 1; echo late; echo err >&2; exit 3"
+
+    async def first():
+        rt = ProcessRuntime(state_dir=tmp_path)  # never closed: its agent died
+        await rt.start(ContainerSpec(name="p", image="", command=["sh", "-c", command],
+                                     labels={"cronman.agent": "a1"}))
+        await rt.start(ContainerSpec(name="q", image="", command=["sleep", "30"],
+                                     labels={"cronman.agent": "a1"}))
+        await asyncio.sleep(0.3)
+
+    async def second():
+        rt = ProcessRuntime(state_dir=tmp_path)
+        try:
+            found = {c.id: c.running for c in await rt.list({"cronman.agent": "a1"})}
+            assert found == {"p": True, "q": True}
+            end = await asyncio.wait_for(rt.wait("p"), 10)
+            assert (end.exit_code, end.stdout, end.stderr) == (3, "early\nlate\n", "err\n")
+            await rt.stop("q", 0.5)
+            assert (await asyncio.wait_for(rt.wait("q"), 10)).exit_code == 143
+            await rt.remove("p")
+            await rt.remove("q")
+            assert await rt.list({}) == []
+        finally:
+            await rt.close()
+
+    asyncio.run(first())
+    asyncio.run(second())
+
+
+def test_output_is_bounded_on_disk():
+    async def main():
+        rt = ProcessRuntime()
+        try:
+            cid = await rt.start(ContainerSpec(
+                name="big", image="", command=["sh", "-c", "yes 0123456789 | head -c 100000"]))
+            end = await rt.wait(cid)
+            assert end.exit_code == 0 and len(end.stdout) == 4096
+            kept = sum(f.stat().st_size for f in (rt.state_dir / cid).glob("stdout*"))
+            assert 4096 <= kept <= 2 * 4096
+        finally:
+            await rt.close()
+
+    asyncio.run(main())

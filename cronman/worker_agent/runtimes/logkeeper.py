@@ -14,8 +14,14 @@ Each stream is bounded: once its file holds ``limit`` bytes it becomes
 between ``limit`` and ``2 * limit`` bytes on disk and its last ``limit``
 bytes are always there (``read_tail``).
 
-Standard library only, and no import of cronman: the shim runs it with
-``python -I -S`` (the agent writes an executable wrapper for it,
+The ``process`` runtime runs it as the supervisor of a run's command
+(``supervise``): the command's parent, in a session of its own, it copies
+the command's output the same way and writes the exit code to ``DIR/exit``,
+so that the command neither dies of SIGPIPE nor blocks when its agent dies,
+and an agent back after its restart reads how it ended.
+
+Standard library only, and no import of cronman: it runs under
+``python -I -S`` (for containerd the agent writes an executable wrapper,
 ``write_wrapper``). containerd passes the URI's query as ``key value``
 arguments in no fixed order: ``dir D limit N``.
 """
@@ -25,11 +31,15 @@ from __future__ import annotations
 import os
 import selectors
 import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 STREAMS = ("stdout", "stderr")
 READ_CHUNK = 65536
+PID_FILE = "pid"  # the supervised command's pid (its process group's too)
+EXIT_FILE = "exit"  # "<exit code> <unix ms>", written once it ended
 
 
 class RingFile:
@@ -72,7 +82,8 @@ def read_tail(directory: Path, name: str, limit: int) -> bytes:
 
 
 def copy_streams(fds: dict[int, RingFile]) -> None:
-    """Copy each readable fd into its ring until all reach end of file."""
+    """Copy each readable fd into its ring until all reach end of file (the
+    rings are closed, the fds left to the caller)."""
     sel = selectors.DefaultSelector()
     for fd in fds:
         sel.register(fd, selectors.EVENT_READ)
@@ -87,7 +98,6 @@ def copy_streams(fds: dict[int, RingFile]) -> None:
                 data = b""
             if not data:
                 sel.unregister(fd)
-                os.close(fd)
                 fds.pop(fd).close()
                 continue
             fds[fd].write(data)
@@ -103,7 +113,54 @@ def write_wrapper(path: Path, python: str) -> None:
     os.replace(tmp, path)
 
 
+def write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def supervise(directory: Path, limit: int, uid: int | None, gid: int | None,
+              command: list[str]) -> int:
+    """Run ``command`` (env and working directory: this process's) in a
+    process group of its own, as ``uid``/``gid`` when given; tell the agent
+    on stdout ``started PID`` or ``error MESSAGE``, then detach from it."""
+    rings = {name: RingFile(directory / name, limit) for name in STREAMS}
+    try:
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, process_group=0, user=uid, group=gid,
+                                extra_groups=[] if uid is not None else None)
+    except OSError as exc:
+        os.write(1, f"error {exc.strerror or exc}\n".encode())
+        return 127
+    assert proc.stdout is not None and proc.stderr is not None
+    write_atomically(directory / PID_FILE, str(proc.pid))
+    try:
+        os.write(1, f"started {proc.pid}\n".encode())
+    except OSError:
+        pass  # the agent is gone already: carry on
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    copy_streams({proc.stdout.fileno(): rings["stdout"], proc.stderr.fileno(): rings["stderr"]})
+    proc.stdout.close()
+    proc.stderr.close()
+    code = proc.wait()
+    if code < 0:
+        code = 128 - code  # killed by signal N: 128 + N, as a shell reports it
+    write_atomically(directory / EXIT_FILE, f"{code} {int(time.time() * 1000)}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["supervise"]:
+        where, bound, uid, gid = argv[1:5]
+        # Signals for the command go to its process group, not here; one to
+        # this session (a terminal's) must not end the supervisor. Handlers,
+        # not SIG_IGN, which the command would inherit.
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, lambda *_: None)
+        return supervise(Path(where), int(bound), None if uid == "-" else int(uid),
+                         None if gid == "-" else int(gid), argv[6:])
     args = dict(zip(argv[::2], argv[1::2], strict=False))
     directory = Path(args["dir"])
     limit = int(args.get("limit", "4096"))
