@@ -219,6 +219,15 @@ class PatroniCluster:
         self._kill_member(leader)
         return leader
 
+    def switchover(self, leader: Member, candidate: Member) -> None:
+        """``patronictl switchover`` from ``leader`` to ``candidate``, as an operator does."""
+        prefix = ["runuser", "-u", "postgres", "--"] if self._as_postgres else []
+        done = subprocess.run(
+            [*prefix, "/usr/bin/patronictl", "-c", str(leader.config), "switchover",
+             "--leader", leader.name, "--candidate", candidate.name, "--force"],
+            capture_output=True, text=True, timeout=60, cwd=self.dir)
+        assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+
     def _kill_member(self, m: Member) -> None:
         patroni, postmaster = m.patroni_pid(), m.postmaster_pid()
         if patroni is not None:
