@@ -18,7 +18,7 @@ import click
 from cronman.cli.group import RET_ERROR, cli
 
 _SCENARIO_CHOICES = ("steady", "max-rate", "herd", "million", "kill", "overload",
-                     "priority-herd", "skew", "all")
+                     "priority-herd", "skew", "patroni-failover", "all")
 _PEER_CHOICES = ("apscheduler-memory", "apscheduler-sqlalchemy", "apscheduler4-postgres",
                  "none")
 

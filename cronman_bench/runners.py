@@ -10,6 +10,7 @@ from cronman_bench.kill import kill
 from cronman_bench.max_rate import max_rate
 from cronman_bench.million import million
 from cronman_bench.overload import overload
+from cronman_bench.patroni_failover import patroni_failover
 from cronman_bench.priority_herd import priority_herd
 from cronman_bench.scenarios import ScenarioParams, steady
 from cronman_bench.skew import skew
@@ -20,5 +21,8 @@ Runner = Callable[[BenchOptions, ScenarioParams], dict[str, Any]]
 RUNNERS: dict[str, Runner] = {
     "steady": steady, "max-rate": max_rate, "herd": herd, "million": million, "kill": kill,
     "overload": overload, "priority-herd": priority_herd, "skew": skew,
+    "patroni-failover": patroni_failover,
 }
-SCENARIOS = tuple(RUNNERS)
+# `all`: what runs on any machine with PostgreSQL and Redis (patroni-failover
+# needs Patroni, etcd and root or the postgres user).
+SCENARIOS = tuple(n for n in RUNNERS if n != "patroni-failover")

@@ -64,6 +64,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "million": {"jobs": 1_000_000, "every": 3600, "duration": 600,
                 "peers": ("apscheduler-memory",)},
     "kill": {"jobs": 1000, "every": 1, "duration": 120, "peers": ()},
+    "patroni-failover": {"jobs": 1000, "every": 1, "duration": 45, "peers": ()},
     "overload": {"peers": ("apscheduler-memory",)},
     "priority-herd": {"jobs": 20_000, "duration": 60, "peers": ()},
     "skew": {"duration": 60, "peers": ()},
