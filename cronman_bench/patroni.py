@@ -235,6 +235,23 @@ class PatroniCluster:
             for pid in children:
                 _kill(pid)
 
+    def create_database(self, name: str, timeout: float = 30.0) -> None:
+        """``CREATE DATABASE`` on the leader, then wait until every member has
+        replayed it: libpq does not try the next host of a multi-host URL after
+        a member answers 'database does not exist' (a FATAL at startup, before
+        ``target_session_attrs`` is checked), and a synchronous standby has the
+        commit flushed, not necessarily replayed."""
+        leader = self.wait_ready()
+        self.admin_sql(leader, f'CREATE DATABASE "{name}"')
+
+        def everywhere() -> bool:
+            try:
+                return all(self.query(m, "SELECT 1 FROM pg_database WHERE datname = "
+                                      f"'{name}'") for m in self.members)
+            except psycopg2.Error:
+                return False
+        self._wait(everywhere, timeout, f"database {name} on every member")
+
     def admin_sql(self, member: Member, sql: str, dbname: str = "postgres") -> None:
         """Run one statement that returns no rows (``CREATE DATABASE`` …)."""
         self._run(member, sql, dbname, rows=False)

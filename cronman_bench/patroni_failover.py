@@ -45,8 +45,7 @@ class PatroniDatabase:
 
     def create(self) -> PatroniDatabase:
         self.cluster.__enter__()
-        leader = self.cluster.wait_ready()
-        self.cluster.admin_sql(leader, "CREATE DATABASE cronman")
+        self.cluster.create_database("cronman")
         self.url = self.cluster.url("cronman", connect_timeout="2")
         return self
 
@@ -74,8 +73,9 @@ class PatroniDatabase:
 class KilledLeader:
     """What the harness reads of a killed process: its name and when."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, pid: int | None) -> None:
         self.name = name
+        self.pid = pid  # its Patroni's
         self.killed_at: float = time.time()
 
 
@@ -94,7 +94,9 @@ class PatroniSystem(CronmanSystem):
 
     def kill_one(self) -> Any:
         cluster = self.db.cluster  # type: ignore[attr-defined]
-        self.killed = KilledLeader(cluster.kill_leader().name)
+        leader = cluster.leader()
+        pid = leader.patroni_pid() if leader is not None else None
+        self.killed = KilledLeader(f"database leader {cluster.kill_leader().name}", pid)
         return self.killed
 
     def teardown(self) -> None:
@@ -120,7 +122,8 @@ class WriteProbe:
     def stop(self) -> None:
         self._stop.set()
         for t in self._threads:
-            t.join(5)
+            if t.is_alive():
+                t.join(5)
 
     def _write(self) -> None:
         db: PatroniDatabase = self.system.db  # type: ignore[assignment]

@@ -3,8 +3,8 @@
 Without starting Patroni: the member files parse and carry the settings of
 docs/cluster.md (synchronous mode, the timing rule, pg_rewind, logical WAL,
 hot_standby_feedback), their dynamic settings include every one the test
-cluster (tests/support/patroni.py) runs with, the audit slot file declares
-cronman's slot, the env file's URL reaches libpq as every member with
+cluster (cronman_bench/patroni.py, shared with the benchmark) runs with, the
+audit slot file declares cronman's slot, the env file's URL reaches libpq as every member with
 ``target_session_attrs=read-write``, and ``patroni --validate-config``
 accepts each member (its addresses moved to loopback: the validator connects
 to them).

@@ -202,8 +202,8 @@ def ha(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HA]
     tmp = tmp_path_factory.mktemp("patroni-ha")
     started = time.monotonic()
     with PatroniCluster(members=2) as pg, Receiver() as rx, Processes(tmp) as procs:
+        pg.create_database("cronman")
         first = pg.wait_ready()
-        pg.admin_sql(first, "CREATE DATABASE cronman")
         url = pg.url("cronman")
         migrate = subprocess.run([*CRONMAN, "migrate", "--database-url", url],
                                  env=clean_env(), capture_output=True, text=True, timeout=60)

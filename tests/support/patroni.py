@@ -10,7 +10,7 @@ import pytest
 
 from cronman_bench.patroni import PG_BIN, Member, PatroniCluster
 
-__all__ = ["Member", "PatroniCluster", "require_patroni"]
+__all__ = ["PG_BIN", "Member", "PatroniCluster", "require_patroni"]
 
 
 def require_patroni() -> None:
