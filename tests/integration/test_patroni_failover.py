@@ -171,7 +171,9 @@ class HA:
     failing: Any
     window_start: datetime
     killed: Member | None = None
+    outage: tuple[datetime, datetime] | None = None  # the kill .. the new leader
     phases: dict[str, float] = field(default_factory=dict)
+    failed_at: dict[str, datetime] = field(default_factory=dict)
 
     def on_primary(self, sql: str, member: Member | None = None) -> list[tuple]:
         m = member or self.pg.leader()
@@ -301,7 +303,9 @@ def test_acknowledged_writes_and_the_stream_survive_sigkill_of_the_leader(ha: HA
 
     ha.killed = ha.pg.kill_leader()
     killed_at, killed_wall = time.monotonic(), time.time()
+    killed_dt = utcnow()
     second = ha.pg.wait_leader(other_than=ha.killed)
+    ha.outage = (killed_dt, utcnow())
 
     # Every 2xx answered before the kill and every run row written then is on
     # the new primary (synchronous mode: the standby had each commit).
@@ -400,15 +404,21 @@ def test_every_fire_once_every_failure_notified_once_every_change_exported_once(
     # Failures: every failed run of the failing job is notified once, the ones
     # due while no member was primary included; every notification sent once.
     def all_notified() -> list[Any] | None:
-        failed = {r.id for r in ha.store.runs.list_runs(ha.failing.id, RunFilter(), 10_000,
-                                                        None).items if r.status == "failed"}
+        failed = {r.id: r.scheduled_for for r in ha.store.runs.list_runs(
+            ha.failing.id, RunFilter(), 10_000, None).items if r.status == "failed"}
         notes = notifications(ha.store)
         events = ha.store.notifications.events([n.id for n in notes], 100_000)
         seen = Counter(e.run_id for n in notes for e in events[n.id])
         sent = all(n.status == "sent" for n in notes)
-        return notes if sent and set(seen) == failed and max(seen.values()) == 1 else None
+        ha.failed_at = failed
+        return notes if sent and seen and set(seen) == set(failed) and max(
+            seen.values()) == 1 else None
     notes = wait_for(lambda: _retry(all_notified, 30, "notifications"), 30,
                      "every failure notified")
+    assert ha.outage is not None
+    lo, hi = ha.outage
+    assert any(lo <= at <= hi for at in ha.failed_at.values()), "a failure due in the outage"
+    assert len(ha.writer.created) > 20 and ha.writer.updated > 20, "the writer kept writing"
     copies = Counter(r.header("Cronman-Notification-Id") for r in ha.rx.requests_for("/hook"))
     assert set(copies) == {n.id for n in notes}
     assert all(n == 1 for n in copies.values()), copies
