@@ -100,8 +100,10 @@ class PatroniSystem(CronmanSystem):
         return self.killed
 
     def teardown(self) -> None:
-        self.probe_thread.stop()
-        super().teardown()
+        try:
+            self.probe_thread.stop()
+        finally:
+            super().teardown()  # stops the Patroni cluster too (``db.drop``)
 
 
 class WriteProbe:
