@@ -11,7 +11,7 @@ from cronman.api.common import principal
 from cronman.api.request_ids import request_id
 from cronman.api.serialize import job_json
 from cronman.models import Job
-from cronman.store.history import ChangeContext
+from cronman.store.records import ChangeContext
 from cronman.timeutil import utcnow
 from cronman.vocabulary import ANONYMOUS_ACTOR, JobAction
 

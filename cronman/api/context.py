@@ -20,7 +20,7 @@ from cronman.config import Settings
 from cronman.coordination.base import Coordinator
 from cronman.errors import CronmanError, StoreUnavailable
 from cronman.store.base import Store
-from cronman.store.connect import Member
+from cronman.store.records import Member
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,8 @@ from cronman.api.jobs import LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX
 from cronman.api.names import ID_RE
 from cronman.api.request_ids import request_id
 from cronman.errors import NotFound, ValidationError
-from cronman.store.tokens import CACHE_SECONDS, TokenActor
+from cronman.store.records import TokenActor
+from cronman.store.tokens import CACHE_SECONDS
 from cronman.timeutil import format_rfc3339, utcnow
 
 bp = Blueprint("tokens", __name__, url_prefix="/v1")

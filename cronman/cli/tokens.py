@@ -27,7 +27,7 @@ from cronman.cli.group import RET_ERROR, RET_UNAVAILABLE
 from cronman.cli.tokens_client import DATABASE_COMMANDS, SECRET_WARNING, tokens, tokens_table
 from cronman.config import Settings
 from cronman.errors import CronmanError, StoreUnavailable, ValidationError
-from cronman.store.tokens import TokenActor
+from cronman.store.records import TokenActor
 from cronman.timeutil import format_rfc3339
 from cronman.vocabulary import DATABASE_ACTOR
 

@@ -29,7 +29,8 @@ from cronman.notify.detector import Detector
 from cronman.notify.email import EmailSender
 from cronman.notify.leadership import Leadership, leadership_for
 from cronman.notify.metrics import NotifierMetrics
-from cronman.notify.senders import Sender, WebhookSender
+from cronman.notify.senders import Sender
+from cronman.notify.webhook import WebhookSender
 from cronman.timeutil import utcnow
 
 log = logging.getLogger(__name__)

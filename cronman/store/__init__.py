@@ -19,7 +19,6 @@ from cronman.store import triggers
 from cronman.store.base import RUNS_REQUESTED, ChangeFeed, Store
 from cronman.store.calendars import SqlCalendarStore
 from cronman.store.changes import LocalHub, PgChannel
-from cronman.store.connect import Member
 from cronman.store.dependencies import SqlDependencyStore
 from cronman.store.engine import PG_POOL_SIZE, Database
 from cronman.store.history import SqlJobHistory
@@ -28,6 +27,7 @@ from cronman.store.notify_history import SqlNotificationHistory
 from cronman.store.notify_outbox import SqlNotificationOutbox
 from cronman.store.notify_rules import SqlNotificationRules
 from cronman.store.partitions import PgPartitions, SqlitePartitions
+from cronman.store.records import Member
 from cronman.store.signing_keys import SqlSigningKeyStore
 from cronman.store.sql_jobs import SqlJobStore
 from cronman.store.sql_runs import SqlRunStore

@@ -31,9 +31,7 @@ from cronman.models import (
 from cronman.schedules import parse_calendar
 from cronman.schedules.calendars import ExclusionCalendar
 from cronman.signing_keys import KeyState
-from cronman.store.connect import Member
-from cronman.store.history import ChangeContext
-from cronman.store.tokens import TokenActor
+from cronman.store.records import ChangeContext, Member, TokenActor
 
 
 class JobStore(Protocol):

@@ -35,7 +35,6 @@ import re
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -43,6 +42,8 @@ import psycopg2
 import psycopg2.extensions
 from sqlalchemy.dialects.postgresql.psycopg2 import PGDialect_psycopg2
 from sqlalchemy.engine import URL, make_url
+
+from cronman.store.records import Member
 
 log = logging.getLogger(__name__)
 
@@ -190,14 +191,6 @@ def member_of(dbapi_conn: Any) -> str:
     info = dbapi_conn.info
     host, port = str(info.host), info.port
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-@dataclass(frozen=True)
-class Member:
-    """The member written to and since when (Unix seconds)."""
-
-    member: str
-    since: float
 
 
 class MemberWatch:

@@ -24,8 +24,8 @@ never holds a second notion of what a secret is.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -35,28 +35,9 @@ from cronman.errors import ValidationError
 from cronman.models import Job, Page
 from cronman.store.codec import JOB_FIELDS, job_from_row
 from cronman.store.engine import Database, Tx
+from cronman.store.records import ChangeContext
 from cronman.store.tables import job_history, jobs
 from cronman.timeutil import format_rfc3339, utcnow
-from cronman.vocabulary import ANONYMOUS_ACTOR, JobAction
-
-Describe = Callable[[Job], dict[str, Any]]
-
-
-@dataclass(frozen=True, slots=True)
-class ChangeContext:
-    """Who asks for a job change, through which request, and what the change is.
-
-    ``describe`` renders a job's definition as it is recorded (secrets
-    redacted); ``details`` are facts of the request worth keeping (a
-    backfill's range), merged with what the store adds (run ids, counts).
-    """
-
-    action: JobAction
-    describe: Describe
-    actor_token_id: str | None = None
-    actor_name: str = ANONYMOUS_ACTOR
-    request_id: str | None = None
-    details: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from cronman.store import history
 from cronman.store.base import RUNS_REQUESTED
 from cronman.store.codec import run_from_row
 from cronman.store.engine import Database, Tx
-from cronman.store.history import ChangeContext
+from cronman.store.records import ChangeContext
 from cronman.store.run_bulk import insert_runs
 from cronman.store.run_reads import run_key_range
 from cronman.store.tables import FINAL_STATUSES

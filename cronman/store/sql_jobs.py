@@ -26,8 +26,8 @@ from cronman.store.codec import (
     job_from_row,
 )
 from cronman.store.engine import Database, Tx
-from cronman.store.history import ChangeContext
 from cronman.store.job_search import JobQueries
+from cronman.store.records import ChangeContext
 from cronman.store.tables import jobs
 from cronman.timeutil import utcnow
 

@@ -24,7 +24,6 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import and_, insert, or_, select, update
@@ -33,24 +32,14 @@ from sqlalchemy.engine import Row
 from cronman.models import Page
 from cronman.store.codec import decode_search_cursor, encode_search_cursor
 from cronman.store.engine import Database, Tx
+from cronman.store.records import TokenActor
 from cronman.store.tables import api_tokens, token_history
 from cronman.timeutil import utcnow
-from cronman.vocabulary import DATABASE_ACTOR, TokenAction
+from cronman.vocabulary import TokenAction
 
 TOKEN_PREFIX = "cm_"
 CACHE_SECONDS = 1.5
 _CACHE_MAX = 1024
-
-
-@dataclass(frozen=True, slots=True)
-class TokenActor:
-    """Who creates or revokes a token, as the token history records it: an
-    admin token through the API (its id and name, the request's id), or
-    someone with database access (no token id; ``name`` says who)."""
-
-    token_id: str | None = None
-    name: str = DATABASE_ACTOR
-    request_id: str | None = None
 
 
 DATABASE = TokenActor()

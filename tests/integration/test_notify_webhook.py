@@ -8,7 +8,7 @@ import json
 from datetime import timedelta
 
 from cronman import signing_keys
-from cronman.notify.senders import WebhookSender
+from cronman.notify.webhook import WebhookSender
 from cronman.signing import namespace_key, verify_signature
 from cronman.timeutil import utcnow
 from tests.support.notify import (

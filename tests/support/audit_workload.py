@@ -19,7 +19,7 @@ from typing import Any
 
 from cronman.models import RunUpdate
 from cronman.store import open_store
-from cronman.store.history import ChangeContext
+from cronman.store.records import ChangeContext
 from cronman.vocabulary import JobAction
 from tests.support.store_data import base_time, job_spec, make_run
 

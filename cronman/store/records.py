@@ -1,0 +1,53 @@
+"""Records the store contract speaks in that are no rows of a model: who
+asks for a change, and which database member a process writes to.
+
+They live here, below both ``base.py`` and the SQL parts, so the contract
+imports no implementation (the parts import them from here too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cronman.models import Job
+from cronman.vocabulary import ANONYMOUS_ACTOR, DATABASE_ACTOR, JobAction
+
+Describe = Callable[[Job], dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeContext:
+    """Who asks for a job change, through which request, and what the change is.
+
+    ``describe`` renders a job's definition as it is recorded (secrets
+    redacted); ``details`` are facts of the request worth keeping (a
+    backfill's range), merged with what the store adds (run ids, counts).
+    """
+
+    action: JobAction
+    describe: Describe
+    actor_token_id: str | None = None
+    actor_name: str = ANONYMOUS_ACTOR
+    request_id: str | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenActor:
+    """Who creates or revokes a token, as the token history records it: an
+    admin token through the API (its id and name, the request's id), or
+    someone with database access (no token id; ``name`` says who)."""
+
+    token_id: str | None = None
+    name: str = DATABASE_ACTOR
+    request_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Member:
+    """The database member written to and since when (Unix seconds)."""
+
+    member: str
+    since: float
