@@ -21,8 +21,8 @@ from cronman.api.jobs import LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX
 from cronman.api.names import ID_RE, NAME_MAX, NAME_RE
 from cronman.errors import NotFound, ValidationError
 from cronman.notify.messages import event_json
-from cronman.notify.model import EventRecord, Notification, NotificationFilter, RuleRecord
 from cronman.notify.rules import RULE_KEYS, redact_channel, validate_rule
+from cronman.outbox.records import EventRecord, Notification, NotificationFilter, RuleRecord
 from cronman.redaction import redact_value, restore_redacted
 from cronman.timeutil import format_rfc3339
 from cronman.vocabulary import (

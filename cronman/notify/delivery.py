@@ -27,8 +27,9 @@ from datetime import datetime, timedelta
 
 from cronman.notify.messages import MAX_LISTED
 from cronman.notify.metrics import NotifierMetrics
-from cronman.notify.model import Notification, Outbox
+from cronman.notify.model import Outbox
 from cronman.notify.senders import Sender, SendError
+from cronman.outbox.records import Notification
 
 log = logging.getLogger(__name__)
 

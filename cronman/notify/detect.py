@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from cronman.models import Job
-from cronman.notify.model import Event, FailingJob, FinishedRun
-from cronman.notify.rules import Rule, job_rules
+from cronman.outbox.records import Event, FailingJob, FinishedRun, Rule, job_rules
 from cronman.timeutil import format_rfc3339
 from cronman.vocabulary import NotifyEvent
 

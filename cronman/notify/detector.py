@@ -26,8 +26,8 @@ from cronman.ids import run_id_for
 from cronman.notify import detect
 from cronman.notify.late import Check, LateWatch
 from cronman.notify.metrics import NotifierMetrics
-from cronman.notify.model import Event, FailingJob, JobSource, Outbox, PassResult, RuleSource
-from cronman.notify.rules import Rule
+from cronman.notify.model import JobSource, Outbox, RuleSource
+from cronman.outbox.records import Event, FailingJob, PassResult, Rule
 from cronman.timeutil import format_rfc3339, to_ms
 from cronman.vocabulary import MANUAL_ORIGINS, NotifyEvent, RunStatus
 

@@ -27,8 +27,8 @@ from email.utils import formatdate
 
 from cronman.config import Settings
 from cronman.notify.messages import subject, text
-from cronman.notify.model import EventRecord, Notification
 from cronman.notify.senders import SendError
+from cronman.outbox.records import EventRecord, Notification
 
 SMTP_TIMEOUT = 30.0
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from cronman.models import Job
-from cronman.notify.rules import Rule
+from cronman.outbox.records import Rule
 from cronman.schedules import JobTimes, job_times
 from cronman.vocabulary import NotifyEvent
 

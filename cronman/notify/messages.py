@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from cronman.notify.model import EventRecord, Notification
+from cronman.outbox.records import EventRecord, Notification
 from cronman.timeutil import format_rfc3339
 from cronman.vocabulary import NotificationKind, NotifyEvent
 

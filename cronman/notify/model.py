@@ -1,125 +1,24 @@
-"""Value objects of the notifications, and the store contract the notifier uses."""
+"""The stores the notifier reads and writes: the outbox, the jobs, the
+namespace rules (one SQL implementation each, in ``cronman.store``).
+
+The records they speak in are in ``cronman.outbox.records``, below both.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 from cronman.models import Job
-from cronman.notify.rules import Rule
-
-
-@dataclass(frozen=True, slots=True)
-class FinishedRun:
-    """A run as the notifier reads it (a failure, or a success ending one)."""
-
-    id: str
-    job_id: str
-    scheduled_for: datetime
-    status: str
-    attempt: int
-    finished_at: datetime | None = None
-    error: str | None = None
-    node_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One event found for one rule: the unit of deduplication.
-
-    ``event_key`` names the event itself (``failed:<run id>:<attempt>``,
-    ``late:<job id>:<fire ms>``...); with the rule's key it is unique in the
-    outbox, whichever notifier found it.
-    """
-
-    rule: Rule
-    kind: str
-    event_key: str
-    job_id: str
-    namespace: str
-    job_name: str
-    occurred_at: datetime
-    run_id: str | None = None
-    scheduled_for: datetime | None = None
-    detail: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class FailingJob:
-    """A job with a recovery to watch for: its latest failure."""
-
-    job_id: str
-    last_failure_at: datetime  # the scheduled time of the latest failed run
-    last_failure_run_id: str
-    failures: int
-    since: datetime  # when the first failure of this streak was found
-
-
-@dataclass(frozen=True, slots=True)
-class PassResult:
-    """What one detection pass found, written in one transaction.
-
-    ``seen_runs`` (run id, scheduled_for, attempt) are marked read whether or
-    not any rule wanted them; ``late_through`` moves the ``late`` cursor.
-    """
-
-    seen_runs: Sequence[tuple[str, datetime, int]] = ()
-    events: Sequence[Event] = ()
-    failing: Sequence[FailingJob] = ()
-    recovered: Sequence[str] = ()  # job ids no longer failing
-    late_through: datetime | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Notification:
-    """One row of the outbox: one message (an event alone, or a digest)."""
-
-    id: str
-    namespace: str
-    job_id: str
-    job_name: str
-    rule_key: str
-    group_key: str
-    channel: dict[str, Any]
-    kind: str
-    event: str | None
-    status: str
-    attempts: int
-    due_at: datetime
-    next_attempt_at: datetime
-    last_error: str | None
-    event_count: int
-    created_at: datetime
-    updated_at: datetime
-    sent_at: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
-class EventRecord:
-    """One stored event (a row of ``notification_events``)."""
-
-    id: int
-    notification_id: str | None
-    rule_key: str
-    event_key: str
-    event: str
-    job_id: str
-    run_id: str | None
-    scheduled_for: datetime | None
-    occurred_at: datetime
-    detail: dict[str, Any] | None
-    created_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class NotificationFilter:
-    namespace: str | None = None
-    namespaces: tuple[str, ...] | None = None  # restriction from the caller's token
-    job_id: str | None = None
-    statuses: tuple[str, ...] = ()
-    events: tuple[str, ...] = ()  # event kinds; "digest" for digests
+from cronman.outbox.records import (
+    EventRecord,
+    FailingJob,
+    FinishedRun,
+    Notification,
+    PassResult,
+    Rule,
+)
 
 
 class Outbox(Protocol):
@@ -187,16 +86,3 @@ class JobSource(Protocol):
 class RuleSource(Protocol):
     def all_rules(self) -> dict[str, list[Rule]]:
         """The namespace rules, by namespace."""
-
-
-@dataclass(frozen=True, slots=True)
-class RuleRecord:
-    """A namespace rule as stored (``/v1/notification-rules``)."""
-
-    id: str
-    namespace: str
-    name: str
-    rule: dict[str, Any]
-    version: int
-    created_at: datetime
-    updated_at: datetime

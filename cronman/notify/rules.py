@@ -29,11 +29,8 @@ Every error is a ``ValidationError`` naming the dotted field
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from cronman.callbacks.validation import validate_target
@@ -65,25 +62,6 @@ ADDRESS_RE = re.compile(
     r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*$")
 
 Redact = Callable[[Any], str]
-
-
-@dataclass(frozen=True, slots=True)
-class Rule:
-    """One rule as the notifier applies it.
-
-    ``key`` is the rule's identity in the outbox: ``ns:<rule id>`` for a
-    namespace rule, ``job:<job id>:<digest of the rule>`` for a job's own
-    (a digest rather than a position: reordering a job's rules keeps them).
-    """
-
-    key: str
-    events: frozenset[str]
-    late_after: float | None
-    channel: Mapping[str, Any]
-    digest_interval: float
-
-    def wants(self, event: str) -> bool:
-        return event in self.events
 
 
 # -- validation ------------------------------------------------------------------
@@ -229,39 +207,3 @@ def redact_notify(notify: Sequence[Mapping[str, Any]] | None,
             shown["channel"] = redact_channel(shown["channel"], redact)
         out.append(shown)
     return out
-
-
-# -- rules as the notifier applies them --------------------------------------------
-
-
-def _digest(value: Any, size: int = 8) -> str:
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.blake2b(text.encode(), digest_size=size).hexdigest()
-
-
-def _rule(key: str, spec: Mapping[str, Any]) -> Rule:
-    late = spec.get("late_after")
-    return Rule(key=key, events=frozenset(spec["events"]),
-                late_after=None if late is None else float(late),
-                channel=spec["channel"],
-                digest_interval=float(spec.get("digest_interval") or DEFAULT_DIGEST_INTERVAL))
-
-
-def job_rules(job_id: str, notify: Sequence[Mapping[str, Any]] | None) -> list[Rule]:
-    """The rules of a job's own ``notify`` list (stored, so already validated)."""
-    if not notify:
-        return []
-    rules: dict[str, Rule] = {}
-    for spec in notify:
-        key = f"job:{job_id}:{_digest(spec)}"
-        rules.setdefault(key, _rule(key, spec))  # the same rule twice is one rule
-    return list(rules.values())
-
-
-def namespace_rule(rule_id: str, spec: Mapping[str, Any]) -> Rule:
-    return _rule(f"ns:{rule_id}", spec)
-
-
-def group_key(rule: Rule, job_id: str) -> str:
-    """The rate limit's unit: one rule, one job, one destination."""
-    return _digest([rule.key, job_id, rule.channel], 16)

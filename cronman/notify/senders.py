@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from cronman.notify.model import EventRecord, Notification
+from cronman.outbox.records import EventRecord, Notification
 
 
 class SendError(Exception):

@@ -37,8 +37,8 @@ from cronman.callbacks.ssrf import PrivateAddressError, literal_refusal
 from cronman.config import Settings
 from cronman.errors import StoreUnavailable
 from cronman.notify.messages import webhook_body
-from cronman.notify.model import EventRecord, Notification
 from cronman.notify.senders import SendError
+from cronman.outbox.records import EventRecord, Notification
 from cronman.signing import SIGNATURE_HEADER, context_tail
 from cronman.signing_keys import KeyState, NamespaceSigners
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
+from cronman.schedules.base import Schedule
+from cronman.schedules.parse import parse_schedule
 from cronman.schedules.simple import IntervalSchedule
 from cronman.timeutil import ensure_utc, from_ms, to_ms
 
@@ -14,20 +16,6 @@ if TYPE_CHECKING:
 
 _MICROSECOND = timedelta(microseconds=1)
 _ZERO = timedelta(0)
-
-
-class Schedule(Protocol):
-    """Fire times as a pure function of the schedule object."""
-
-    kind: str
-
-    def next_after(self, t: datetime) -> datetime | None:
-        """The first fire time strictly after ``t`` (aware UTC in and out); None if none."""
-        ...
-
-    def to_dict(self) -> dict[str, Any]:
-        """The normalised JSON object."""
-        ...
 
 
 class FireTimeRanges:
@@ -169,8 +157,6 @@ def job_times(job: Job) -> JobTimes:
     A cached entry is reused only while the job's schedule, window and jitter
     are unchanged, so a stale version number cannot serve old times.
     """
-    from cronman.schedules import parse_schedule
-
     key = (job.id, job.version)
     hit = _CACHE.get(key)
     if hit is not None:

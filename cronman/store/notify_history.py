@@ -9,7 +9,7 @@ from sqlalchemy import and_, func, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from cronman.models import Page
-from cronman.notify.model import EventRecord, Notification, NotificationFilter
+from cronman.outbox.records import EventRecord, Notification, NotificationFilter
 from cronman.store.codec import decode_job_cursor, encode_job_cursor
 from cronman.store.engine import Database
 from cronman.store.notify_outbox import event_from_row, notification_from_row

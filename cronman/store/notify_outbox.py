@@ -7,7 +7,7 @@ notifier reads from the run history and writes before it sends anything.
   in the transaction that stores its events makes each event count once.
 - ``write_pass`` stores a pass in one transaction: runs marked read, events
   (unique per rule and event: a second notifier finding the same one adds
-  nothing), the rate limit's placement of new events (``cronman.notify.limiter``)
+  nothing), the rate limit's placement of new events (``cronman.outbox.limiter``)
   into new messages or digests still open, the failing jobs, the ``late``
   cursor. On PostgreSQL the groups and open digests are locked (FOR UPDATE)
   so a sender taking a digest and a pass adding to it serialise.
@@ -42,16 +42,16 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from cronman.ids import new_job_id
 from cronman.models import Job
-from cronman.notify.limiter import GroupState, Incoming, plan
-from cronman.notify.model import (
+from cronman.outbox.limiter import GroupState, Incoming, plan
+from cronman.outbox.records import (
     Event,
     EventRecord,
     FailingJob,
     FinishedRun,
     Notification,
     PassResult,
+    group_key,
 )
-from cronman.notify.rules import group_key
 from cronman.store.codec import job_from_row
 from cronman.store.engine import Database, Tx
 from cronman.store.pgsql import execute_rendered, render_literal, render_values

@@ -17,8 +17,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from cronman.errors import Conflict, NotFound
 from cronman.ids import new_job_id
 from cronman.models import Page
-from cronman.notify.model import RuleRecord
-from cronman.notify.rules import Rule, namespace_rule
+from cronman.outbox.records import Rule, RuleRecord, namespace_rule
 from cronman.store.codec import decode_job_cursor, encode_job_cursor
 from cronman.store.engine import Database, Tx
 from cronman.store.tables import notification_rules

@@ -9,8 +9,7 @@ from datetime import timedelta
 import pytest
 
 from cronman.config import Settings
-from cronman.notify.model import Event, PassResult
-from cronman.notify.rules import job_rules
+from cronman.outbox.records import Event, PassResult, job_rules
 from cronman.processes.api import make_app
 from cronman.timeutil import utcnow
 from tests.support.api import job_spec

@@ -101,7 +101,7 @@ def test_credentials_need_starttls():
 
 
 def _flt():
-    from cronman.notify.model import NotificationFilter
+    from cronman.outbox.records import NotificationFilter
 
     return NotificationFilter()
 

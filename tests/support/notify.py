@@ -90,7 +90,7 @@ def running_notifier(store: Any, settings: Settings, **kwargs: Any) -> Iterator[
 
 
 def notifications(store: Any, **filters: Any) -> list[Any]:
-    from cronman.notify.model import NotificationFilter
+    from cronman.outbox.records import NotificationFilter
 
     page = store.notifications.list_notifications(NotificationFilter(**filters), 1000, None)
     return list(page.items)

@@ -13,16 +13,21 @@ from cronman.models import Job
 from cronman.notify import detect
 from cronman.notify.delivery import retry_delay
 from cronman.notify.late import LateWatch
-from cronman.notify.limiter import GroupState, Incoming, plan
 from cronman.notify.messages import payload, subject, text
-from cronman.notify.model import EventRecord, FailingJob, FinishedRun, Notification
 from cronman.notify.rules import (
-    group_key,
-    job_rules,
-    namespace_rule,
     redact_notify,
     validate_job_notify,
     validate_rule,
+)
+from cronman.outbox.limiter import GroupState, Incoming, plan
+from cronman.outbox.records import (
+    EventRecord,
+    FailingJob,
+    FinishedRun,
+    Notification,
+    group_key,
+    job_rules,
+    namespace_rule,
 )
 
 T0 = datetime(2026, 11, 26, 7, 0, tzinfo=UTC)
