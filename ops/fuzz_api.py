@@ -137,7 +137,7 @@ def main() -> int:
     if args.rules_from is not None:
         rules = json.loads(args.rules_from.read_text())["x-semantic-rules"]
     else:
-        from cronman.api.openapi import openapi_document
+        from cronman.api.openapi.document import openapi_document
 
         rules = openapi_document()["x-semantic-rules"]
     if args.from_events is not None:

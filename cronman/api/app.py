@@ -26,7 +26,6 @@ from cronman.api import (
     jobs,
     metrics,
     notifications,
-    openapi,
     request_ids,
     runs,
     signing_keys,
@@ -37,6 +36,7 @@ from cronman.api.auth import TokenAuth
 from cronman.api.common import MAX_BODY_BYTES, error_response, json_response, principal
 from cronman.api.console import CONSOLE_BLUEPRINTS, require_write_access
 from cronman.api.context import EXTENSION_KEY, ApiContext
+from cronman.api.openapi import document as openapi
 from cronman.api.origins import OriginGuard
 from cronman.config import Settings
 from cronman.coordination.base import Coordinator

@@ -1,6 +1,6 @@
 """The job definition, declared once: :data:`JOB` validates a definition
 (``cronman.api.validation``) and gives the OpenAPI schemas
-(``cronman.api.openapi_schemas``): ``JobCreate``, ``Retry``, ``Misfire``, the
+(``cronman.api.openapi.schemas``): ``JobCreate``, ``Retry``, ``Misfire``, the
 targets (declared in ``cronman.callbacks.target_fields``).
 
 The schedule, notify and workflow keys are ``Custom`` fields: their own
@@ -170,13 +170,13 @@ def _ref(name: str, *, nullable: bool = False) -> Schema:
 
 def _notify_schema() -> Schema:
     # Imported here: the notify OpenAPI module reads this package's constants.
-    from cronman.api.notify_openapi import job_notify_schema
+    from cronman.api.openapi.notifications import job_notify_schema
 
     return job_notify_schema()
 
 
 def _workflow_schema(key: str) -> Schema:
-    from cronman.api.workflow_openapi import definition_props
+    from cronman.api.openapi.workflows import definition_props
 
     schema: Schema = definition_props()[key]
     return schema

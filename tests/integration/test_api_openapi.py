@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, seed, settings
 from schemathesis.checks import positive_data_acceptance
 from schemathesis.config._auth import AuthConfig
 
-from cronman.api.openapi import openapi_document
+from cronman.api.openapi.document import openapi_document
 from cronman.config import Settings
 from cronman.processes.api import make_app
 from tests.support.api import job_spec

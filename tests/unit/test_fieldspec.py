@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from cronman.api.job_fields import JOB, MISFIRE, RETRY
-from cronman.api.openapi import openapi_document
+from cronman.api.openapi.document import openapi_document
 from cronman.api.validation import validate_job
 from cronman.callbacks.dead_letter import validate_dead_letter
 from cronman.callbacks.target_fields import DEAD_LETTER, TARGET

@@ -8,9 +8,9 @@ from __future__ import annotations
 from copy import deepcopy
 from typing import Any
 
-from cronman.api import openapi_parts as pt
-from cronman.api import openapi_schemas as sc
 from cronman.api.names import ID_PATTERN, NAME_MAX, NAME_RE
+from cronman.api.openapi import parts as pt
+from cronman.api.openapi import schemas as sc
 from cronman.api.run_search import JOB_FILTER_MAX, STATS_MAX_STEP
 from cronman.api.timeparams import RELATIVE_PATTERN
 from cronman.store.codec import JOB_CURSOR_PATTERN, NAME_CURSOR_PATTERN, SEARCH_CURSOR_PATTERN

@@ -1,7 +1,7 @@
 """The building blocks of ``/openapi.json``: schema primitives and helpers
 for operations, parameters and responses, shared by every part of the
-document (``openapi_schemas``, ``openapi_targets``, the feature modules
-``*_openapi``), which ``openapi.py`` assembles."""
+document (``schemas``, ``targets``, the feature modules
+of this package), which ``document`` assembles."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from cronman.api import validation as v
 from cronman.api.job_fields import JOB, MISFIRE, RETRY
-from cronman.api.openapi_parts import (
+from cronman.api.openapi.parts import (
     JOB_TIME,
     STRING,
     STRING_MAP,
@@ -29,8 +29,8 @@ from cronman.api.openapi_parts import (
     obj,
     ref,
 )
-from cronman.api.openapi_targets import DEAD_LETTER_TARGETS, TARGETS
-from cronman.api.workflow_openapi import EXCLUDED, GATE, after_schedule
+from cronman.api.openapi.targets import DEAD_LETTER_TARGETS, TARGETS
+from cronman.api.openapi.workflows import EXCLUDED, GATE, after_schedule
 from cronman.callbacks.target_fields import DEAD_LETTER, TARGET, WHITESPACE
 from cronman.schedules.cron import zone_names
 from cronman.schedules.cronexpr import MAX_CRON_LENGTH

@@ -1,8 +1,8 @@
 """``GET /openapi.json``: the OpenAPI 3.1 description of the API, kept as data.
 
 The core paths are here and the document is assembled here: the building
-blocks are in ``openapi_parts``, the component schemas in ``openapi_schemas``
-and ``openapi_targets``, each feature's paths in its ``*_openapi`` module.
+blocks are in ``parts``, the component schemas in ``schemas``
+and ``targets``, each feature's paths in its own module of this package.
 tests/integration/test_api_openapi.py checks that every Flask route is here
 and every path here is a Flask route, and fuzzes the API against it.
 """
@@ -15,18 +15,18 @@ from typing import Any
 from flask import Blueprint, Response
 
 from cronman import __version__
-from cronman.api import (
-    audit_openapi,
-    host_policy_openapi,
-    notify_openapi,
-    signing_openapi,
-    tokens_openapi,
-    workflow_openapi,
-)
 from cronman.api import validation as v
 from cronman.api.common import ApiView, json_response
-from cronman.api.openapi_console import console_components, console_paths
-from cronman.api.openapi_parts import (
+from cronman.api.openapi import (
+    audit,
+    host_policies,
+    notifications,
+    signing,
+    tokens,
+    workflows,
+)
+from cronman.api.openapi.console import console_components, console_paths
+from cronman.api.openapi.parts import (
     CURSOR_TEXT,
     JOB_CURSOR,
     JSON,
@@ -43,7 +43,7 @@ from cronman.api.openapi_parts import (
     query,
     ref,
 )
-from cronman.api.openapi_schemas import SEMANTIC_RULES, components
+from cronman.api.openapi.schemas import SEMANTIC_RULES, components
 from cronman.vocabulary import RUN_STATUSES
 
 bp = Blueprint("openapi", __name__)
@@ -190,17 +190,17 @@ def openapi_document() -> dict[str, Any]:
                 "JSON Schema cannot state are listed in x-semantic-rules."),
         },
         "servers": [{"url": "/"}],
-        "x-semantic-rules": [*SEMANTIC_RULES, *workflow_openapi.SEMANTIC_RULES],
+        "x-semantic-rules": [*SEMANTIC_RULES, *workflows.SEMANTIC_RULES],
         "security": [{"bearer": []}],
-        "paths": {**console_paths(paths()), **audit_openapi.paths(),
-                  **notify_openapi.paths(), **tokens_openapi.paths(),
-                  **workflow_openapi.paths(), **signing_openapi.paths(),
-                  **host_policy_openapi.paths()},
+        "paths": {**console_paths(paths()), **audit.paths(),
+                  **notifications.paths(), **tokens.paths(),
+                  **workflows.paths(), **signing.paths(),
+                  **host_policies.paths()},
         "components": _with_schemas(console_components(components()),
-                                    {**audit_openapi.schemas(), **notify_openapi.schemas(),
-                                     **tokens_openapi.schemas(), **workflow_openapi.schemas(),
-                                     **signing_openapi.schemas(),
-                                     **host_policy_openapi.schemas()}),
+                                    {**audit.schemas(), **notifications.schemas(),
+                                     **tokens.schemas(), **workflows.schemas(),
+                                     **signing.schemas(),
+                                     **host_policies.schemas()}),
     }
 
 

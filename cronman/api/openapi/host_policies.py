@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cronman.api.openapi_parts import JSON, NAMESPACE, obj, ok, op, ref
+from cronman.api.openapi.parts import JSON, NAMESPACE, obj, ok, op, ref
 from cronman.host_policy import NETWORKS
 
 NOT_ADMIN = {"description": "not an admin token (or a read-only one)",

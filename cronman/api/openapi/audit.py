@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cronman.api.openapi_parts import (
+from cronman.api.openapi.parts import (
     CURSOR_TEXT,
     LIMIT,
     STRING,

@@ -9,7 +9,7 @@ from typing import Any
 
 from cronman.api import workflow_validation as wv
 from cronman.api.names import NAMESPACE_MAX, NAMESPACE_RE
-from cronman.api.openapi_parts import (
+from cronman.api.openapi.parts import (
     CURSOR_TEXT,
     JOB_CURSOR,
     LIMIT,
@@ -92,7 +92,7 @@ EXCLUDED = {"type": "array", "items": obj({"fire_time": TIME, "calendar": STRING
                                            ("fire_time", "calendar")),
             "description": "the fire times above an exclusion calendar skips"}
 
-# What JSON Schema cannot say about workflows (see openapi_schemas.SEMANTIC_RULES).
+# What JSON Schema cannot say about workflows (see schemas.SEMANTIC_RULES).
 SEMANTIC_RULES: list[dict[str, str]] = [
     {"field": "", "message": "names no job",
      "rule": "a job reference (depends_on[].job, schedule.jobs[]) names a live job"},

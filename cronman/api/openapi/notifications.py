@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from cronman.api.names import ID_PATTERN, NAME_MAX, NAME_RE, NAMESPACE_MAX, NAMESPACE_RE
-from cronman.api.openapi_parts import (
+from cronman.api.openapi.parts import (
     CURSOR_TEXT,
     JOB_CURSOR,
     LIMIT,
@@ -22,7 +22,7 @@ from cronman.api.openapi_parts import (
     query,
     ref,
 )
-from cronman.api.openapi_targets import TARGETS
+from cronman.api.openapi.targets import TARGETS
 from cronman.notify.rules import (
     DIGEST_INTERVAL_MAX,
     DIGEST_INTERVAL_MIN,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cronman.api.openapi_parts import JSON, NAMESPACE, TIME, nullable, obj, ok, op, ref
+from cronman.api.openapi.parts import JSON, NAMESPACE, TIME, nullable, obj, ok, op, ref
 from cronman.signing_keys import DEFAULT_OVERLAP, MAX_OVERLAP
 
 NOT_ALLOWED = {"description": "the token has no access to the namespace, or is read-only",
