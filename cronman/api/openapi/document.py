@@ -19,6 +19,7 @@ from cronman.api import validation as v
 from cronman.api.common import ApiView, json_response
 from cronman.api.openapi import (
     audit,
+    calendars,
     host_policies,
     notifications,
     signing,
@@ -190,15 +191,17 @@ def openapi_document() -> dict[str, Any]:
                 "JSON Schema cannot state are listed in x-semantic-rules."),
         },
         "servers": [{"url": "/"}],
-        "x-semantic-rules": [*SEMANTIC_RULES, *workflows.SEMANTIC_RULES],
+        "x-semantic-rules": [*SEMANTIC_RULES, *workflows.SEMANTIC_RULES,
+                             *calendars.SEMANTIC_RULES],
         "security": [{"bearer": []}],
         "paths": {**console_paths(paths()), **audit.paths(),
-                  **notifications.paths(), **tokens.paths(),
+                  **notifications.paths(), **tokens.paths(), **calendars.paths(),
                   **workflows.paths(), **signing.paths(),
                   **host_policies.paths()},
         "components": _with_schemas(console_components(components()),
                                     {**audit.schemas(), **notifications.schemas(),
-                                     **tokens.schemas(), **workflows.schemas(),
+                                     **tokens.schemas(), **calendars.schemas(),
+                                     **workflows.schemas(),
                                      **signing.schemas(),
                                      **host_policies.schemas()}),
     }
