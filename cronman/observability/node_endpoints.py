@@ -9,7 +9,8 @@
   not stopping); 503 before and after. Its ``load`` says whether the node is
   overloaded (alive and working but behind: still ready) and by how much.
 - ``/metrics``: the node's Prometheus registry, with ``cronman_live_nodes``
-  (the membership as this node sees it), ``cronman_build_info`` and the
+  and ``cronman_live_agents`` (the membership as this node sees it:
+  ``members``), ``cronman_build_info`` and the
   database member written to (``cronman.observability.db_member``; also in
   ``/readyz`` as ``database_member``).
 
@@ -23,16 +24,16 @@ import asyncio
 import json
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Sized
 from concurrent.futures import TimeoutError as FutureTimeout
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
 
 from cronman.observability.build_info import register_build_info
 from cronman.observability.db_member import DatabaseMemberCollector, MemberSource, member_json
+from cronman.observability.members import live_agents, live_nodes
 
 log = logging.getLogger(__name__)
 
@@ -112,21 +113,6 @@ def readiness(node: NodeView | None,
     return (200 if ok else 503), body
 
 
-class LiveNodesCollector:
-    """``cronman_live_nodes``: the members of the cluster as this node sees them."""
-
-    def __init__(self, node: NodeView) -> None:
-        self.node = node
-
-    def describe(self) -> list[GaugeMetricFamily]:
-        return []
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        yield GaugeMetricFamily("cronman_live_nodes",
-                                "Live scheduler nodes in this node's membership view",
-                                value=len(self.node.members))
-
-
 class NodeEndpoints:
     """The HTTP server of a scheduler's metrics port (see the module docstring).
 
@@ -150,11 +136,15 @@ class NodeEndpoints:
     def port(self) -> int:
         return int(self.server.server_address[1])
 
-    def attach(self, node: NodeView, database_member: MemberSource = lambda: None) -> None:
-        """Serve ``node``; ``database_member``: the member its store writes to."""
+    def attach(self, node: NodeView, database_member: MemberSource = lambda: None,
+               agents: Callable[[], Sized] | None = None) -> None:
+        """Serve ``node``; ``database_member``: the member its store writes to;
+        ``agents``: the live worker agents (``cronman_live_agents``), if any."""
         self.node = node
         self.database_member = database_member
-        self.registry.register(LiveNodesCollector(node))
+        self.registry.register(live_nodes(lambda: node.members))
+        if agents is not None:
+            self.registry.register(live_agents(agents))
         self.registry.register(DatabaseMemberCollector(database_member))
 
     def close(self) -> None:

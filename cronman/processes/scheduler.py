@@ -41,7 +41,8 @@ def run_scheduler(settings: Settings, *, metrics_port: int | None = None,
                              build_targets(settings, agents=agents, grants=grants),
                              address=address)
         if endpoints is not None:
-            endpoints.attach(node, store.database_member)
+            endpoints.attach(node, store.database_member,
+                             agents.live_agents if agents is not None else None)
         log.info("scheduler node %s (pid %d) starting", settings.node_id, os.getpid())
         notifier = start_notifier(settings, store)
         node.run()

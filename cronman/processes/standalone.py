@@ -95,7 +95,17 @@ class Standalone:
                                   registry=self._registry(), address=self.settings.api_bind)
         # /readyz says so when the node's run writes are stuck.
         add_readiness_check(self.app, "run_writes", self.node.writer.health)
+        self._register_members(self.node)
         return self.node
+
+    def _register_members(self, node: Any) -> None:
+        """``cronman_live_nodes`` and ``cronman_live_agents`` on ``GET /metrics``."""
+        from cronman.observability.members import live_agents, live_nodes
+
+        registry = self._registry()
+        registry.register(live_nodes(lambda: node.members))
+        if self.agents is not None:
+            registry.register(live_agents(self.agents.live_agents))
 
     def _registry(self) -> Any:
         """The API's registry (``GET /metrics`` shows the node's metrics too)."""
