@@ -4,11 +4,14 @@ goes pending for a job whose receiver refuses every connection."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from tests.support.api import http
+from tests.support.dashboards import DASHBOARD
+from tests.support.dashboards import queries as dashboard_queries
 from tests.support.processes import Processes
 from tests.support.prometheus import PrometheusServer
 from tests.support.receiver import Receiver
@@ -62,6 +65,10 @@ def test_rules_evaluate_on_a_scraped_standalone(tmp_path):
             assert prom.query("cronman_live_agents") == {
                 f"instance={address},job=cronman-standalone": 1.0}
             assert prom.query('up{job="cronman-standalone"}') != {}
+            # Every query of the dashboard is PromQL this Prometheus runs.
+            for expr in dashboard_queries(json.loads(DASHBOARD.read_text())):
+                if not expr.startswith("label_values("):
+                    prom.api("query", query=expr.replace("$namespace", ".*"))
             assert not [a for a in prom.alerts()
                         if a["labels"]["alertname"] in ("CronmanTargetDown",
                                                         "CronmanFiresLate")]
