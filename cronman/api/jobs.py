@@ -41,6 +41,7 @@ from cronman.api.serialize import (
 from cronman.errors import Conflict, NotFound, ValidationError
 from cronman.ids import new_job_id
 from cronman.models import Job, JobFilter, RunFilter
+from cronman.observability import tracing
 from cronman.redaction import restore_redacted, restore_redacted_notify
 from cronman.schedules import Schedule, job_times
 from cronman.store.dag import DependentsExist, dependents_message
@@ -269,12 +270,20 @@ class JobResume(JobPause):
 
 
 class JobTrigger(ApiView):
+    route = "/v1/jobs/{job_id}/trigger"
+
     def post(self, job_id: str) -> Response:
+        traces = tracing.active()
+        started_ns = time.time_ns() if traces is not None else 0
         job = load_job(job_id)
         try:
             run = _store().runs.request_trigger(job, utcnow(), change(JobAction.TRIGGER))
         except Conflict as exc:  # a fire at this very millisecond exists already
             raise Conflict(exc.message) from None
+        if traces is not None:  # the root of the run's trace
+            traces.api_call(f"POST {self.route}", [run.id], started_ns, dict(request.headers.items()),
+                            {"http.request.method": "POST", "http.route": self.route,
+                             "cronman.job.id": job.id, "cronman.namespace": job.namespace})
         return json_response(run_json(run), 202)
 
 

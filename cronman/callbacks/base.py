@@ -24,6 +24,9 @@ class Delivery:
     namespace: str = ""
     job_name: str = ""
     priority: int = 0  # the job's: where runs wait for room, higher goes first
+    # The attempt's trace context for the receiver (``traceparent``,
+    # ``tracestate``), empty unless tracing is on (observability.tracing).
+    trace: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

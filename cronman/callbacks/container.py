@@ -208,6 +208,8 @@ class ContainerTarget:
                    "job_id": d.job_id, "scheduled_for": format_rfc3339(d.scheduled_for),
                    "namespace": d.namespace, "host_policy": grant.to_dict(),
                    "target": target, "timeout": max(0.1, deadline - loop.time())}
+        if d.trace:
+            message["trace"] = dict(d.trace)
         request = Request(d.run_id, d.attempt, d.priority, cpu, memory_mb, selector, message,
                           loop.create_future(), process_ok=grant.process)
         queued.append(request)

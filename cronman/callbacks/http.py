@@ -4,7 +4,8 @@ Behaviour (SPEC §3): a 2xx answer is success; any other status, a redirect
 (never followed: a 3xx is a failed attempt naming its ``Location``), a
 timeout or a connection error is a failed attempt. Every request carries
 ``Cronman-Job-Id``, ``Cronman-Run-Id``, ``Cronman-Scheduled-For``,
-``Cronman-Attempt`` and, with a signing secret, ``Cronman-Signature``
+``Cronman-Attempt``, ``traceparent``/``tracestate`` when tracing is on
+(``observability.tracing``) and, with a signing secret, ``Cronman-Signature``
 (``v2``, under the job's namespace's key, over the time, ids, fire time,
 URL -- in its canonical form, the one on the request line and ``Host`` --
 and body: see :mod:`cronman.signing`). ``result`` holds ``http_status`` and,
@@ -81,6 +82,16 @@ USER_AGENT = "cronman/0.1"
 DEFAULT_HEADERS = {"User-Agent": USER_AGENT, "Accept": "*/*"}
 # Job and run ids are UUIDs; anything else is refused before it reaches a header.
 _SAFE_VALUE = re.compile(r"[0-9A-Za-z._:-]{1,128}")
+# W3C trace context: a name and a visible-ASCII value (tracestate has ``,``,
+# ``=``, spaces); anything else is left out rather than sent.
+_TRACE_NAME = re.compile(r"traceparent|tracestate")
+_TRACE_VALUE = re.compile(r"[\x20-\x7e]{1,512}")
+
+
+def trace_lines(trace: tuple[tuple[str, str], ...]) -> bytes:
+    """The header lines of an attempt's trace context (``Delivery.trace``)."""
+    return "".join(f"{name}: {value}\r\n" for name, value in trace
+                   if _TRACE_NAME.fullmatch(name) and _TRACE_VALUE.fullmatch(value)).encode()
 
 
 class _Prepared:
@@ -196,6 +207,8 @@ class HttpTarget:
         lines = (f"Cronman-Job-Id: {job_id}\r\nCronman-Run-Id: {run_id}\r\n"
                  f"Cronman-Scheduled-For: {scheduled}"
                  f"\r\nCronman-Attempt: {int(delivery.attempt)}\r\n").encode()
+        if delivery.trace:
+            lines += trace_lines(delivery.trace)
         headers: tuple[tuple[str, str], ...] = ()
         now = time.time()
         signer = self.signers.signer(delivery.namespace, now)

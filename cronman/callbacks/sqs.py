@@ -55,6 +55,7 @@ from cronman.callbacks import bounded_answers
 from cronman.callbacks.base import Delivery, Outcome
 from cronman.callbacks.bounded_answers import AnswerTooLarge
 from cronman.callbacks.guarded_sockets import PrivateAddressRefused, guard_client
+from cronman.callbacks.target_fields import SQS_MAX_ATTRIBUTES
 from cronman.config import Settings
 from cronman.protocol import ATTR_JOB_ID, ATTR_RUN_ID, ATTR_SCHEDULED_FOR
 from cronman.timeutil import format_rfc3339
@@ -104,6 +105,11 @@ def build_send_kwargs(delivery: Delivery) -> dict[str, Any]:
         "DataType": "String",
         "StringValue": format_rfc3339(delivery.scheduled_for) or "",
     }
+    # The trace context where SQS's 10 attributes leave room (traceparent first).
+    for name, value in delivery.trace:
+        if len(attributes) >= SQS_MAX_ATTRIBUTES or name in attributes:
+            break
+        attributes[name] = {"DataType": "String", "StringValue": value}
     kwargs: dict[str, Any] = {
         "QueueUrl": target["queue_url"],
         "MessageBody": target["body"],

@@ -2,8 +2,9 @@
 
 ``CRONMAN_LOG_FORMAT=json`` writes one JSON object per line: ``ts`` (RFC
 3339, UTC), ``level``, ``logger``, ``message``, ``pid``, and ``node_id``,
-``job_id``, ``run_id``, ``namespace`` where they apply, ``exc`` with a
-traceback. Those fields come from, in order: the record's own attributes
+``job_id``, ``run_id``, ``namespace`` where they apply, ``trace_id`` and
+``span_id`` of the run's trace when tracing is on (observability.tracing),
+``exc`` with a traceback. Those fields come from, in order: the record's own attributes
 (``log.info(..., extra={"job_id": ...})``), the context bound for the code
 running (``bind``: a scheduler binds each run's job, run and namespace in
 the task that delivers it, the API binds the request's job or run), and the
@@ -31,7 +32,7 @@ LEVEL_ENV = "CRONMAN_LOG_LEVEL"
 TEXT, JSON = "text", "json"
 FORMATS = (TEXT, JSON)
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-CONTEXT_FIELDS = ("node_id", "namespace", "job_id", "run_id")
+CONTEXT_FIELDS = ("node_id", "namespace", "job_id", "run_id", "trace_id", "span_id")
 QUIET_LOGGERS = ("alembic", "werkzeug", "gunicorn.error", "botocore", "boto3", "urllib3",
                  "aiohttp.access", "asyncio")
 
@@ -52,11 +53,16 @@ def bind(**fields: Any) -> None:
     _context.set({k: v for k, v in fields.items() if v is not None} or None)
 
 
-def bind_run(node_id: str, job_id: str, run_id: str, namespace: str) -> None:
+def bind_run(node_id: str, job_id: str, run_id: str, namespace: str,
+             trace_id: str | None = None, span_id: str | None = None) -> None:
     """``bind`` of a run's fields (the dispatcher's, once per attempt: no
-    keyword dict to filter)."""
-    _context.set({"node_id": node_id, "job_id": job_id, "run_id": run_id,
-                  "namespace": namespace})
+    keyword dict to filter), with its trace's ids when tracing is on."""
+    if trace_id is None:
+        _context.set({"node_id": node_id, "job_id": job_id, "run_id": run_id,
+                      "namespace": namespace})
+    else:
+        _context.set({"node_id": node_id, "job_id": job_id, "run_id": run_id,
+                      "namespace": namespace, "trace_id": trace_id, "span_id": span_id})
 
 
 class ContextFilter(logging.Filter):

@@ -15,6 +15,7 @@ from flask import Flask
 from cronman.api.app import create_app
 from cronman.config import Settings
 from cronman.coordination.base import Coordinator
+from cronman.observability import tracing
 from cronman.store import open_store
 from cronman.store.base import Store
 
@@ -23,6 +24,7 @@ def make_app(settings: Settings | None = None, *, store: Store | None = None,
              coordinator: Coordinator | None = None) -> Flask:
     """The API app on ``settings`` (``Settings.from_env()`` by default)."""
     s = settings or Settings.from_env()
+    tracing.configure("cronman-api")  # when OTEL_* ask for it (observability.tracing)
 
     def open_coordinator() -> Coordinator | None:
         if not s.redis_urls:

@@ -9,6 +9,7 @@ import socket
 from cronman.callbacks import build_targets
 from cronman.config import Settings
 from cronman.coordination import make_agent_directory, make_coordinator
+from cronman.observability import tracing
 from cronman.observability.node_endpoints import NodeEndpoints
 from cronman.processes.grants import store_grants
 from cronman.processes.notifier import start_notifier
@@ -31,6 +32,7 @@ def run_scheduler(settings: Settings, *, metrics_port: int | None = None,
         endpoints = NodeEndpoints(metrics_host, metrics_port)
         address = f"{address}:{metrics_port}"
         log.info("/metrics, /healthz and /readyz on http://%s:%d", metrics_host, metrics_port)
+    tracing.configure("cronman-scheduler")  # when OTEL_* ask for it (observability.tracing)
     store = open_store(settings.database_url, settings=settings)
     coordinator = make_coordinator(settings)
     agents = make_agent_directory(settings)
@@ -53,3 +55,4 @@ def run_scheduler(settings: Settings, *, metrics_port: int | None = None,
         if agents is not None:
             agents.close()
         store.close()
+        tracing.shutdown()

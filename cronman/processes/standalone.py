@@ -170,6 +170,9 @@ class Standalone:
             self._agent_thread = None
 
     def run(self) -> None:
+        from cronman.observability import tracing
+
+        tracing.configure("cronman-standalone")  # when OTEL_* ask for it
         try:
             self.start_api()
             self.start_agent()
@@ -193,6 +196,9 @@ class Standalone:
         if self.store is not None:
             self.store.close()
             self.store = None
+        from cronman.observability import tracing
+
+        tracing.shutdown()
 
 
 def standalone_settings(overrides: dict[str, Any]) -> Settings:

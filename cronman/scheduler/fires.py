@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from cronman.ids import run_id_for
 from cronman.models import Job, Run
+from cronman.observability.tracing import RunTrace
 from cronman.timeutil import from_ms, to_ms
 from cronman.vocabulary import MANUAL_ORIGINS, RunOrigin, RunStatus
 
@@ -118,6 +119,7 @@ class ActiveRun:
     gate: dict[str, Any] | None = None
     waiting: bool = False  # waiting for upstream jobs (``depends_on``), marked started
     gate_passed: bool = False  # its depends_on was satisfied: no second wait
+    trace: RunTrace | None = None  # its spans here, when tracing is on
 
     @property
     def key(self) -> tuple[str, datetime]:

@@ -65,6 +65,7 @@ from cronman import eventloop
 from cronman.callbacks import TargetRegistry
 from cronman.config import Settings
 from cronman.coordination.base import OVERLOADED_BEHIND_MS, Coordinator
+from cronman.observability import tracing
 from cronman.observability.gc_pauses import GcPauseWatch
 from cronman.scheduler.claim.claimer import CLAIM_INTERVAL, CLAIM_LEAD, Claimer
 from cronman.scheduler.claim.pulse import PULSE_INTERVAL, Progress, Pulser, StallWatch
@@ -128,8 +129,10 @@ class SchedulerNode:
         lease = s.lease_seconds
         node_id = self.node_id
         self.table = JobTable(node_id, s.replicas)
+        traces = tracing.active()  # None unless the process configured tracing
         self.writer = ResultWriter(store.runs, pools.write.executor, m, node_id=node_id,
-                                   clock=clock, lease_seconds=lease, claims_written=self)
+                                   clock=clock, lease_seconds=lease, claims_written=self,
+                                   traces=traces)
         self.outcome_marks = OutcomeMarker(coordinator, node_id,
                                            int(MARK_TTL_LEASES * lease * 1000), m)
         reader = JobReader(self.table, store.jobs, pools.misc)
@@ -145,7 +148,7 @@ class SchedulerNode:
             lease_seconds=lease, jobs=self.table,
             start_marker=StartMarks(node_id, coordinator, store.runs, lease_seconds=lease,
                                     clock=clock, pool=pools.start, metrics=m),
-            outcomes=self.outcome_marks, gates=self.gates)
+            outcomes=self.outcome_marks, gates=self.gates, traces=traces)
         self.sync = JobSync(self.table, store.jobs, store.feed,
                             poll_interval=s.sync_poll_interval, clock=clock, pool=pools.misc,
                             lifecycle=life, metrics=m, events=self)
@@ -164,7 +167,7 @@ class SchedulerNode:
                                self.standby, self.writer, self.pulser, switch=self,
                                lease_seconds=lease, clock=clock, pool=pools.claim,
                                lifecycle=life, metrics=m, claim_lead=claim_lead,
-                               claim_interval=claim_interval)
+                               claim_interval=claim_interval, traces=traces)
         self.requested = RequestedRuns(node_id, reader, store.runs, self.dispatcher,
                                        self.writer, lease_seconds=lease, poll=requested_poll,
                                        clock=clock, pool=pools.misc, lifecycle=life, metrics=m)

@@ -80,10 +80,18 @@ def container_name(run_id: str, attempt: int) -> str:
 
 
 def run_env(held: HeldRun, message: dict[str, Any]) -> dict[str, str]:
-    """What a container learns of its run (as the Cronman-* headers of a callback)."""
-    return {"CRONMAN_JOB_ID": str(message.get("job_id") or ""),
-            "CRONMAN_RUN_ID": held.run_id, "CRONMAN_ATTEMPT": str(held.attempt),
-            "CRONMAN_SCHEDULED_FOR": str(message.get("scheduled_for") or "")}
+    """What a container learns of its run (as the Cronman-* headers of a callback),
+    and its trace context as ``TRACEPARENT``/``TRACESTATE`` when tracing is on."""
+    env = {"CRONMAN_JOB_ID": str(message.get("job_id") or ""),
+           "CRONMAN_RUN_ID": held.run_id, "CRONMAN_ATTEMPT": str(held.attempt),
+           "CRONMAN_SCHEDULED_FOR": str(message.get("scheduled_for") or "")}
+    trace = message.get("trace")
+    if isinstance(trace, dict):
+        for name in ("traceparent", "tracestate"):
+            value = trace.get(name)
+            if isinstance(value, str) and value and value.isprintable():
+                env[name.upper()] = value
+    return env
 
 
 @dataclass(slots=True, eq=False)

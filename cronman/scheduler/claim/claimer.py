@@ -20,6 +20,7 @@ from typing import Protocol
 
 from cronman.coordination.base import Coordinator
 from cronman.eventloop import Wakeup
+from cronman.observability.tracing import RunTraces
 from cronman.scheduler.claim.batch import ClaimResult, claim_batch
 from cronman.scheduler.claim.pulse import Pulser
 from cronman.scheduler.claim.standby import Standby
@@ -100,8 +101,10 @@ class Claimer:
                  *, switch: ClaimSwitch,
                  lease_seconds: float, clock: ReferenceClock, pool: Pool, lifecycle: Lifecycle,
                  metrics: NodeMetrics,
-                 claim_lead: float = CLAIM_LEAD, claim_interval: float = CLAIM_INTERVAL) -> None:
+                 claim_lead: float = CLAIM_LEAD, claim_interval: float = CLAIM_INTERVAL,
+                 traces: RunTraces | None = None) -> None:
         self.node_id = node_id
+        self._traces = traces  # None: tracing is off
         self._table = table
         self._coordinator = coordinator
         self._runs = runs
@@ -251,6 +254,7 @@ class Claimer:
         """Claim a batch (popped up to ``lead_ms`` ahead) on the claim thread
         and hand the winners to the dispatcher."""
         started = time.perf_counter()
+        started_ns = time.time_ns() if self._traces is not None else 0
         call = partial(claim_batch, fires, cursors, coordinator=self._coordinator,
                        runs=self._runs, node_id=self.node_id, now=self._clock.now,
                        max_ahead_ms=lead_ms + CLAIM_AHEAD_MARGIN_MS,
@@ -268,6 +272,7 @@ class Claimer:
             self._claim_started = None
         self._count(res, time.perf_counter() - started, len(fires))
         self._report_backends(res)
+        claimed = (started_ns, time.time_ns(), len(fires)) if started_ns else None
         if res.pending_runs or res.pending_cursors:
             self._writer.insert_later(res.pending_runs, res.pending_cursors)
         pending = {r.id for r in res.pending_runs}
@@ -283,19 +288,26 @@ class Claimer:
                 if added:
                     await asyncio.sleep(0)
                 chunk = dispatch[added:added + LOOP_CHUNK]
-                self._hand_over(chunk, res, pending)
+                self._hand_over(chunk, res, pending, claimed)
                 added += len(chunk)
         finally:  # stopped meanwhile: the claimed rest is held all the same
-            self._hand_over(dispatch[added:], res, pending)
+            self._hand_over(dispatch[added:], res, pending, claimed)
             self.claiming_due = None  # all in the dispatcher now
         self._standby.watch(res.standby)
         self._standby.watch_early(res.too_early)
 
-    def _hand_over(self, fires: list[Fire], res: ClaimResult, pending: set[str]) -> None:
+    def _hand_over(self, fires: list[Fire], res: ClaimResult, pending: set[str],
+                   claimed: tuple[int, int, int] | None) -> None:
+        traces = self._traces
         for f in fires:
-            self._dispatcher.add(ActiveRun.of_fire(
-                f, pending_claim=f.run_id in pending, mark_start=True,
-                remote_in_flight=res.in_flight.get(f.job.id, [])))
+            ar = ActiveRun.of_fire(f, pending_claim=f.run_id in pending, mark_start=True,
+                                   remote_in_flight=res.in_flight.get(f.job.id, []))
+            if traces is not None:
+                ar.trace = traces.begin(
+                    run_id=ar.run_id, job_id=ar.job.id, job_name=ar.job.name,
+                    namespace=ar.job.namespace, origin=ar.origin,
+                    scheduled_for=ar.scheduled_for, claimed=claimed)
+            self._dispatcher.add(ar)
 
     def health(self) -> str | None:
         """None unless a claim has been waiting on the database for ``STUCK_AFTER``

@@ -38,6 +38,7 @@ from cronman.callbacks import TargetRegistry
 from cronman.callbacks.base import Answered, Delivery, Outcome
 from cronman.models import Job, Run, RunUpdate
 from cronman.observability import logs
+from cronman.observability.tracing import RunTraces
 from cronman.scheduler.dispatch import admission
 from cronman.scheduler.dispatch.admission import HeldJobs
 from cronman.scheduler.dispatch.dead_letters import DeadLetters
@@ -71,8 +72,9 @@ class Dispatcher:
                  lease_seconds: float, dispatch_tick_ms: int = 0,
                  jobs: HeldJobs, start_marker: StartMarker | None = None,
                  outcomes: OutcomeSink | None = None,
-                 gates: GateKeeper | None = None) -> None:
+                 gates: GateKeeper | None = None, traces: RunTraces | None = None) -> None:
         self.node_id = node_id
+        self._traces = traces  # None: tracing is off (the one check per fire)
         self.clock = clock
         self.gates = gates
         self.targets = targets
@@ -120,6 +122,10 @@ class Dispatcher:
             return
         self.writer.reclaim(ar.run_id)
         self.active[ar.run_id] = ar
+        if self._traces is not None and ar.trace is None:
+            ar.trace = self._traces.begin(
+                run_id=ar.run_id, job_id=ar.job.id, job_name=ar.job.name,
+                namespace=ar.job.namespace, origin=ar.origin, scheduled_for=ar.scheduled_for)
         if ar.attempt_started_ms is None:
             self._seq += 1
             heapq.heappush(self._unstarted, (ar.due_ms, self._seq, ar))
@@ -313,11 +319,14 @@ class Dispatcher:
         # once (an idle keep-alive connection) instead of after every other
         # callback this loop turn has queued.
         job = ar.job
+        trace = ar.trace
+        carrier = () if trace is None else trace.attempt_started(
+            ar.attempt, str(job.target.get("kind", "")), ar.lateness_ms)
         try:
             answer = self.targets.route(Delivery(
                 job_id=job.id, run_id=ar.run_id, scheduled_for=ar.scheduled_for,
                 attempt=ar.attempt, target=job.target, namespace=job.namespace,
-                job_name=job.name, priority=job.priority))
+                job_name=job.name, priority=job.priority, trace=carrier))
         except Exception as exc:  # a target must not raise; if it does, the run still ends
             answer = Answered(_target_raised(ar, exc))
         ar.task = loop.create_task(self._attempt(ar, answer))
@@ -327,7 +336,11 @@ class Dispatcher:
     async def _attempt(self, ar: ActiveRun, answer: Awaitable[Outcome]) -> None:
         # This task's log records carry the run (it runs in a context of its own).
         job = ar.job
-        logs.bind_run(self.node_id, job.id, ar.run_id, job.namespace)
+        trace = ar.trace
+        if trace is None:
+            logs.bind_run(self.node_id, job.id, ar.run_id, job.namespace)
+        else:
+            logs.bind_run(self.node_id, job.id, ar.run_id, job.namespace, *trace.log_ids())
         try:
             # The target's answer is awaited here directly (no frame in
             # between: it is resumed twice per fire).
@@ -342,6 +355,8 @@ class Dispatcher:
             outcome = _target_raised(ar, exc)
         self._release(ar)
         if ar.done:
+            if trace is not None:
+                trace.attempt_ended(ar.status, outcome.error)
             return
         try:
             at_ms = self.finisher.after_attempt(ar, outcome, accepting=self._accepting)
@@ -350,6 +365,8 @@ class Dispatcher:
         except Exception as exc:  # a bug must not leave a run without a status
             log.exception("recording the outcome of run %s failed unexpectedly", ar.run_id)
             self._finish(ar, "failed", error=f"internal error in the scheduler: {exc!r}")
+        if trace is not None:
+            trace.attempt_ended(ar.status, outcome.error)
 
     def _watch(self) -> None:
         """Cancel attempts past their deadline (a target that ignores its own
@@ -379,6 +396,8 @@ class Dispatcher:
     def forget(self, ar: ActiveRun) -> None:
         """Stop holding ``ar`` (``RunHolder``: the finisher ended it)."""
         self.active.pop(ar.run_id, None)
+        if ar.trace is not None:
+            ar.trace.ended(ar.status)
         runs = self.by_job.get(ar.job.id)
         if runs is not None:
             runs.pop(ar.run_id, None)
@@ -419,7 +438,14 @@ class Dispatcher:
         ``MarkedRuns``: a replica took it over)."""
         ar.done = True
         self._stop_local(ar)
+        self._untrace(ar, "taken over")
         self.forget(ar)
+
+    @staticmethod
+    def _untrace(ar: ActiveRun, reason: str) -> None:
+        if ar.trace is not None:
+            ar.trace.let_go(reason)
+            ar.trace = None
 
     def hand_back(self) -> list[tuple[str, datetime]]:
         """Stop everything still held (graceful stop); returns the keys of runs
@@ -432,6 +458,7 @@ class Dispatcher:
         for ar in list(self.active.values()):
             ar.done = True
             self._stop_local(ar)
+            self._untrace(ar, "handed back")
             self.forget(ar)
             if not ar.pending_claim:
                 keys.append(ar.key)

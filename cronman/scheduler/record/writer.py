@@ -47,7 +47,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Executor
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -93,6 +93,14 @@ class ClaimsWritten(Protocol):
         fired twice (another node's row stands)."""
 
 
+class UpdatesWritten(Protocol):
+    """Told which run updates a flush committed, and when it ran (the
+    traces' ``cronman.result_write`` spans: ``observability.tracing``)."""
+
+    def updates_written(self, run_ids: Iterable[str], start_ns: int, end_ns: int) -> None:
+        """The updates of ``run_ids`` were committed between the two times."""
+
+
 class ResultWriter:
     """Batches run rows and updates from the event loop into the store."""
 
@@ -101,8 +109,10 @@ class ResultWriter:
                  flush_interval: float = DEFAULT_FLUSH_INTERVAL,
                  max_batch: int = DEFAULT_MAX_BATCH,
                  max_pending: int = DEFAULT_MAX_PENDING,
-                 claims_written: ClaimsWritten | None = None) -> None:
+                 claims_written: ClaimsWritten | None = None,
+                 traces: UpdatesWritten | None = None) -> None:
         self._runs = runs
+        self._traces = traces  # None: tracing is off
         self._clock = clock
         self.node_id = node_id  # updates are fenced on it (write_run_updates)
         self.lease_seconds = lease_seconds
@@ -313,6 +323,7 @@ class ResultWriter:
         loop = asyncio.get_running_loop()
         ok = False
         self._flush_started = time.monotonic()
+        started_ns = time.time_ns() if self._traces is not None else 0
         try:
             await loop.run_in_executor(self._executor, self._write, batch)
             ok = True
@@ -333,6 +344,9 @@ class ResultWriter:
                               batch.unreachable)
             self._metrics.pending_writes.set(self.pending)
         self._done(batch)
+        if started_ns and batch.updated:
+            assert self._traces is not None
+            self._traces.updates_written(batch.updated, started_ns, time.time_ns())
         if not ok:
             return False
         self._failing_since = None

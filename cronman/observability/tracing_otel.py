@@ -1,0 +1,187 @@
+"""``RunTraces`` over the OpenTelemetry SDK and its OTLP/HTTP exporter
+(imported only when tracing is configured: ``observability.tracing``)."""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
+from opentelemetry.sdk.trace.sampling import Decision
+from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+_FORCED: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
+    "cronman_forced_ids", default=None)
+_PROPAGATOR = TraceContextTextMapPropagator()
+Carrier = tuple[tuple[str, str], ...]  # as tracing.Carrier (that module imports this one)
+_FAILED = ("failed", "lost")
+
+
+def trace_id_of(run_id: str) -> int:
+    """The trace id of a run: the first 16 bytes of a digest of its id."""
+    return int.from_bytes(hashlib.sha256(b"cronman-run:" + run_id.encode()).digest()[:16],
+                          "big") or 1
+
+
+def request_span_id_of(run_id: str) -> int:
+    """The span id of the API call that asked for a run (the node's run span
+    is its child without being told)."""
+    return int.from_bytes(hashlib.sha256(b"cronman-request:" + run_id.encode()).digest()[:8],
+                          "big") or 1
+
+
+class RunIds(IdGenerator):
+    """Random ids, except the trace (and span) id forced for the span being started."""
+
+    def __init__(self) -> None:
+        self._random = RandomIdGenerator()
+
+    def generate_trace_id(self) -> int:
+        forced = _FORCED.get()
+        return forced[0] if forced is not None else self._random.generate_trace_id()
+
+    def generate_span_id(self) -> int:
+        forced = _FORCED.get()
+        if forced is not None and forced[1]:
+            _FORCED.set((forced[0], 0))  # only the first span started takes it
+            return forced[1]
+        return self._random.generate_span_id()
+
+
+class OtelRunTrace:
+    """One run's spans (``tracing.RunTrace``)."""
+
+    __slots__ = ("_owner", "run_id", "_run", "_attempt", "_status")
+
+    def __init__(self, owner: OtelRunTraces, run_id: str, run: Span) -> None:
+        self._owner = owner
+        self.run_id = run_id
+        self._run = run
+        self._attempt: Span | None = None
+        self._status = ""
+
+    def attempt_started(self, attempt: int, kind: str, lateness_ms: int | None) -> Carrier:
+        attributes: dict[str, str | int] = {"cronman.target.kind": kind,
+                                            "cronman.attempt": attempt}
+        if lateness_ms is not None:
+            attributes["cronman.lateness_ms"] = lateness_ms
+        context = trace.set_span_in_context(self._run)
+        span = self._attempt = self._owner.tracer.start_span(
+            "cronman.attempt", context=context, kind=SpanKind.CLIENT, attributes=attributes)
+        carrier: dict[str, str] = {}
+        _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
+        return tuple(carrier.items())
+
+    def attempt_ended(self, status: str, error: str | None) -> None:
+        span, self._attempt = self._attempt, None
+        if span is None:
+            return
+        span.set_attribute("cronman.run.status", status)
+        if error:
+            span.set_status(Status(StatusCode.ERROR, error[:500]))
+        span.end()
+
+    def log_ids(self) -> tuple[str, str]:
+        context = (self._attempt or self._run).get_span_context()
+        return format(context.trace_id, "032x"), format(context.span_id, "016x")
+
+    def ended(self, status: str) -> None:
+        self._status = status
+        self._run.set_attribute("cronman.run.status", status)
+        if status in _FAILED:
+            self._run.set_status(Status(StatusCode.ERROR, status))
+        self._owner.awaiting_write[self.run_id] = self
+
+    def written(self, start_ns: int, end_ns: int) -> None:
+        span = self._owner.tracer.start_span(
+            "cronman.result_write", context=trace.set_span_in_context(self._run),
+            start_time=start_ns, attributes={"cronman.run.status": self._status})
+        span.end(end_time=end_ns)
+        self._run.end(end_time=end_ns)
+
+    def let_go(self, reason: str) -> None:
+        self.attempt_ended("handed over", None)
+        self._run.set_attribute("cronman.run.let_go", reason)
+        self._run.end()
+
+
+class OtelRunTraces:
+    """``tracing.RunTraces`` on a tracer provider of its own."""
+
+    def __init__(self, service: str) -> None:
+        attributes = {} if os.environ.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: service}
+        self.provider = TracerProvider(resource=Resource.create(attributes), id_generator=RunIds())
+        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        self.tracer = self.provider.get_tracer("cronman")
+        self.awaiting_write: dict[str, OtelRunTrace] = {}
+
+    def _sampled(self, trace_id: int, name: str) -> bool:
+        """The root sampler's decision on ``trace_id`` (what the API call's span got)."""
+        result = self.provider.sampler.should_sample(None, trace_id, name)
+        return result.decision is Decision.RECORD_AND_SAMPLE
+
+    def begin(self, *, run_id: str, job_id: str, job_name: str, namespace: str, origin: str,
+              scheduled_for: datetime,
+              claimed: tuple[int, int, int] | None = None) -> OtelRunTrace:
+        trace_id = trace_id_of(run_id)
+        attributes = {"cronman.run.id": run_id, "cronman.job.id": job_id,
+                      "cronman.job.name": job_name, "cronman.namespace": namespace,
+                      "cronman.run.origin": origin,
+                      "cronman.run.scheduled_for": scheduled_for.isoformat()}
+        start = claimed[0] if claimed is not None else None
+        if origin == "trigger":  # the API call's span is the trace's root
+            parent = SpanContext(trace_id, request_span_id_of(run_id), is_remote=True,
+                                 trace_flags=TraceFlags(TraceFlags.SAMPLED if self._sampled(
+                                     trace_id, "cronman.run") else TraceFlags.DEFAULT))
+            context = trace.set_span_in_context(trace.NonRecordingSpan(parent))
+            run = self.tracer.start_span("cronman.run", context=context,
+                                         attributes=attributes, start_time=start)
+        else:
+            token = _FORCED.set((trace_id, 0))
+            try:
+                run = self.tracer.start_span("cronman.run", context=None,
+                                             attributes=attributes, start_time=start)
+            finally:
+                _FORCED.reset(token)
+        if claimed is not None:
+            claim = self.tracer.start_span(
+                "cronman.claim", context=trace.set_span_in_context(run), start_time=claimed[0],
+                attributes={"cronman.claim.batch_size": claimed[2]})
+            claim.end(end_time=claimed[1])
+        return OtelRunTrace(self, run_id, run)
+
+    def updates_written(self, run_ids: Iterable[str], start_ns: int, end_ns: int) -> None:
+        waiting = self.awaiting_write
+        for run_id in run_ids:
+            found = waiting.pop(run_id, None)
+            if found is not None:
+                found.written(start_ns, end_ns)
+
+    def api_call(self, name: str, run_ids: Sequence[str], start_ns: int,
+                 headers: Mapping[str, str], attributes: Mapping[str, str]) -> None:
+        carrier = {k.lower(): v for k, v in headers.items()}
+        caller = trace.get_current_span(_PROPAGATOR.extract(carrier)).get_span_context()
+        links = [Link(caller)] if caller.is_valid else []
+        end_ns = time.time_ns()
+        for run_id in run_ids:
+            token = _FORCED.set((trace_id_of(run_id), request_span_id_of(run_id)))
+            try:
+                span = self.tracer.start_span(
+                    name, context=None, kind=SpanKind.SERVER, links=links, start_time=start_ns,
+                    attributes={**attributes, "cronman.run.id": run_id})
+            finally:
+                _FORCED.reset(token)
+            span.end(end_time=end_ns)
+
+    def shutdown(self) -> None:
+        self.provider.shutdown()

@@ -1,0 +1,132 @@
+"""Traces of runs, read by a real OTLP/HTTP receiver on loopback from a
+``cronman standalone`` configured the standard way (OTEL_* variables): one
+fire end to end (run, claim, attempt, result write), the traceparent the
+callback carried, the API call that triggered a run as its trace's root,
+failed attempts, and JSON logs carrying the run's trace and span ids."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+
+from cronman.observability.tracing_otel import request_span_id_of, trace_id_of
+from tests.support.api import http
+from tests.support.otlp import OtlpReceiver
+from tests.support.processes import Processes
+from tests.support.receiver import Receiver
+from tests.support.waiting import wait_for
+
+pytestmark = [pytest.mark.slow]
+
+RUN_SPANS = {"cronman.run": 1, "cronman.claim": 1, "cronman.attempt": 1,
+             "cronman.result_write": 1}
+
+
+def otel_env(otlp: OtlpReceiver, **more: str) -> dict[str, str]:
+    return {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp.endpoint, "OTEL_SERVICE_NAME": "cronman-test",
+            "OTEL_BSP_SCHEDULE_DELAY": "100", "CRONMAN_LOG_FORMAT": "json", **more}
+
+
+def create(base: str, spec: dict) -> dict:
+    status, job, _ = http("POST", f"{base}/v1/jobs", spec)
+    assert status == 201, job
+    return job
+
+
+def one(spans, name):
+    [span] = [s for s in spans if s.name == name]
+    return span
+
+
+def test_a_fire_is_one_trace_joined_by_its_receiver(tmp_path):
+    db = f"sqlite:///{tmp_path / 'cronman.db'}"
+    with OtlpReceiver() as otlp, Receiver() as rx, Processes(tmp_path) as procs:
+        sa = procs.standalone(db, env=otel_env(otlp))
+        job = create(sa.url, {"name": "traced", "namespace": "shop",
+                              "schedule": {"kind": "interval", "every": 1},
+                              "target": {"kind": "http", "url": rx.url("/hook")}})
+        [req] = rx.wait_for(1, timeout=10, path="/hook")[:1]
+        run_id = req.header("Cronman-Run-Id")
+        version, trace_id, parent_id, flags = req.header("traceparent").split("-")
+        assert (version, flags) == ("00", "01")
+        assert trace_id == format(trace_id_of(run_id), "032x")
+
+        spans = otlp.wait_for_trace(trace_id, RUN_SPANS)
+        assert {s.service for s in spans} == {"cronman-test"}
+        run, claim = one(spans, "cronman.run"), one(spans, "cronman.claim")
+        attempt, write = one(spans, "cronman.attempt"), one(spans, "cronman.result_write")
+        # The receiver's parent is the attempt; everything hangs off the run's span.
+        assert attempt.span_id == parent_id
+        assert run.parent_span_id == ""
+        assert {s.parent_span_id for s in (claim, attempt, write)} == {run.span_id}
+        assert run.attributes["cronman.run.id"] == run_id
+        assert run.attributes["cronman.job.id"] == job["id"]
+        assert run.attributes["cronman.namespace"] == "shop"
+        assert run.attributes["cronman.run.origin"] == "schedule"
+        assert run.attributes["cronman.run.status"] == "succeeded"
+        assert attempt.attributes["cronman.target.kind"] == "http"
+        assert attempt.attributes["cronman.attempt"] == 1
+        assert attempt.attributes["cronman.run.status"] == "succeeded"
+        assert 0 <= attempt.attributes["cronman.lateness_ms"] < 1000
+        assert attempt.kind == 3  # SPAN_KIND_CLIENT
+        # In order: claimed, attempted (while the receiver had it), written.
+        assert claim.end_ns <= attempt.start_ns <= req.arrived_at * 1e9 <= attempt.end_ns
+        assert attempt.end_ns <= write.end_ns <= run.end_ns
+        assert run.start_ns == claim.start_ns
+        assert write.attributes["cronman.run.status"] == "succeeded"
+
+
+def test_a_triggered_run_starts_at_its_api_call_and_failures_are_marked(tmp_path):
+    db = f"sqlite:///{tmp_path / 'cronman.db'}"
+    caller_trace, caller_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    with OtlpReceiver() as otlp, Processes(tmp_path) as procs:
+        sa = procs.standalone(db, env=otel_env(otlp))
+        job = create(sa.url, {"name": "refused", "namespace": "billing",
+                              "schedule": {"kind": "cron", "cron": "0 0 1 1 *"},
+                              "target": {"kind": "http", "url": "http://127.0.0.1:9/x"},
+                              "retry": {"max_attempts": 2, "min_backoff": 0.1,
+                                        "max_backoff": 0.1}})
+        req = urllib.request.Request(
+            f"{sa.url}/v1/jobs/{job['id']}/trigger", method="POST", data=b"",
+            headers={"traceparent": f"00-{caller_trace}-{caller_span}-01"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert resp.status == 202
+            run_id = json.loads(resp.read())["id"]
+        trace_id = format(trace_id_of(run_id), "032x")
+        spans = otlp.wait_for_trace(trace_id, {
+            "POST /v1/jobs/{job_id}/trigger": 1, "cronman.run": 1, "cronman.attempt": 2,
+            "cronman.result_write": 1})
+        api = one(spans, "POST /v1/jobs/{job_id}/trigger")
+        run = one(spans, "cronman.run")
+        assert api.parent_span_id == "" and api.span_id == format(request_span_id_of(run_id),
+                                                                  "016x")
+        assert api.links == [(caller_trace, caller_span)]
+        assert api.kind == 2  # SPAN_KIND_SERVER
+        assert api.attributes["cronman.job.id"] == job["id"]
+        assert run.parent_span_id == api.span_id
+        assert run.attributes["cronman.run.origin"] == "trigger"
+        assert run.attributes["cronman.run.status"] == "failed"
+        assert run.status_code == 2
+        attempts = sorted((s for s in spans if s.name == "cronman.attempt"),
+                          key=lambda s: s.start_ns)
+        assert [a.attributes["cronman.attempt"] for a in attempts] == [1, 2]
+        assert [a.attributes["cronman.run.status"] for a in attempts] == ["retrying", "failed"]
+        assert all(a.status_code == 2 and a.parent_span_id == run.span_id for a in attempts)
+
+        # The attempts' log lines carry the run's trace and the attempt's span.
+        def lines():
+            out = []
+            for line in sa.log_text().splitlines():
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if record.get("run_id") == run_id and "trace_id" in record:
+                    out.append(record)
+            return out
+
+        records = wait_for(lines, 10, "log lines of the run with its trace")
+        assert {r["trace_id"] for r in records} == {trace_id}
+        assert {r["span_id"] for r in records} <= {a.span_id for a in attempts}
