@@ -130,3 +130,30 @@ def test_a_triggered_run_starts_at_its_api_call_and_failures_are_marked(tmp_path
         records = wait_for(lines, 10, "log lines of the run with its trace")
         assert {r["trace_id"] for r in records} == {trace_id}
         assert {r["span_id"] for r in records} <= {a.span_id for a in attempts}
+
+
+def test_a_ratio_sampler_keeps_or_drops_each_run_whole(tmp_path):
+    """The API and the node decide alike on a run's derived trace id."""
+    db = f"sqlite:///{tmp_path / 'cronman.db'}"
+    with OtlpReceiver() as otlp, Receiver() as rx, Processes(tmp_path) as procs:
+        sa = procs.standalone(db, env=otel_env(otlp, OTEL_TRACES_SAMPLER="traceidratio",
+                                               OTEL_TRACES_SAMPLER_ARG="0.5"))
+        job = create(sa.url, {"name": "sampled", "schedule": {"kind": "cron",
+                                                              "cron": "0 0 1 1 *"},
+                              "target": {"kind": "http", "url": rx.url("/hook")}})
+        run_ids = []
+        while len(run_ids) < 16:
+            status, run, _ = http("POST", f"{sa.url}/v1/jobs/{job['id']}/trigger")
+            if status == 202:  # 409: a trigger in the same millisecond
+                run_ids.append(run["id"])
+        got = rx.wait_for(16, timeout=20, path="/hook")
+        sampled_flags = {r.header("Cronman-Run-Id"): r.header("traceparent")[-2:] for r in got}
+        traces = {run_id: format(trace_id_of(run_id), "032x") for run_id in run_ids}
+        kept = {run_id for run_id, flag in sampled_flags.items() if flag == "01"}
+        assert 0 < len(kept) < 16, sampled_flags
+        for run_id in kept:
+            otlp.wait_for_trace(traces[run_id], {"POST /v1/jobs/{job_id}/trigger": 1,
+                                                 "cronman.run": 1, "cronman.attempt": 1,
+                                                 "cronman.result_write": 1})
+        # The dropped runs left nothing, the API's span included.
+        assert {s.trace_id for s in otlp.spans} == {traces[r] for r in kept}
