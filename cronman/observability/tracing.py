@@ -15,7 +15,8 @@ and each part that traces is handed None and checks that one value.
 Each run is one trace whose id is derived from the run id
 (``tracing_otel.trace_id_of``), so every process that touches the run joins
 it without storing anything: the API call that triggered it (its root), the
-node's ``cronman.run`` span from claim to written result, ``cronman.claim``,
+node's ``cronman.run`` span from claim to written result (linked to the
+upstream runs a downstream run consumed), ``cronman.claim``,
 one ``cronman.attempt`` per attempt (target kind, status, attempt, lateness),
 and ``cronman.result_write``. The attempt's context goes to the receiver
 (``traceparent``/``tracestate``: HTTP headers, SQS message attributes, the
@@ -64,15 +65,21 @@ class RunTrace(Protocol):
     def let_go(self, reason: str) -> None:
         """Another party has the run now: end its spans here."""
 
+    def link_upstream(self, run_ids: Sequence[str]) -> None:
+        """Link the run's span to the ``cronman.run`` spans of upstream runs
+        it found fresh (``depends_on``)."""
+
 
 class RunTraces(Protocol):
     """What the scheduler and the API trace runs through."""
 
     def begin(self, *, run_id: str, job_id: str, job_name: str, namespace: str, origin: str,
               scheduled_for: datetime,
-              claimed: tuple[int, int, int] | None = None) -> RunTrace:
+              claimed: tuple[int, int, int] | None = None,
+              upstream: Sequence[str] = ()) -> RunTrace:
         """The node took a run: its ``cronman.run`` span (and, with
-        ``claimed`` = (start ns, end ns, batch size), its claim's)."""
+        ``claimed`` = (start ns, end ns, batch size), its claim's), linked to
+        the ``cronman.run`` spans of the ``upstream`` runs it consumed."""
 
     def updates_written(self, run_ids: Iterable[str], start_ns: int, end_ns: int) -> None:
         """A batch of run updates was committed between the two times."""

@@ -40,6 +40,13 @@ def request_span_id_of(run_id: str) -> int:
                           "big") or 1
 
 
+def run_span_id_of(run_id: str) -> int:
+    """The span id of a run's ``cronman.run`` span (a downstream run links
+    to it knowing only the run id); a replay's is random."""
+    return int.from_bytes(hashlib.sha256(b"cronman-run-span:" + run_id.encode()).digest()[:8],
+                          "big") or 1
+
+
 class RunIds(IdGenerator):
     """Random ids, except the trace (and span) id forced for the span being started."""
 
@@ -114,6 +121,10 @@ class OtelRunTrace:
         self._run.set_attribute("cronman.run.let_go", reason)
         self._run.end()
 
+    def link_upstream(self, run_ids: Sequence[str]) -> None:
+        for link in self._owner.upstream_links(run_ids):
+            self._run.add_link(link.context, link.attributes)
+
 
 class OtelRunTraces:
     """``tracing.RunTraces`` on a tracer provider of its own."""
@@ -132,8 +143,11 @@ class OtelRunTraces:
 
     def begin(self, *, run_id: str, job_id: str, job_name: str, namespace: str, origin: str,
               scheduled_for: datetime,
-              claimed: tuple[int, int, int] | None = None) -> OtelRunTrace:
+              claimed: tuple[int, int, int] | None = None,
+              upstream: Sequence[str] = ()) -> OtelRunTrace:
         trace_id = trace_id_of(run_id)
+        span_id = 0 if origin == "replay" else run_span_id_of(run_id)
+        links = self.upstream_links(upstream)
         attributes = {"cronman.run.id": run_id, "cronman.job.id": job_id,
                       "cronman.job.name": job_name, "cronman.namespace": namespace,
                       "cronman.run.origin": origin,
@@ -144,21 +158,31 @@ class OtelRunTraces:
                                  trace_flags=TraceFlags(TraceFlags.SAMPLED if self._sampled(
                                      trace_id, "cronman.run") else TraceFlags.DEFAULT))
             context = trace.set_span_in_context(trace.NonRecordingSpan(parent))
-            run = self.tracer.start_span("cronman.run", context=context,
-                                         attributes=attributes, start_time=start)
         else:
-            token = _FORCED.set((trace_id, 0))
-            try:
-                run = self.tracer.start_span("cronman.run", context=None,
-                                             attributes=attributes, start_time=start)
-            finally:
-                _FORCED.reset(token)
+            context = None
+        token = _FORCED.set((trace_id, span_id))
+        try:
+            run = self.tracer.start_span("cronman.run", context=context, links=links,
+                                         attributes=attributes, start_time=start)
+        finally:
+            _FORCED.reset(token)
         if claimed is not None:
             claim = self.tracer.start_span(
                 "cronman.claim", context=trace.set_span_in_context(run), start_time=claimed[0],
                 attributes={"cronman.claim.batch_size": claimed[2]})
             claim.end(end_time=claimed[1])
         return OtelRunTrace(self, run_id, run)
+
+    def upstream_links(self, run_ids: Sequence[str]) -> list[Link]:
+        links = []
+        for run_id in run_ids:
+            tid = trace_id_of(run_id)
+            flags = TraceFlags(TraceFlags.SAMPLED if self._sampled(tid, "cronman.run")
+                               else TraceFlags.DEFAULT)
+            links.append(Link(SpanContext(tid, run_span_id_of(run_id), is_remote=True,
+                                          trace_flags=flags),
+                              {"cronman.link": "upstream", "cronman.run.id": run_id}))
+        return links
 
     def updates_written(self, run_ids: Iterable[str], start_ns: int, end_ns: int) -> None:
         waiting = self.awaiting_write

@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from cronman.observability.tracing_otel import request_span_id_of, trace_id_of
+from cronman.observability.tracing_otel import request_span_id_of, run_span_id_of, trace_id_of
 from tests.support.api import http
 from tests.support.otlp import OtlpReceiver
 from tests.support.processes import Processes
@@ -157,3 +157,32 @@ def test_a_ratio_sampler_keeps_or_drops_each_run_whole(tmp_path):
                                                  "cronman.result_write": 1})
         # The dropped runs left nothing, the API's span included.
         assert {s.trace_id for s in otlp.spans} == {traces[r] for r in kept}
+
+
+def test_a_downstream_run_links_to_the_upstream_run_it_consumed(tmp_path):
+    db = f"sqlite:///{tmp_path / 'cronman.db'}"
+    with OtlpReceiver() as otlp, Receiver() as rx, Processes(tmp_path) as procs:
+        sa = procs.standalone(db, env=otel_env(otlp))
+        create(sa.url, {"name": "features", "schedule": {"kind": "interval", "every": 1},
+                        "target": {"kind": "http", "url": rx.url("/up")}})
+        down = create(sa.url, {"name": "train",
+                               "schedule": {"kind": "after", "jobs": ["features"]},
+                               "target": {"kind": "http", "url": rx.url("/down")}})
+        [req] = rx.wait_for(1, timeout=20, path="/down")[:1]
+        run_id = req.header("Cronman-Run-Id")
+
+        def consumed():
+            _, page, _ = http("GET", f"{sa.url}/v1/jobs/{down['id']}/runs")
+            return [e["run_id"] for r in page["items"] if r["id"] == run_id
+                    for e in (r.get("gate") or {}).get("upstream", [])]
+
+        [up_run] = wait_for(consumed, 10, "the downstream run's upstream")
+        trace_id = format(trace_id_of(run_id), "032x")
+        run = one(otlp.wait_for_trace(trace_id, {"cronman.run": 1}), "cronman.run")
+        up_trace, up_span = format(trace_id_of(up_run), "032x"), format(run_span_id_of(up_run),
+                                                                         "016x")
+        assert run.links == [(up_trace, up_span)]
+        assert run.attributes["cronman.run.origin"] == "upstream"
+        # The link resolves: the upstream run's own span has that id.
+        up = one(otlp.wait_for_trace(up_trace, {"cronman.run": 1}), "cronman.run")
+        assert up.span_id == up_span

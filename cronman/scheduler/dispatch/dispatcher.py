@@ -125,7 +125,8 @@ class Dispatcher:
         if self._traces is not None and ar.trace is None:
             ar.trace = self._traces.begin(
                 run_id=ar.run_id, job_id=ar.job.id, job_name=ar.job.name,
-                namespace=ar.job.namespace, origin=ar.origin, scheduled_for=ar.scheduled_for)
+                namespace=ar.job.namespace, origin=ar.origin, scheduled_for=ar.scheduled_for,
+                upstream=_run_ids(ar.gate, "upstream"))
         if ar.attempt_started_ms is None:
             self._seq += 1
             heapq.heappush(self._unstarted, (ar.due_ms, self._seq, ar))
@@ -244,6 +245,8 @@ class Dispatcher:
         if ar.done:
             return
         ar.gate = verdict.gate or ar.gate
+        if ar.trace is not None and verdict.gate:
+            ar.trace.link_upstream(_run_ids(verdict.gate, "depends_on"))
         if not verdict.go:
             self._finish(ar, RunStatus.SKIPPED, error=verdict.error)
             return
@@ -489,6 +492,12 @@ class Dispatcher:
                                      started_at=ar.started_at, lateness_ms=ar.lateness_ms,
                                      lease_expires_at=lease_until))
         return out
+
+
+def _run_ids(gate: dict[str, Any] | None, key: str) -> list[str]:
+    """The run ids a gate's entries name under ``key`` (``upstream``, ``depends_on``)."""
+    entries = (gate or {}).get(key) or []
+    return [str(e["run_id"]) for e in entries if isinstance(e, dict) and e.get("run_id")]
 
 
 def _target_raised(ar: ActiveRun, exc: Exception) -> Outcome:
