@@ -25,6 +25,8 @@ _FORCED: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar
 _PROPAGATOR = TraceContextTextMapPropagator()
 Carrier = tuple[tuple[str, str], ...]  # as tracing.Carrier (that module imports this one)
 _FAILED = ("failed", "lost")
+# Runs whose final row is not written yet (their span ends with the write).
+MAX_AWAITING_WRITE = 100_000
 
 
 def trace_id_of(run_id: str) -> int:
@@ -107,9 +109,16 @@ class OtelRunTrace:
         self._run.set_attribute("cronman.run.status", status)
         if status in _FAILED:
             self._run.set_status(Status(StatusCode.ERROR, status))
-        self._owner.awaiting_write[self.run_id] = self
+        waiting = self._owner.awaiting_write
+        waiting[self.run_id] = self
+        if len(waiting) > MAX_AWAITING_WRITE:  # rows dropped or never written: end the oldest
+            oldest = waiting.pop(next(iter(waiting)))
+            oldest.attempt_ended(oldest._status, None)
+            oldest._run.set_attribute("cronman.run.written", False)
+            oldest._run.end()
 
     def written(self, start_ns: int, end_ns: int) -> None:
+        self.attempt_ended(self._status, None)  # one stopped from outside, never ended
         span = self._owner.tracer.start_span(
             "cronman.result_write", context=trace.set_span_in_context(self._run),
             start_time=start_ns, attributes={"cronman.run.status": self._status})

@@ -413,6 +413,8 @@ class Dispatcher:
             ar.handle = None
         if ar.task is not None:
             ar.task.cancel()
+            if ar.trace is not None and ar.in_attempt:
+                ar.trace.attempt_ended("stopped", None)
             self._release(ar)  # at once: a task cancelled before it ran has no finally
 
     # -- outside decisions ------------------------------------------------

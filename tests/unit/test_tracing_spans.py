@@ -1,0 +1,71 @@
+"""OtelRunTraces in one process, exporting to a real OTLP/HTTP receiver on
+loopback: every span of a run ends however the run ends (an attempt stopped
+from outside, a run handed over, a row never written)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from cronman.observability import tracing_otel
+from cronman.observability.tracing_otel import OtelRunTraces, trace_id_of
+from tests.support.otlp import OtlpReceiver
+
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture
+def traced(monkeypatch):
+    with OtlpReceiver() as otlp:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint)
+        monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+        traces = OtelRunTraces("cronman-unit")
+        yield traces, otlp
+        traces.shutdown()
+
+
+def begin(traces, run_id, origin="schedule"):
+    return traces.begin(run_id=run_id, job_id="j1", job_name="job", namespace="ns",
+                        origin=origin, scheduled_for=AT)
+
+
+def names(otlp, run_id):
+    return sorted(s.name for s in otlp.trace(format(trace_id_of(run_id), "032x")))
+
+
+def test_an_attempt_stopped_from_outside_ends_with_the_run(traced):
+    traces, otlp = traced
+    run = begin(traces, "r1")
+    carrier = dict(run.attempt_started(1, "http", 5))
+    assert carrier["traceparent"].startswith(f"00-{trace_id_of('r1'):032x}-")
+    run.ended("failed")  # replaced: no attempt_ended
+    traces.updates_written(["r1", "unknown"], 1, 2)
+    traces.shutdown()
+    spans = otlp.trace(format(trace_id_of("r1"), "032x"))
+    assert sorted(s.name for s in spans) == ["cronman.attempt", "cronman.result_write",
+                                             "cronman.run"]
+    attempt = next(s for s in spans if s.name == "cronman.attempt")
+    assert attempt.attributes["cronman.run.status"] == "failed"
+    assert next(s for s in spans if s.name == "cronman.run").status_code == 2
+    assert attempt.service == "cronman-unit"
+
+
+def test_a_run_handed_over_ends_its_spans(traced):
+    traces, otlp = traced
+    run = begin(traces, "r2")
+    run.attempt_started(1, "sqs", None)
+    run.let_go("handed back")
+    traces.shutdown()
+    assert names(otlp, "r2") == ["cronman.attempt", "cronman.run"]
+
+
+def test_rows_never_written_do_not_pile_up(traced, monkeypatch):
+    traces, otlp = traced
+    monkeypatch.setattr(tracing_otel, "MAX_AWAITING_WRITE", 2)
+    for i in range(3):
+        begin(traces, f"w{i}").ended("succeeded")
+    assert list(traces.awaiting_write) == ["w1", "w2"]
+    traces.shutdown()
+    assert names(otlp, "w0") == ["cronman.run"]  # ended without its write
+    assert names(otlp, "w1") == []
