@@ -41,7 +41,7 @@ from cronman.api.serialize import (
 from cronman.errors import Conflict, NotFound, ValidationError
 from cronman.ids import new_job_id
 from cronman.models import Job, JobFilter, RunFilter
-from cronman.observability import tracing
+from cronman.observability import logs, tracing
 from cronman.redaction import restore_redacted, restore_redacted_notify
 from cronman.schedules import Schedule, job_times
 from cronman.store.dag import DependentsExist, dependents_message
@@ -281,6 +281,8 @@ class JobTrigger(ApiView):
         except Conflict as exc:  # a fire at this very millisecond exists already
             raise Conflict(exc.message) from None
         if traces is not None:  # the root of the run's trace
+            trace_id, span_id = traces.run_log_ids(run.id, requested=True)
+            logs.bind(job_id=job.id, run_id=run.id, trace_id=trace_id, span_id=span_id)
             traces.api_call(f"POST {self.route}", [run.id], started_ns, dict(request.headers.items()),
                             {"http.request.method": "POST", "http.route": self.route,
                              "cronman.job.id": job.id, "cronman.namespace": job.namespace})

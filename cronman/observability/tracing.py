@@ -89,6 +89,10 @@ class RunTraces(Protocol):
         """An API call that asked for these runs (one span in each run's trace,
         linked to the caller's own ``traceparent`` if it sent one)."""
 
+    def run_log_ids(self, run_id: str, *, requested: bool = False) -> tuple[str, str]:
+        """(trace id, span id) in hex for log records about a run: its
+        ``cronman.run`` span, or with ``requested`` the API call's that asked for it."""
+
     def shutdown(self) -> None:
         """Export what is left."""
 

@@ -216,5 +216,9 @@ class OtelRunTraces:
                 _FORCED.reset(token)
             span.end(end_time=end_ns)
 
+    def run_log_ids(self, run_id: str, *, requested: bool = False) -> tuple[str, str]:
+        span_id = request_span_id_of(run_id) if requested else run_span_id_of(run_id)
+        return format(trace_id_of(run_id), "032x"), format(span_id, "016x")
+
     def shutdown(self) -> None:
         self.provider.shutdown()
