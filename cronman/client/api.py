@@ -30,6 +30,7 @@ from typing import Any, cast
 from cronman.client.errors import ApiError, BulkCreateError
 from cronman.client.job_refs import resolve_job
 from cronman.client.notifications import NotificationCalls
+from cronman.client.queues import QueueCalls
 from cronman.client.signing import SigningCalls
 from cronman.client.tokens import TokenCalls
 from cronman.client.transport import (
@@ -65,13 +66,14 @@ Labels = Mapping[str, str] | Iterable[str]
 _JOBS_INDEX = re.compile(r"^jobs\[(\d+)\]")
 
 
-class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls, SigningCalls):
+class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls, SigningCalls, QueueCalls):
     """A synchronous client of the cronman API; safe to share between threads.
 
     The notification calls (rules, what was sent) come from ``NotificationCalls``,
     the API token calls (admin tokens only) from ``TokenCalls``, the workflow
     calls (a job's dependencies, exclusion calendars) from ``WorkflowCalls``,
-    a namespace's callback signing keys from ``SigningCalls``.
+    a namespace's callback signing keys from ``SigningCalls``, a worker's calls
+    (claim, heartbeat, complete) from ``QueueCalls``.
     """
 
     def __init__(self, url: str = DEFAULT_URL, token: str | None = None, *,
@@ -98,9 +100,14 @@ class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls, SigningCalls):
         self.close()
 
     def request(self, method: str, path: str, body: Any = None, *,
-                query: Query | None = None) -> Any:
-        """One raw call (``path`` from the root, e.g. ``/v1/jobs``): the decoded JSON answer."""
-        return self._http.request(method, path, body, query=query)
+                query: Query | None = None, timeout: float | None = None,
+                retry: RetryPolicy | None = None) -> Any:
+        """One raw call (``path`` from the root, e.g. ``/v1/jobs``): the decoded JSON answer.
+
+        ``timeout`` (seconds) and ``retry`` replace the client's for this call.
+        """
+        return self._http.request(method, path, body, query=query, timeout=timeout,
+                                  retry=retry)
 
     # -- jobs ------------------------------------------------------------------
 

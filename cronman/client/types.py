@@ -126,6 +126,27 @@ class HistoryEntry(TypedDict):
     details: dict[str, Any] | None
 
 
+class Claim(TypedDict):
+    """A run taken from a work queue (``POST /v1/queues/{queue}/claim``): held under
+    ``lease_token`` while heartbeats come within ``heartbeat_timeout`` seconds,
+    ended by ``deadline_at`` (``timeout`` seconds) whatever its heartbeats."""
+
+    run: Run
+    payload: Any
+    attempt: int
+    lease_token: str
+    heartbeat_timeout: float
+    timeout: float
+    deadline_at: str
+
+
+class Heartbeat(TypedDict):
+    """The answer of ``POST /v1/runs/{id}/heartbeat``: the lease renewed."""
+
+    cancel_requested: bool
+    lease_expires_at: NotRequired[str | None]
+
+
 class Node(TypedDict, total=False):
     id: str
     address: str
