@@ -79,12 +79,15 @@ class WorkQueueServer:
                 status, answer = outer.handle(self.path, body,
                                               self.headers.get("Authorization"))
                 data = b"" if answer is None else json.dumps(answer).encode()
-                self.send_response(status)
-                if answer is not None:
-                    self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(status)
+                    if answer is not None:
+                        self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the worker went away (a test killed it)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
@@ -111,8 +114,13 @@ class WorkQueueServer:
             self._faults.append([path_part, n, status])
 
     def wait_for(self, check: Any, timeout: float = 10.0) -> None:
+        """Until ``check()`` holds (leases past their time taken back meanwhile)."""
         deadline = time.monotonic() + timeout
-        while not check():
+        while True:
+            with self._cond:
+                self._expire()
+            if check():
+                return
             if time.monotonic() > deadline:
                 raise AssertionError("timed out waiting on the work queue server")
             time.sleep(0.02)
