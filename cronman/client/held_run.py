@@ -33,6 +33,9 @@ from cronman.client.types import Heartbeat, Run
 # Waits between tries of a heartbeat or completion that failed for a transient reason.
 BACKOFF = RetryPolicy(attempts=1, backoff=0.25, max_backoff=4.0)
 HEARTBEATS_PER_TIMEOUT = 3
+# Bounds of one heartbeat's or completion's wait for its answer (seconds).
+MIN_CALL_TIMEOUT = 1.0
+MAX_CALL_TIMEOUT = 30.0
 
 log = logging.getLogger("cronman.worker")
 
@@ -41,12 +44,12 @@ class LeaseCalls(Protocol):
     """The API calls a held run makes (``CronmanClient``'s)."""
 
     def heartbeat(self, run_id: str, lease_token: str, *, progress: str | None = None,
-                  percent: float | None = None,
-                  retry: RetryPolicy | None = None) -> Heartbeat: ...
+                  percent: float | None = None, retry: RetryPolicy | None = None,
+                  timeout: float | None = None) -> Heartbeat: ...
 
     def complete(self, run_id: str, lease_token: str, status: Outcome, *,
                  result: dict[str, Any] | None = None, error: str | None = None,
-                 retry: RetryPolicy | None = None) -> Run: ...
+                 retry: RetryPolicy | None = None, timeout: float | None = None) -> Run: ...
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,7 @@ class HeldRun:
             sent_at = self._clock()
             try:
                 answer = self.api.heartbeat(
-                    self.ctx.run_id, self.token, retry=NO_RETRY,
+                    self.ctx.run_id, self.token, retry=NO_RETRY, timeout=self._call_timeout(),
                     progress=None if pending is None else pending[0],
                     percent=None if pending is None else pending[1])
             except (ConflictError, NotFoundError) as exc:
@@ -128,6 +131,10 @@ class HeldRun:
             self.lease_expires = sent_at + self.heartbeat_timeout
             if answer.get("cancel_requested"):
                 self.ctx.cancel(CANCEL_REQUESTED)
+
+    def _call_timeout(self) -> float:
+        """A call waits no longer than the lease has left (but a second at least)."""
+        return min(max(self.lease_expires - self._clock(), MIN_CALL_TIMEOUT), MAX_CALL_TIMEOUT)
 
     def _lose(self, why: str) -> None:
         self.lost = True
@@ -159,7 +166,7 @@ class HeldRun:
         while True:
             try:
                 self.api.complete(run_id, self.token, status, result=result, error=error,
-                                  retry=NO_RETRY)
+                                  retry=NO_RETRY, timeout=self._call_timeout())
                 return RunReport(run_id, status, error, True, result=result)
             except ConflictError as exc:
                 note = f"refused: {exc}"

@@ -52,7 +52,8 @@ class QueueCalls:
         return None if answer is None else cast(Claim, answer)
 
     def heartbeat(self, run_id: str, lease_token: str, *, progress: str | None = None,
-                  percent: float | None = None, retry: RetryPolicy | None = None) -> Heartbeat:
+                  percent: float | None = None, retry: RetryPolicy | None = None,
+                  timeout: float | None = None) -> Heartbeat:
         """Renew a held run's lease, with optional progress (text ≤ 1024 characters,
         a percent 0..100); the answer says whether a cancel was asked."""
         body: dict[str, Any] = {"lease_token": lease_token}
@@ -61,19 +62,21 @@ class QueueCalls:
         if percent is not None:
             body["percent"] = percent
         return cast(Heartbeat, self.request("POST", _run(run_id) + "/heartbeat", body,
-                                            retry=retry))
+                                            retry=retry, timeout=timeout))
 
     def complete(self, run_id: str, lease_token: str, status: Outcome, *,
                  result: dict[str, Any] | None = None, error: str | None = None,
-                 retry: RetryPolicy | None = None) -> Run:
+                 retry: RetryPolicy | None = None, timeout: float | None = None) -> Run:
         """Report a held run's end: ``succeeded`` or ``failed``, a result (a JSON
-        object ≤ 64 KiB) and an error (≤ 4096 characters); the run as recorded."""
+        object ≤ 64 KiB) and an error (≤ 4096 characters); the run as recorded.
+        ``timeout`` (here and for ``heartbeat``) replaces the client's for the call."""
         body: dict[str, Any] = {"lease_token": lease_token, "status": status}
         if result is not None:
             body["result"] = result
         if error is not None:
             body["error"] = error
-        return cast(Run, self.request("POST", _run(run_id) + "/complete", body, retry=retry))
+        return cast(Run, self.request("POST", _run(run_id) + "/complete", body, retry=retry,
+                                      timeout=timeout))
 
 
 def _run(run_id: str) -> str:

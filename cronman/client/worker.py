@@ -33,6 +33,7 @@ import signal
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 from types import FrameType
@@ -57,6 +58,7 @@ DEFAULT_GRACE = 30.0
 #: How long a handler cancelled at the end of the grace has to return before
 #: its run is reported without waiting for it any longer.
 CANCEL_WAIT = 15.0
+REPORTS_KEPT = 100
 
 log = logging.getLogger("cronman.worker")
 
@@ -93,7 +95,7 @@ class Worker:
         self.wait = wait
         self.grace = grace
         self.cancel_wait = cancel_wait
-        self.reports: list[RunReport] = []
+        self.reports: deque[RunReport] = deque(maxlen=REPORTS_KEPT)  # the latest
         self._stopping = threading.Event()
         self._grace_over = threading.Event()
         self._lock = threading.Lock()

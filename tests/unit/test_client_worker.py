@@ -252,3 +252,10 @@ def test_a_run_a_long_poll_brings_after_the_stop_is_reported_stopped_at_once(ser
     thread.join(5)
     assert not thread.is_alive() and calls == []
     assert item.status == "failed" and item.error == WORKER_STOPPED and item.attempt == 1
+
+
+def test_a_claims_timeout_outlasts_its_long_poll(server):
+    with CronmanClient(server.url, timeout=0.3) as short:  # calls wait 0.3 s for an answer
+        started = time.monotonic()
+        assert short.claim("q", "w1", wait=1.0) is None  # the long-poll's 204, not a timeout
+        assert time.monotonic() - started >= 1.0
