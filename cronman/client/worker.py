@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import signal
 import socket
 import threading
@@ -59,6 +60,8 @@ DEFAULT_GRACE = 30.0
 #: its run is reported without waiting for it any longer.
 CANCEL_WAIT = 15.0
 REPORTS_KEPT = 100
+#: The pause after a claim answered "nothing" long before its wait was over.
+EARLY_PAUSE = 1.0
 
 log = logging.getLogger("cronman.worker")
 
@@ -151,6 +154,7 @@ class Worker:
         while not self._stopping.is_set():
             if not self._slots.acquire(timeout=0.2):
                 continue
+            asked = time.monotonic()
             try:
                 claim = self.client.claim(self.queue, self.worker_id,
                                           namespace=self.namespace, wait=self.wait,
@@ -169,6 +173,10 @@ class Worker:
             failures = 0
             if claim is None:
                 self._slots.release()
+                # An API with no long-poll to spare answers at once: no busy loop.
+                if time.monotonic() - asked < self.wait / 2:
+                    self._stopping.wait(random.uniform(EARLY_PAUSE / 2, EARLY_PAUSE)
+                                        if self.wait >= EARLY_PAUSE else self.wait)
                 continue
             held = self._hold(claim)
             if self._stopping.is_set():

@@ -63,6 +63,7 @@ class WorkQueueServer:
         self.items: dict[str, Item] = {}
         self.claims: list[dict[str, Any]] = []  # every claim request's body
         self.refused: list[tuple[str, str]] = []  # (path, token) answered 409
+        self.max_wait = 30.0  # 0: no long-poll to spare (a claim answers at once)
         self._faults: list[list[Any]] = []
         self._cond = threading.Condition()
         outer = self
@@ -148,7 +149,7 @@ class WorkQueueServer:
     def _claim(self, queue: str, body: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
         if not body.get("worker_id"):
             return 400, _error("invalid", "worker_id is required", "worker_id")
-        deadline = time.monotonic() + float(body.get("wait", 20))
+        deadline = time.monotonic() + min(float(body.get("wait", 20)), self.max_wait)
         namespace = body.get("namespace", "default")
         with self._cond:
             self.claims.append(body)

@@ -259,3 +259,14 @@ def test_a_claims_timeout_outlasts_its_long_poll(server):
         started = time.monotonic()
         assert short.claim("q", "w1", wait=1.0) is None  # the long-poll's 204, not a timeout
         assert time.monotonic() - started >= 1.0
+
+
+def test_claims_answered_at_once_are_not_asked_in_a_busy_loop(server, client):
+    server.max_wait = 0  # as an API with no long-poll to spare
+    worker = Worker(client, "q", lambda p, c: {}, wait=5)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    time.sleep(2.0)
+    worker.stop()
+    thread.join(5)
+    assert 2 <= len(server.claims) <= 5
