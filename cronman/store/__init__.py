@@ -32,6 +32,7 @@ from cronman.store.signing_keys import SqlSigningKeyStore
 from cronman.store.sql_jobs import SqlJobStore
 from cronman.store.sql_runs import SqlRunStore
 from cronman.store.tokens import SqlTokenStore
+from cronman.store.work_queue import SqlWorkQueue
 
 __all__ = ["RUNS_REQUESTED", "SqlStore", "Store", "open_store"]
 
@@ -66,6 +67,8 @@ class SqlStore:
         self.tokens = SqlTokenStore(db)
         self.signing_keys = SqlSigningKeyStore(db)
         self.history = SqlJobHistory(db)
+        # The work queues of ``worker`` targets.
+        self.work = SqlWorkQueue(db, on_succeeded=triggers.after_success)
         # Notifications (cronman.notify): the notifier's outbox, the API's view
         # of it, and the namespace rules.
         self.notify_outbox = SqlNotificationOutbox(db)
@@ -98,6 +101,7 @@ class SqlStore:
         if self._closed:
             return
         self._closed = True
+        self.work.close()
         self._channel.close()
         self.db.dispose()
 

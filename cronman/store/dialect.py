@@ -4,7 +4,9 @@ The stores (``sql_jobs``, ``sql_runs`` and its ``run_*`` parts, ``job_search``)
 are written once. Each place where the two databases need different SQL is
 one function, and only those functions look at the dialect:
 
-- here: row locking for takers (``FOR UPDATE SKIP LOCKED``), the label
+- here: row locking for takers (``FOR UPDATE SKIP LOCKED``), upserts
+  (``ON CONFLICT DO UPDATE`` of each dialect), notifications (``pg_notify``
+  vs. nothing: SQLite's listeners are in this process), the label
   filter (JSON containment), the name prefix filter (``LIKE`` vs.
   ``substr``), the partitioned run history's recent window;
 - ``change_seq``: drawing change_seq values (a sequence under an advisory
@@ -30,9 +32,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import exists, func, select, type_coerce
+from sqlalchemy import Table, exists, func, select, text, type_coerce
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.sql import Select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql import Executable, Select
 from sqlalchemy.sql.elements import ColumnElement
 
 from cronman.store.tables import jobs
@@ -46,6 +51,24 @@ def for_update_skip_locked(stmt: Select[Any], dialect: str) -> Select[Any]:
     """``stmt`` locking the rows it reads, skipping rows another transaction
     has locked (PostgreSQL); as is on SQLite, whose writers are serialised."""
     return stmt.with_for_update(skip_locked=True) if dialect == POSTGRESQL else stmt
+
+
+def upsert(table: Table, values: dict[str, Any], *, keys: Sequence[str],
+           changes: Sequence[str], dialect: str) -> Executable:
+    """Insert ``values``, or on a conflict on ``keys`` set the ``changes`` columns."""
+    stmt = (pg_insert if dialect == POSTGRESQL else sqlite_insert)(table).values(**values)
+    return stmt.on_conflict_do_update(index_elements=list(keys),
+                                      set_={c: stmt.excluded[c] for c in changes})
+
+
+_NOTIFY = text("SELECT pg_notify(:channel, :payload)")
+
+
+def notify(conn: Connection, channel: str, payload: str, dialect: str) -> None:
+    """Tell the channel's listeners at commit (PostgreSQL); nothing on SQLite,
+    whose listeners are told in-process by the caller."""
+    if dialect == POSTGRESQL:
+        conn.execute(_NOTIFY, {"channel": channel, "payload": payload})
 
 
 def labels_match(labels: Sequence[tuple[str, str]], dialect: str) -> list[ColumnElement[bool]]:
