@@ -1,0 +1,34 @@
+"""`cronman worker` end to end on `cronman api` and a `cronman scheduler` node
+(PostgreSQL, Redis): the cases of tests/e2e/worker_cases.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.e2e.worker_cases import (  # noqa: F401  (the cases and their fixture, collected here)
+    Cluster,
+    cluster,
+    test_a_cancel_reaches_the_command_as_sigterm,
+    test_a_fired_run_runs_its_command_and_the_exit_and_output_are_recorded,
+    test_a_runs_timeout_ends_it_and_its_command,
+    test_a_sigkilled_workers_run_comes_back_as_attempt_2_with_one_success,
+    test_a_worker_stopped_past_its_lease_is_refused_and_the_rerun_stands,
+)
+from tests.support.api import running_api
+from tests.support.databases import migrated_pg_database, temporary_redis_db
+from tests.support.processes import Processes
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory) -> Iterator[Cluster]:
+    logs = tmp_path_factory.mktemp("worker-postgres")
+    with Processes(logs) as procs, migrated_pg_database() as db, \
+            temporary_redis_db() as redis:
+        procs.scheduler(db, "n1", redis_url=redis)
+        with running_api(db, threads=8, extra_env={"CRONMAN_REDIS_URL": redis},
+                         log_path=logs / "api.log") as url:
+            yield Cluster(url, procs)
