@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from cronman.client import CronmanClient
+from cronman.client import CronmanClient, Worker
 from cronman.timeutil import format_rfc3339, utcnow
 from tests.support.processes import CronmanProcess, Processes
 from tests.support.waiting import wait_for
@@ -179,6 +179,29 @@ def test_a_runs_timeout_ends_it_and_its_command(cluster, tmp_path):
     child = int(pids.read_text())
     wait_for(lambda: not os.path.exists(f"/proc/{child}") or _zombie(child), 5,
              "the command stopped")
+
+
+def test_the_clients_worker_runs_a_python_handler_with_progress(cluster):
+    q = queue()
+    job = cluster.job(q, payload={"steps": 3})
+    run_id = cluster.api.trigger_job(job["id"])["id"]
+    seen: list[dict[str, Any]] = []
+
+    def handler(payload, ctx):
+        ctx.progress("step 2 of 3", percent=66)
+        seen.append(cluster.until(
+            run_id, lambda r: (r.get("worker") or {}).get("progress") == "step 2 of 3", 10,
+            "the progress on the run"))
+        return {"steps_done": payload["steps"], "attempt": ctx.attempt}
+
+    worker = Worker(cluster.api, q, handler, worker_id="py-1", wait=2)
+    report = wait_for(worker.run_once, 20, "a claim")
+    assert report.accepted and report.status == "succeeded"
+    held = seen[0]["worker"]
+    assert held["worker_id"] == "py-1" and held["percent"] == 66 and held["state"] == "held"
+    run = cluster.run(run_id)
+    assert run["status"] == "succeeded", run
+    assert run["result"] == {"steps_done": 3, "attempt": 1, "worker_id": "py-1"}  # the API adds the id
 
 
 def _zombie(pid: int) -> bool:
