@@ -51,6 +51,8 @@ class LeaseCalls(Protocol):
                  result: dict[str, Any] | None = None, error: str | None = None,
                  retry: RetryPolicy | None = None, timeout: float | None = None) -> Run: ...
 
+    def get_run(self, run_id: str) -> Run: ...
+
 
 @dataclass(frozen=True)
 class RunReport:
@@ -132,6 +134,16 @@ class HeldRun:
             if answer.get("cancel_requested"):
                 self.ctx.cancel(CANCEL_REQUESTED)
 
+    def _recorded(self, status: Outcome) -> bool:
+        """Whether the run reads as this worker's report recorded: that status, this
+        attempt, this worker's id in the result (the API adds it)."""
+        try:
+            run = self.api.get_run(self.ctx.run_id)
+        except ApiError:
+            return False
+        return (run.get("status") == status and run.get("attempt") == self.ctx.attempt
+                and (run.get("result") or {}).get("worker_id") == self.ctx.worker_id)
+
     def _call_timeout(self) -> float:
         """A call waits no longer than the lease has left (but a second at least)."""
         return min(max(self.lease_expires - self._clock(), MIN_CALL_TIMEOUT), MAX_CALL_TIMEOUT)
@@ -169,6 +181,9 @@ class HeldRun:
                                   retry=NO_RETRY, timeout=self._call_timeout())
                 return RunReport(run_id, status, error, True, result=result)
             except ConflictError as exc:
+                if unanswered and self._recorded(status):
+                    return RunReport(run_id, status, error, True,
+                                     "recorded by a try that got no answer", result)
                 note = f"refused: {exc}"
                 if unanswered:
                     note += " (an earlier try got no answer: it may have been recorded)"

@@ -2,20 +2,24 @@
 
 ``POST /v1/queues/{queue}/claim``, ``POST /v1/runs/{id}/heartbeat`` and
 ``POST /v1/runs/{id}/complete`` as SPEC §5 gives them (200 / 204, 409
-``stale_lease``), over a real socket on 127.0.0.1, with an in-memory queue:
+``stale_lease``; the worker's id kept in a completed run's result, as the API
+does), and ``GET /v1/runs/{id}``, over a real socket on 127.0.0.1, with an in-memory queue:
 a lease that gets no heartbeat within ``heartbeat_timeout`` is taken back
 and the run queued again as the next attempt (its old token refused from
 then on). It stands in for the cronman API only in tests of the client's
 ``Worker`` and of ``cronman worker``; the end-to-end tests run the real API.
 
 Faults for the tests: ``fail_next(path_part, n, status)`` answers the next
-``n`` matching requests with ``status`` (503, say) before handling any.
+``n`` matching requests with ``status`` (503, say) before handling any;
+``drop_answers(path_part, n)`` handles them and closes the connection
+without an answer.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
+import socket
 import threading
 import time
 import uuid
@@ -24,6 +28,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+DROP = 0  # a status meaning: close the connection without an answer
 
 
 @dataclass
@@ -52,7 +58,10 @@ class Item:
         return {"id": self.run_id, "job_id": self.job_id, "scheduled_for": self.scheduled_for,
                 "status": {"queued": "running", "held": "running"}.get(self.status,
                                                                        self.status),
-                "attempt": self.attempt, "result": self.result, "error": self.error}
+                "attempt": self.attempt, "error": self.error,
+                # As the API: the reporting worker's id is kept in the result.
+                "result": None if self.status in ("queued", "held") else
+                {**(self.result or {}), "worker_id": self.worker_id}}
 
 
 class WorkQueueServer:
@@ -65,6 +74,7 @@ class WorkQueueServer:
         self.refused: list[tuple[str, str]] = []  # (path, token) answered 409
         self.max_wait = 30.0  # 0: no long-poll to spare (a claim answers at once)
         self._faults: list[list[Any]] = []
+        self._drops: list[list[Any]] = []
         self._cond = threading.Condition()
         outer = self
 
@@ -74,11 +84,15 @@ class WorkQueueServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:  # noqa: N802 (and GET /v1/runs/{id})
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
                 status, answer = outer.handle(self.path, body,
                                               self.headers.get("Authorization"))
+                if status == DROP:
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
                 data = b"" if answer is None else json.dumps(answer).encode()
                 try:
                     self.send_response(status)
@@ -89,6 +103,8 @@ class WorkQueueServer:
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the worker went away (a test killed it)
+
+            do_GET = do_POST
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
@@ -109,6 +125,19 @@ class WorkQueueServer:
     def cancel(self, run_id: str) -> None:
         with self._cond:
             self.items[run_id].cancel_requested = True
+
+    def drop_answers(self, path_part: str, n: int) -> None:
+        """The next ``n`` matching requests are handled, but the connection is closed
+        instead of answering (a write applied whose answer was lost)."""
+        with self._cond:
+            self._drops.append([path_part, n])
+
+    def _drop_answer(self, path: str) -> bool:
+        for drop in self._drops:
+            if drop[0] in path and drop[1] > 0:
+                drop[1] -= 1
+                return True
+        return False
 
     def fail_next(self, path_part: str, n: int, status: int = 503) -> None:
         with self._cond:
@@ -144,6 +173,8 @@ class WorkQueueServer:
             return self._heartbeat(parts[2], body)
         if parts[:2] == ["v1", "runs"] and parts[3:] == ["complete"]:
             return self._complete(parts[2], body)
+        if parts[:2] == ["v1", "runs"] and len(parts) == 3 and parts[2] in self.items:
+            return 200, self.items[parts[2]].run_json()
         return 404, _error("not_found", f"no {path}")
 
     def _claim(self, queue: str, body: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
@@ -191,7 +222,8 @@ class WorkQueueServer:
             item.lease_expires = time.monotonic() + item.heartbeat_timeout
             return 200, {"cancel_requested": item.cancel_requested, "lease_expires_at": None}
 
-    def _complete(self, run_id: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    def _complete(self, run_id: str,
+                  body: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
         with self._cond:
             item = self._held(run_id, "complete", body.get("lease_token"))
             if item is None:
@@ -202,6 +234,8 @@ class WorkQueueServer:
             item.status, item.result, item.error = body["status"], body.get("result"), \
                 body.get("error")
             item.token = None
+            if self._drop_answer(path="complete"):
+                return DROP, None
             return 200, item.run_json()
 
     def _expire(self) -> None:

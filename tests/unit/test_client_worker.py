@@ -270,3 +270,12 @@ def test_claims_answered_at_once_are_not_asked_in_a_busy_loop(server, client):
     worker.stop()
     thread.join(5)
     assert 2 <= len(server.claims) <= 5
+
+
+def test_a_completion_whose_answer_was_lost_is_found_recorded(server, client):
+    item = server.enqueue(heartbeat_timeout=1.5)
+    server.drop_answers("complete", 1)  # recorded, but the worker hears nothing
+    report = Worker(client, "q", lambda p, c: {"ok": 1}, worker_id="w9", wait=1).run_once()
+    assert report.accepted and report.note == "recorded by a try that got no answer"
+    assert item.status == "succeeded" and item.result == {"ok": 1}
+    assert len(item.completions) == 1 and [p for p, _ in server.refused] == ["complete"]

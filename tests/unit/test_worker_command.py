@@ -139,10 +139,11 @@ def test_a_sigkilled_worker_leaves_no_process_of_its_run(server, tmp_path):
 @pytest.mark.parametrize("grace, status", [("5", "succeeded"), ("0.3", "failed")])
 def test_sigterm_stops_claiming_and_gives_held_runs_the_grace(server, tmp_path, grace, status):
     item = server.enqueue(heartbeat_timeout=1.0)
+    started = tmp_path / "started"
     with Processes(tmp_path) as procs:
-        worker = start_worker(procs, server, "sh", "-c", "sleep 1.5",
+        worker = start_worker(procs, server, "sh", "-c", f"touch {started}; sleep 1.5",
                               args=("--grace", grace, "--kill-after", "0.5"))
-        server.wait_for(lambda: item.status == "held", 15)
+        server.wait_for(started.exists, 15)
         claims = len(server.claims)
         worker.proc.send_signal(signal.SIGTERM)
         assert worker.wait(10) == 0
