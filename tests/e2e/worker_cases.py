@@ -32,10 +32,12 @@ FINAL = ("succeeded", "failed", "lost")
 class Cluster:
     """A cronman API with a scheduler node behind it, and `cronman worker` processes."""
 
-    def __init__(self, url: str, procs: Processes) -> None:
+    def __init__(self, url: str, procs: Processes, *, admin_token: str | None = None,
+                 worker_token: str | None = None) -> None:
         self.url = url
         self.procs = procs
-        self.api = CronmanClient(url)
+        self.api = CronmanClient(url, admin_token)
+        self.worker_token = worker_token  # the workers' (of the jobs' namespace)
         self.workers: list[CronmanProcess] = []
 
     def job(self, command_queue: str, *, payload: Any = None, schedule: dict | None = None,
@@ -46,11 +48,14 @@ class Cluster:
                 "retry": retry or {"max_attempts": 1}}
         return dict(self.api.create_job(spec))
 
-    def worker(self, queue: str, worker_id: str, *command: str,
-               args: tuple[str, ...] = ()) -> CronmanProcess:
+    def worker(self, queue: str, worker_id: str, *command: str, args: tuple[str, ...] = (),
+               token: str | None = None) -> CronmanProcess:
+        token = token or self.worker_token
+        env = {"CRONMAN_TOKEN": token} if token else {}
         worker = self.procs.start(worker_id, ["worker", "--queue", queue, "--url", self.url,
                                               "--worker-id", worker_id, "--wait", "1",
-                                              "--kill-after", "1", *args, "--", *command])
+                                              "--kill-after", "1", *args, "--", *command],
+                                  env)
         self.workers.append(worker)
         return worker
 
