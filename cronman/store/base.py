@@ -430,6 +430,10 @@ class WorkQueueStore(Protocol):
         cancelled), attempts past their timeout, queued items past their
         capacity wait. Safe to run on several nodes at once."""
 
+    def take_ended(self, limit: int = 100) -> list[Run]:
+        """Runs that ended ``failed`` or ``lost`` through their queue and whose
+        job has a dead letter, each handed to one caller once (to send it)."""
+
     def items(self, run_ids: Sequence[str], *, now: datetime) -> dict[str, WorkItem]:
         """The items of these runs that are with a queue, by run id."""
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Integer, and_, case, cast, func, insert, or_, select, update
+from sqlalchemy import Integer, and_, case, cast, delete, func, insert, or_, select, update
 from sqlalchemy.engine import Row
 
 from cronman.errors import NotFound, StaleLease
@@ -44,6 +44,8 @@ from cronman.store.work_records import (
     WorkOrder,
 )
 from cronman.store.work_runs import (
+    ENDED,
+    LIVE_STATES,
     fail_attempt,
     finish,
     idle_window,
@@ -79,8 +81,12 @@ class SqlWorkQueue:
         now = utcnow()
 
         def fn(tx: Tx) -> bool:
-            if tx.conn.execute(select(wi.c.run_id).where(wi.c.run_id == order.run_id)).first():
-                return True
+            found = tx.conn.execute(select(wi.c.state).where(wi.c.run_id == order.run_id)
+                                    .with_for_update()).first()
+            if found is not None and found[0] != ENDED:
+                return True  # queued already: a re-dispatch finds its item
+            if found is not None:  # a replay of a run whose dead letter is still to go
+                tx.conn.execute(delete(wi).where(wi.c.run_id == order.run_id))
             moved = tx.conn.execute(
                 update(sj).where(sj.c.id == order.run_id,
                                  sj.c.scheduled_for == order.scheduled_for,
@@ -223,7 +229,8 @@ class SqlWorkQueue:
         """See ``WorkQueueStore.cancel``."""
 
         def fn(tx: Tx) -> WorkItem | None:
-            row = tx.conn.execute(select(wi).where(wi.c.run_id == run_id)
+            row = tx.conn.execute(select(wi).where(wi.c.run_id == run_id,
+                                                   wi.c.state.in_(LIVE_STATES))
                                   .with_for_update()).first()
             if row is None:
                 return None
@@ -244,6 +251,24 @@ class SqlWorkQueue:
                 ww.delete().where(ww.c.last_seen < now - WORKER_FORGET)).rowcount)
         return report
 
+    def take_ended(self, limit: int = 100) -> list[Run]:
+        """See ``WorkQueueStore.take_ended``."""
+
+        def fn(tx: Tx) -> list[Run]:
+            pick = for_update_skip_locked(
+                select(wi.c.run_id, wi.c.scheduled_for).where(wi.c.state == ENDED)
+                .order_by(wi.c.run_id).limit(limit), tx.dialect)
+            keys = [(r[0], r[1]) for r in tx.conn.execute(pick).all()]
+            if not keys:
+                return []
+            ids = [k[0] for k in keys]
+            tx.conn.execute(delete(wi).where(wi.c.run_id.in_(ids)))
+            rows = tx.conn.execute(select(sj).where(
+                sj.c.id.in_(ids), sj.c.scheduled_for.in_(sorted({k[1] for k in keys})))).all()
+            return [run_from_row(r) for r in rows]
+
+        return self._db.write(fn)
+
     # -- reads -------------------------------------------------------------
 
     def items(self, run_ids: Sequence[str], *, now: datetime) -> dict[str, WorkItem]:
@@ -252,7 +277,8 @@ class SqlWorkQueue:
         if not ids:
             return {}
         with self._db.read() as conn:
-            rows = conn.execute(select(wi).where(wi.c.run_id.in_(ids))).all()
+            rows = conn.execute(select(wi).where(wi.c.run_id.in_(ids),
+                                                 wi.c.state.in_(LIVE_STATES))).all()
             out: dict[str, WorkItem] = {}
             for row in rows:
                 state = None
@@ -267,7 +293,7 @@ class SqlWorkQueue:
     def queues(self, namespaces: Sequence[str] | None, *, now: datetime,
                limit: int = 1000, after: tuple[str, str] | None = None) -> list[QueueStats]:
         """See ``WorkQueueStore.queues``."""
-        where_items: list[Any] = []
+        where_items: list[Any] = [wi.c.state.in_(LIVE_STATES)]
         where_workers: list[Any] = [ww.c.last_seen >= now - WORKER_LISTED]
         if namespaces is not None:
             where_items.append(wi.c.namespace.in_(list(namespaces)))
