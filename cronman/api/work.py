@@ -108,7 +108,7 @@ class QueueClaim(ApiView):
             return current_app.response_class(status=204)
         metrics: ApiMetrics = current_app.extensions[METRICS_KEY]
         metrics.claimed(namespace, queue, max(0.0, (
-            (claim.item.claimed_at or utcnow()) - claim.item.due_at).total_seconds()))
+            (claim.item.claimed_at or utcnow()) - claim.item.available_at).total_seconds()))
         return json_response(claim_json(claim))
 
 

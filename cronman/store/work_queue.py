@@ -57,7 +57,8 @@ from cronman.store.work_signals import WorkSignals
 from cronman.timeutil import utcnow
 from cronman.vocabulary import RunStatus, WorkState
 
-# Candidates a claim looks at per statement (the first whose capacity holds wins).
+# Candidates a claim looks at (the first whose capacity holds and that no
+# other claim has locked wins; only that row is locked).
 CLAIM_PICK = 16
 # Workers not seen for this long are dropped from the queue's list.
 WORKER_FORGET = timedelta(days=1)
@@ -120,23 +121,29 @@ class SqlWorkQueue:
 
         def fn(tx: Tx) -> tuple[Row[Any], Run] | None:
             _seen(tx, namespace, queue, worker_id, now, slots=slots)
-            pick = for_update_skip_locked(
-                select(wi).where(wi.c.namespace == namespace, wi.c.queue == queue,
-                                 wi.c.state == WorkState.QUEUED.value,
-                                 wi.c.available_at <= now)
+            claimable = (wi.c.namespace == namespace, wi.c.queue == queue,
+                         wi.c.state == WorkState.QUEUED.value, wi.c.available_at <= now)
+            candidates = tx.conn.execute(
+                select(wi.c.run_id, wi.c.capacity_idle, wi.c.heartbeat_timeout)
+                .where(*claimable)
                 .order_by(wi.c.priority.desc(), wi.c.available_at, wi.c.run_id)
-                .limit(CLAIM_PICK), self._db.dialect)
+                .limit(CLAIM_PICK)).all()
             idle: dict[int, int] = {}
-            for row in tx.conn.execute(pick).all():
-                need = row.capacity_idle
+            for cand in candidates:
+                need = cand.capacity_idle
                 if need is not None:
-                    hb = int(row.heartbeat_timeout)
+                    hb = int(cand.heartbeat_timeout)
                     if hb not in idle:
                         idle[hb] = idle_workers(tx.conn, namespace, queue,
                                                 now - idle_window(hb))
                     if idle[hb] < need:
                         continue
-                return self._hand_out(tx, row, worker_id, token, now)
+                # Lock this one row only; one another claimer holds is skipped.
+                row = tx.conn.execute(for_update_skip_locked(
+                    select(wi).where(wi.c.run_id == cand.run_id, *claimable),
+                    self._db.dialect)).first()
+                if row is not None:
+                    return self._hand_out(tx, row, worker_id, token, now)
             return None
 
         got = self._db.write(fn)
@@ -146,7 +153,7 @@ class SqlWorkQueue:
         return Claim(item_from_row(item), run, token)
 
     def _hand_out(self, tx: Tx, row: Row[Any], worker_id: str, token: str,
-                  now: datetime) -> tuple[Row[Any], Run] | None:
+                  now: datetime) -> tuple[Row[Any], Run]:
         lease = now + timedelta(seconds=int(row.heartbeat_timeout))
         item = tx.conn.execute(
             update(wi).where(wi.c.run_id == row.run_id, wi.c.state == WorkState.QUEUED.value)
@@ -154,9 +161,7 @@ class SqlWorkQueue:
                     worker_id=worker_id, claimed_at=now, lease_expires_at=lease,
                     last_heartbeat=now, progress=None, percent=None,
                     deadline_at=now + timedelta(seconds=int(row.timeout)))
-            .returning(*wi.c)).first()
-        if item is None:
-            return None
+            .returning(*wi.c)).one()
         run = tx.conn.execute(
             update(sj).where(sj.c.id == row.run_id, sj.c.scheduled_for == row.scheduled_for,
                              sj.c.node_id.is_(None))

@@ -4,6 +4,7 @@ claim order, leases, reports, expiry, capacity, cancel."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -306,3 +307,27 @@ def test_a_replayed_run_goes_back_to_its_queue(store, job):
     assert store.work.enqueue(_order(taken, job, attempt=taken.attempt))
     again = store.work.claim("default", "spark", "w2", slots=1, now=utcnow())
     assert again.run.id == run.id and again.item.attempt == taken.attempt
+
+
+def test_a_claim_skips_a_row_another_transaction_holds(database_url, store, job):
+    """PostgreSQL: the claim does not wait for a locked item, it takes the next."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("row locks: PostgreSQL (SQLite's writers are serialised)")
+    from sqlalchemy import create_engine, text
+
+    t = base_time() - timedelta(minutes=1)
+    first = _queued(store, job, t)
+    second = _queued(store, job, t + timedelta(seconds=1))
+    engine = create_engine(database_url)
+    try:
+        with engine.connect() as conn, conn.begin():
+            conn.execute(text("SELECT run_id FROM work_items WHERE run_id = :r FOR UPDATE"),
+                         {"r": first.id})
+            started = time.monotonic()
+            claim = store.work.claim("default", "spark", "w1", slots=1, now=utcnow())
+            assert time.monotonic() - started < 2
+            assert claim.run.id == second.id
+        again = store.work.claim("default", "spark", "w1", slots=1, now=utcnow())
+        assert again.run.id == first.id
+    finally:
+        engine.dispose()
