@@ -89,11 +89,11 @@ class QueueClaim(ApiView):
         work = _store().work
         worker, slots = body["worker_id"], body["slots"]
 
-        def take() -> Claim | None:
-            return work.claim(namespace, queue, worker, slots=slots, now=utcnow())
+        def take(first: bool = False) -> Claim | None:
+            return work.claim(namespace, queue, worker, slots=slots, now=utcnow(), seen=first)
 
         seen = work.wait_for_work(namespace, queue, 0)
-        claim = take()
+        claim = take(first=True)
         if claim is None and wait > 0:
             polls = _long_polls(current_app)
             if polls is not None and polls.acquire(blocking=False):

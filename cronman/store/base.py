@@ -403,10 +403,12 @@ class WorkQueueStore(Protocol):
         not (yet) the node's; nothing changes then."""
 
     def claim(self, namespace: str, queue: str, worker_id: str, *, slots: int,
-              now: datetime) -> Claim | None:
+              now: datetime, seen: bool = True) -> Claim | None:
         """Record the worker as seen, and hand it the queue's next claimable
         item (highest priority, then earliest available; only items whose
-        capacity rule holds), under a fresh lease. None: nothing to claim."""
+        capacity rule holds), under a fresh lease. None: nothing to claim.
+        ``seen`` False (a long-poll looking again): the worker is not recorded
+        again, and nothing is written when nothing is claimable."""
 
     def heartbeat(self, run_id: str, token: str, *, progress: str | None,
                   percent: float | None, now: datetime) -> HeartbeatAck:

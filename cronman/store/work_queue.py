@@ -16,6 +16,7 @@ What runs out is ``work_expiry``'s; waking long-polls, ``work_signals``'.
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -62,6 +63,7 @@ from cronman.vocabulary import RunStatus, WorkState
 CLAIM_PICK = 16
 # Workers not seen for this long are dropped from the queue's list.
 WORKER_FORGET = timedelta(days=1)
+FORGET_INTERVAL = 60.0
 # Workers listed with a queue: those seen this recently.
 WORKER_LISTED = timedelta(minutes=10)
 
@@ -74,6 +76,7 @@ class SqlWorkQueue:
         self._db = db
         self._on_succeeded = on_succeeded
         self.signals = signals or WorkSignals(db)
+        self._next_forget = 0.0
 
     # -- the scheduler's hand-off -----------------------------------------
 
@@ -115,14 +118,19 @@ class SqlWorkQueue:
     # -- a worker's calls ---------------------------------------------------
 
     def claim(self, namespace: str, queue: str, worker_id: str, *, slots: int,
-              now: datetime) -> Claim | None:
+              now: datetime, seen: bool = True) -> Claim | None:
         """See ``WorkQueueStore.claim``."""
         token = secrets.token_urlsafe(32)
+        claimable = (wi.c.namespace == namespace, wi.c.queue == queue,
+                     wi.c.state == WorkState.QUEUED.value, wi.c.available_at <= now)
+        if not seen:
+            # A long-poll's next look: no write (and on SQLite no write lock) for nothing.
+            with self._db.read() as conn:
+                if conn.execute(select(wi.c.run_id).where(*claimable).limit(1)).first() is None:
+                    return None
 
         def fn(tx: Tx) -> tuple[Row[Any], Run] | None:
             _seen(tx, namespace, queue, worker_id, now, slots=slots)
-            claimable = (wi.c.namespace == namespace, wi.c.queue == queue,
-                         wi.c.state == WorkState.QUEUED.value, wi.c.available_at <= now)
             candidates = tx.conn.execute(
                 select(wi.c.run_id, wi.c.capacity_idle, wi.c.heartbeat_timeout)
                 .where(*claimable)
@@ -251,7 +259,8 @@ class SqlWorkQueue:
     def expire(self, now: datetime, limit: int = 100) -> ExpiryReport:
         """See ``WorkQueueStore.expire``."""
         report = self._db.write(lambda tx: expire_items(tx, now, limit))
-        if now.second == 0:  # once a minute: workers long gone leave the lists
+        if time.monotonic() >= self._next_forget:  # workers long gone leave the lists
+            self._next_forget = time.monotonic() + FORGET_INTERVAL
             self._db.write(lambda tx: tx.conn.execute(
                 ww.delete().where(ww.c.last_seen < now - WORKER_FORGET)).rowcount)
         return report
