@@ -25,6 +25,7 @@ from cronman.api.common import ApiView, json_response, principal, read_json
 from cronman.api.context import api_context
 from cronman.api.jobs import LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX
 from cronman.api.metrics import METRICS_KEY, ApiMetrics
+from cronman.api.names import ID_RE
 from cronman.api.runs import load_run, work_items
 from cronman.api.serialize import queue_json, run_json
 from cronman.api.work_fields import CANCEL, CLAIM, COMPLETE, HEARTBEAT, QUEUE
@@ -112,9 +113,19 @@ class QueueClaim(ApiView):
         return json_response(claim_json(claim))
 
 
+def _authorise(store: Store, run_id: str) -> None:
+    """The caller may act on the run: its queue's namespace (a key lookup), or,
+    for a run with no queue, its job's (``load_run``: 404 for no such run)."""
+    namespace = store.work.namespace_of(run_id) if ID_RE.match(run_id) else None
+    if namespace is None:
+        load_run(run_id)
+    else:
+        principal().require(namespace)
+
+
 class RunHeartbeat(ApiView):
     def post(self, run_id: str) -> Response:
-        load_run(run_id)
+        _authorise(_store(), run_id)
         body = _check(HEARTBEAT, read_json())
         ack = _store().work.heartbeat(run_id, body["lease_token"], progress=body["progress"],
                                       percent=body["percent"], now=utcnow())
@@ -124,9 +135,9 @@ class RunHeartbeat(ApiView):
 
 class RunComplete(ApiView):
     def post(self, run_id: str) -> Response:
-        load_run(run_id)
-        body = _check(COMPLETE, read_json())
         store = _store()
+        _authorise(store, run_id)
+        body = _check(COMPLETE, read_json())
         run = store.work.complete(run_id, body["lease_token"], status=body["status"],
                                   result=body["result"], error=body["error"], now=utcnow())
         return json_response(run_json(run, _item_of(store, run)))

@@ -436,6 +436,10 @@ class WorkQueueStore(Protocol):
         """Runs that ended ``failed`` or ``lost`` through their queue and whose
         job has a dead letter, each handed to one caller once (to send it)."""
 
+    def namespace_of(self, run_id: str) -> str | None:
+        """The namespace of the run's queue while the run is with it (one key
+        lookup: what a worker's calls are authorised by); None otherwise."""
+
     def items(self, run_ids: Sequence[str], *, now: datetime) -> dict[str, WorkItem]:
         """The items of these runs that are with a queue, by run id."""
 

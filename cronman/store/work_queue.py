@@ -87,15 +87,16 @@ class SqlWorkQueue:
         def fn(tx: Tx) -> bool:
             found = tx.conn.execute(select(wi.c.state).where(wi.c.run_id == order.run_id)
                                     .with_for_update()).first()
-            if found is not None and found[0] != ENDED:
-                return True  # queued already: a re-dispatch finds its item
-            if found is not None:  # a replay of a run whose dead letter is still to go
+            if found is not None and found[0] == ENDED:  # a replay; its dead letter is moot
                 tx.conn.execute(delete(wi).where(wi.c.run_id == order.run_id))
+                found = None
+            if found is not None:
+                # Queued already (a re-dispatch finds its item): the row is the queue's.
+                tx.conn.execute(update(sj).where(*_held_by(order))
+                                .values(node_id=None, lease_expires_at=None))
+                return True
             moved = tx.conn.execute(
-                update(sj).where(sj.c.id == order.run_id,
-                                 sj.c.scheduled_for == order.scheduled_for,
-                                 sj.c.node_id == order.node_id,
-                                 sj.c.status.in_(IN_FLIGHT_STATUSES))
+                update(sj).where(*_held_by(order))
                 .values(node_id=None, status=RunStatus.RUNNING.value, attempt=order.attempt,
                         started_at=func.coalesce(sj.c.started_at, now),
                         lease_expires_at=None)).rowcount
@@ -150,8 +151,9 @@ class SqlWorkQueue:
                 row = tx.conn.execute(for_update_skip_locked(
                     select(wi).where(wi.c.run_id == cand.run_id, *claimable),
                     self._db.dialect)).first()
-                if row is not None:
-                    return self._hand_out(tx, row, worker_id, token, now)
+                got = None if row is None else self._hand_out(tx, row, worker_id, token, now)
+                if got is not None:
+                    return got
             return None
 
         got = self._db.write(fn)
@@ -161,7 +163,7 @@ class SqlWorkQueue:
         return Claim(item_from_row(item), run, token)
 
     def _hand_out(self, tx: Tx, row: Row[Any], worker_id: str, token: str,
-                  now: datetime) -> tuple[Row[Any], Run]:
+                  now: datetime) -> tuple[Row[Any], Run] | None:
         lease = now + timedelta(seconds=int(row.heartbeat_timeout))
         item = tx.conn.execute(
             update(wi).where(wi.c.run_id == row.run_id, wi.c.state == WorkState.QUEUED.value)
@@ -177,8 +179,9 @@ class SqlWorkQueue:
                     started_at=func.coalesce(sj.c.started_at, now), lease_expires_at=lease,
                     next_attempt_at=None)
             .returning(*sj.c)).first()
-        if run is None:  # the run row is gone (its partition dropped): nothing to hand out
-            raise NotFound(f"run {row.run_id} has no row")
+        if run is None:  # its run row is gone (the partition dropped): the item goes too
+            tx.conn.execute(delete(wi).where(wi.c.run_id == row.run_id))
+            return None
         tx.conn.execute(update(ww).where(ww.c.namespace == row.namespace,
                                          ww.c.queue == row.queue, ww.c.worker_id == worker_id)
                         .values(held=ww.c.held + 1))
@@ -285,6 +288,13 @@ class SqlWorkQueue:
 
     # -- reads -------------------------------------------------------------
 
+    def namespace_of(self, run_id: str) -> str | None:
+        """See ``WorkQueueStore.namespace_of``."""
+        with self._db.read() as conn:
+            found = conn.execute(select(wi.c.namespace).where(
+                wi.c.run_id == run_id, wi.c.state.in_(LIVE_STATES))).first()
+        return None if found is None else str(found[0])
+
     def items(self, run_ids: Sequence[str], *, now: datetime) -> dict[str, WorkItem]:
         """See ``WorkQueueStore.items``."""
         ids = sorted(set(run_ids))
@@ -347,6 +357,12 @@ class SqlWorkQueue:
 
     def close(self) -> None:
         self.signals.close()
+
+
+def _held_by(order: WorkOrder) -> tuple[Any, ...]:
+    """The order's run row while the node that hands it over holds it."""
+    return (sj.c.id == order.run_id, sj.c.scheduled_for == order.scheduled_for,
+            sj.c.node_id == order.node_id, sj.c.status.in_(IN_FLIGHT_STATUSES))
 
 
 def _when(cond: Any) -> Any:
