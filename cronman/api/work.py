@@ -25,6 +25,7 @@ from cronman.api.common import ApiView, json_response, principal, read_json
 from cronman.api.context import api_context
 from cronman.api.jobs import LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX
 from cronman.api.metrics import METRICS_KEY, ApiMetrics
+from cronman.api.names import ID_RE
 from cronman.api.runs import load_run, work_items
 from cronman.api.serialize import queue_json, run_json
 from cronman.api.work_fields import CANCEL, CLAIM, COMPLETE, HEARTBEAT, QUEUE
@@ -89,11 +90,11 @@ class QueueClaim(ApiView):
         work = _store().work
         worker, slots = body["worker_id"], body["slots"]
 
-        def take() -> Claim | None:
-            return work.claim(namespace, queue, worker, slots=slots, now=utcnow())
+        def take(first: bool = False) -> Claim | None:
+            return work.claim(namespace, queue, worker, slots=slots, now=utcnow(), seen=first)
 
         seen = work.wait_for_work(namespace, queue, 0)
-        claim = take()
+        claim = take(first=True)
         if claim is None and wait > 0:
             polls = _long_polls(current_app)
             if polls is not None and polls.acquire(blocking=False):
@@ -108,13 +109,23 @@ class QueueClaim(ApiView):
             return current_app.response_class(status=204)
         metrics: ApiMetrics = current_app.extensions[METRICS_KEY]
         metrics.claimed(namespace, queue, max(0.0, (
-            (claim.item.claimed_at or utcnow()) - claim.item.due_at).total_seconds()))
+            (claim.item.claimed_at or utcnow()) - claim.item.available_at).total_seconds()))
         return json_response(claim_json(claim))
+
+
+def _authorise(store: Store, run_id: str) -> None:
+    """The caller may act on the run: its queue's namespace (a key lookup), or,
+    for a run with no queue, its job's (``load_run``: 404 for no such run)."""
+    namespace = store.work.namespace_of(run_id) if ID_RE.match(run_id) else None
+    if namespace is None:
+        load_run(run_id)
+    else:
+        principal().require(namespace)
 
 
 class RunHeartbeat(ApiView):
     def post(self, run_id: str) -> Response:
-        load_run(run_id)
+        _authorise(_store(), run_id)
         body = _check(HEARTBEAT, read_json())
         ack = _store().work.heartbeat(run_id, body["lease_token"], progress=body["progress"],
                                       percent=body["percent"], now=utcnow())
@@ -124,9 +135,9 @@ class RunHeartbeat(ApiView):
 
 class RunComplete(ApiView):
     def post(self, run_id: str) -> Response:
-        load_run(run_id)
-        body = _check(COMPLETE, read_json())
         store = _store()
+        _authorise(store, run_id)
+        body = _check(COMPLETE, read_json())
         run = store.work.complete(run_id, body["lease_token"], status=body["status"],
                                   result=body["result"], error=body["error"], now=utcnow())
         return json_response(run_json(run, _item_of(store, run)))

@@ -12,6 +12,7 @@ from cronman.cli import (  # noqa: F401  (imported for their commands)
     apply,  # cronman jobs apply
     jobs,  # cronman jobs ...
     notifications,  # cronman notifications ...
+    queues,  # cronman queues, cronman runs cancel
     runs,  # cronman runs ..., cronman cluster
     signing,  # cronman signing-key show|rotate
     tokens_client,  # cronman tokens (api ... here; the database side on demand)

@@ -47,6 +47,7 @@ from cronman.client.types import (
     Job,
     JobSpec,
     Page,
+    Queue,
     Readiness,
     Run,
     RunItem,
@@ -313,6 +314,28 @@ class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls, SigningCalls, 
     def replay_run(self, run_id: str) -> Run:
         """Dispatch a finished run's target again, as a new attempt of the same run."""
         return cast(Run, self.request("POST", _run(run_id) + "/replay"))
+
+    def cancel_run(self, run_id: str, reason: str | None = None) -> Run:
+        """Cancel a worker run: a queued one ends at once, a held one's worker
+        is asked to stop on its next heartbeat; 409 when the run already ended."""
+        body = {} if reason is None else {"reason": reason}
+        return cast(Run, self.request("POST", _run(run_id) + "/cancel", body))
+
+    # -- work queues -------------------------------------------------------------
+
+    def list_queues(self, *, namespace: str | None = None, limit: int = 100,
+                    cursor: str | None = None) -> Page[Queue]:
+        """One page of ``GET /v1/queues``: depth, held runs, oldest wait, workers."""
+        query: list[tuple[str, str]] = [("limit", str(limit))]
+        if namespace is not None:
+            query.append(("namespace", namespace))
+        return self._page("/v1/queues", query, cursor)
+
+    def queues(self, *, namespace: str | None = None,
+               page_size: int = PAGE_MAX) -> Iterator[Queue]:
+        """Every work queue the token may see, page after page."""
+        return follow_pages(lambda cursor: self.list_queues(
+            namespace=namespace, limit=page_size, cursor=cursor))
 
     # -- service ---------------------------------------------------------------
 

@@ -57,6 +57,40 @@ class Run(TypedDict):
     result: dict[str, Any] | None
     error: str | None
     gate: NotRequired[dict[str, Any] | None]
+    # A worker target's run, while it is with its work queue.
+    worker: NotRequired[WorkState]
+
+
+class WorkState(TypedDict):
+    """Where a worker run stands with its queue (``worker`` of a run)."""
+
+    queue: str
+    state: str  # queued, held, waiting_capacity
+    worker_id: str | None
+    claimed_at: str | None
+    last_heartbeat: str | None
+    lease_expires_at: str | None
+    progress: str | None
+    percent: float | None
+    cancel_requested: bool
+
+
+class QueueWorker(TypedDict):
+    id: str
+    last_seen: str
+    held: int
+    slots: int
+
+
+class Queue(TypedDict):
+    """``GET /v1/queues``: one work queue's figures."""
+
+    namespace: str
+    queue: str
+    depth: int
+    held: int
+    oldest_wait_s: float | None
+    workers: list[QueueWorker]
 
 
 class RunItem(Run):
@@ -165,6 +199,7 @@ class Cluster(TypedDict):
     replicas: int
     nodes: list[Node]
     agents: list[dict[str, Any]]
+    queues: NotRequired[list[Queue] | None]
 
 
 class Readiness(TypedDict, total=False):

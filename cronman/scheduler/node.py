@@ -186,8 +186,8 @@ class SchedulerNode:
                                self.writer, self.membership, lease_seconds=lease,
                                interval=sweep_interval or max(0.5, min(5.0, lease / 3)),
                                clock=clock, pool=pools.misc, lifecycle=life, metrics=m)
-        self.work_leases = WorkLeases(store.work, clock=clock, pool=pools.misc, lifecycle=life,
-                                      metrics=m)
+        self.work_leases = WorkLeases(store.work, jobs=reader, dead_letters=self.dispatcher,
+                                      clock=clock, pool=pools.misc, lifecycle=life, metrics=m)
         self.upkeep = PartitionUpkeep(store.partitions, days_ahead=s.partitions_ahead_days,
                                       retention_days=s.history_retention_days, clock=clock,
                                       pool=pools.misc, lifecycle=life, metrics=m)

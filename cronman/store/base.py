@@ -403,10 +403,12 @@ class WorkQueueStore(Protocol):
         not (yet) the node's; nothing changes then."""
 
     def claim(self, namespace: str, queue: str, worker_id: str, *, slots: int,
-              now: datetime) -> Claim | None:
+              now: datetime, seen: bool = True) -> Claim | None:
         """Record the worker as seen, and hand it the queue's next claimable
         item (highest priority, then earliest available; only items whose
-        capacity rule holds), under a fresh lease. None: nothing to claim."""
+        capacity rule holds), under a fresh lease. None: nothing to claim.
+        ``seen`` False (a long-poll looking again): the worker is not recorded
+        again, and nothing is written when nothing is claimable."""
 
     def heartbeat(self, run_id: str, token: str, *, progress: str | None,
                   percent: float | None, now: datetime) -> HeartbeatAck:
@@ -429,6 +431,14 @@ class WorkQueueStore(Protocol):
         attempt, or ``lost``, per the run's delivery; ``failed`` when
         cancelled), attempts past their timeout, queued items past their
         capacity wait. Safe to run on several nodes at once."""
+
+    def take_ended(self, limit: int = 100) -> list[Run]:
+        """Runs that ended ``failed`` or ``lost`` through their queue and whose
+        job has a dead letter, each handed to one caller once (to send it)."""
+
+    def namespace_of(self, run_id: str) -> str | None:
+        """The namespace of the run's queue while the run is with it (one key
+        lookup: what a worker's calls are authorised by); None otherwise."""
 
     def items(self, run_ids: Sequence[str], *, now: datetime) -> dict[str, WorkItem]:
         """The items of these runs that are with a queue, by run id."""

@@ -505,7 +505,8 @@ work_items = Table(
     Column("available_at", UTCDateTime(), nullable=False),
     Column("enqueued_at", UTCDateTime(), nullable=False),
     Column("attempt", Integer, nullable=False),
-    # vocabulary.WorkState: queued or held.
+    # vocabulary.WorkState queued or held; ended: the run ended failed or lost
+    # and waits for a node to send it to its job's dead letter (work_runs.ENDED).
     Column("state", String(16), nullable=False),
     Column("payload", NullableJsonType),
     Column("heartbeat_timeout", Integer, nullable=False),

@@ -16,11 +16,12 @@ What runs out is ``work_expiry``'s; waking long-polls, ``work_signals``'.
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Integer, and_, case, cast, func, insert, or_, select, update
+from sqlalchemy import Integer, and_, case, cast, delete, func, insert, or_, select, update
 from sqlalchemy.engine import Row
 
 from cronman.errors import NotFound, StaleLease
@@ -44,6 +45,8 @@ from cronman.store.work_records import (
     WorkOrder,
 )
 from cronman.store.work_runs import (
+    ENDED,
+    LIVE_STATES,
     fail_attempt,
     finish,
     idle_window,
@@ -55,10 +58,12 @@ from cronman.store.work_signals import WorkSignals
 from cronman.timeutil import utcnow
 from cronman.vocabulary import RunStatus, WorkState
 
-# Candidates a claim looks at per statement (the first whose capacity holds wins).
+# Candidates a claim looks at (the first whose capacity holds and that no
+# other claim has locked wins; only that row is locked).
 CLAIM_PICK = 16
 # Workers not seen for this long are dropped from the queue's list.
 WORKER_FORGET = timedelta(days=1)
+FORGET_INTERVAL = 60.0
 # Workers listed with a queue: those seen this recently.
 WORKER_LISTED = timedelta(minutes=10)
 
@@ -71,6 +76,7 @@ class SqlWorkQueue:
         self._db = db
         self._on_succeeded = on_succeeded
         self.signals = signals or WorkSignals(db)
+        self._next_forget = 0.0
 
     # -- the scheduler's hand-off -----------------------------------------
 
@@ -79,13 +85,18 @@ class SqlWorkQueue:
         now = utcnow()
 
         def fn(tx: Tx) -> bool:
-            if tx.conn.execute(select(wi.c.run_id).where(wi.c.run_id == order.run_id)).first():
+            found = tx.conn.execute(select(wi.c.state).where(wi.c.run_id == order.run_id)
+                                    .with_for_update()).first()
+            if found is not None and found[0] == ENDED:  # a replay; its dead letter is moot
+                tx.conn.execute(delete(wi).where(wi.c.run_id == order.run_id))
+                found = None
+            if found is not None:
+                # Queued already (a re-dispatch finds its item): the row is the queue's.
+                tx.conn.execute(update(sj).where(*_held_by(order))
+                                .values(node_id=None, lease_expires_at=None))
                 return True
             moved = tx.conn.execute(
-                update(sj).where(sj.c.id == order.run_id,
-                                 sj.c.scheduled_for == order.scheduled_for,
-                                 sj.c.node_id == order.node_id,
-                                 sj.c.status.in_(IN_FLIGHT_STATUSES))
+                update(sj).where(*_held_by(order))
                 .values(node_id=None, status=RunStatus.RUNNING.value, attempt=order.attempt,
                         started_at=func.coalesce(sj.c.started_at, now),
                         lease_expires_at=None)).rowcount
@@ -108,29 +119,41 @@ class SqlWorkQueue:
     # -- a worker's calls ---------------------------------------------------
 
     def claim(self, namespace: str, queue: str, worker_id: str, *, slots: int,
-              now: datetime) -> Claim | None:
+              now: datetime, seen: bool = True) -> Claim | None:
         """See ``WorkQueueStore.claim``."""
         token = secrets.token_urlsafe(32)
+        claimable = (wi.c.namespace == namespace, wi.c.queue == queue,
+                     wi.c.state == WorkState.QUEUED.value, wi.c.available_at <= now)
+        if not seen:
+            # A long-poll's next look: no write (and on SQLite no write lock) for nothing.
+            with self._db.read() as conn:
+                if conn.execute(select(wi.c.run_id).where(*claimable).limit(1)).first() is None:
+                    return None
 
         def fn(tx: Tx) -> tuple[Row[Any], Run] | None:
             _seen(tx, namespace, queue, worker_id, now, slots=slots)
-            pick = for_update_skip_locked(
-                select(wi).where(wi.c.namespace == namespace, wi.c.queue == queue,
-                                 wi.c.state == WorkState.QUEUED.value,
-                                 wi.c.available_at <= now)
+            candidates = tx.conn.execute(
+                select(wi.c.run_id, wi.c.capacity_idle, wi.c.heartbeat_timeout)
+                .where(*claimable)
                 .order_by(wi.c.priority.desc(), wi.c.available_at, wi.c.run_id)
-                .limit(CLAIM_PICK), self._db.dialect)
+                .limit(CLAIM_PICK)).all()
             idle: dict[int, int] = {}
-            for row in tx.conn.execute(pick).all():
-                need = row.capacity_idle
+            for cand in candidates:
+                need = cand.capacity_idle
                 if need is not None:
-                    hb = int(row.heartbeat_timeout)
+                    hb = int(cand.heartbeat_timeout)
                     if hb not in idle:
                         idle[hb] = idle_workers(tx.conn, namespace, queue,
                                                 now - idle_window(hb))
                     if idle[hb] < need:
                         continue
-                return self._hand_out(tx, row, worker_id, token, now)
+                # Lock this one row only; one another claimer holds is skipped.
+                row = tx.conn.execute(for_update_skip_locked(
+                    select(wi).where(wi.c.run_id == cand.run_id, *claimable),
+                    self._db.dialect)).first()
+                got = None if row is None else self._hand_out(tx, row, worker_id, token, now)
+                if got is not None:
+                    return got
             return None
 
         got = self._db.write(fn)
@@ -148,9 +171,7 @@ class SqlWorkQueue:
                     worker_id=worker_id, claimed_at=now, lease_expires_at=lease,
                     last_heartbeat=now, progress=None, percent=None,
                     deadline_at=now + timedelta(seconds=int(row.timeout)))
-            .returning(*wi.c)).first()
-        if item is None:
-            return None
+            .returning(*wi.c)).one()
         run = tx.conn.execute(
             update(sj).where(sj.c.id == row.run_id, sj.c.scheduled_for == row.scheduled_for,
                              sj.c.node_id.is_(None))
@@ -158,8 +179,9 @@ class SqlWorkQueue:
                     started_at=func.coalesce(sj.c.started_at, now), lease_expires_at=lease,
                     next_attempt_at=None)
             .returning(*sj.c)).first()
-        if run is None:  # the run row is gone (its partition dropped): nothing to hand out
-            raise NotFound(f"run {row.run_id} has no row")
+        if run is None:  # its run row is gone (the partition dropped): the item goes too
+            tx.conn.execute(delete(wi).where(wi.c.run_id == row.run_id))
+            return None
         tx.conn.execute(update(ww).where(ww.c.namespace == row.namespace,
                                          ww.c.queue == row.queue, ww.c.worker_id == worker_id)
                         .values(held=ww.c.held + 1))
@@ -223,7 +245,8 @@ class SqlWorkQueue:
         """See ``WorkQueueStore.cancel``."""
 
         def fn(tx: Tx) -> WorkItem | None:
-            row = tx.conn.execute(select(wi).where(wi.c.run_id == run_id)
+            row = tx.conn.execute(select(wi).where(wi.c.run_id == run_id,
+                                                   wi.c.state.in_(LIVE_STATES))
                                   .with_for_update()).first()
             if row is None:
                 return None
@@ -239,12 +262,38 @@ class SqlWorkQueue:
     def expire(self, now: datetime, limit: int = 100) -> ExpiryReport:
         """See ``WorkQueueStore.expire``."""
         report = self._db.write(lambda tx: expire_items(tx, now, limit))
-        if now.second == 0:  # once a minute: workers long gone leave the lists
+        if time.monotonic() >= self._next_forget:  # workers long gone leave the lists
+            self._next_forget = time.monotonic() + FORGET_INTERVAL
             self._db.write(lambda tx: tx.conn.execute(
                 ww.delete().where(ww.c.last_seen < now - WORKER_FORGET)).rowcount)
         return report
 
+    def take_ended(self, limit: int = 100) -> list[Run]:
+        """See ``WorkQueueStore.take_ended``."""
+
+        def fn(tx: Tx) -> list[Run]:
+            pick = for_update_skip_locked(
+                select(wi.c.run_id, wi.c.scheduled_for).where(wi.c.state == ENDED)
+                .order_by(wi.c.run_id).limit(limit), tx.dialect)
+            keys = [(r[0], r[1]) for r in tx.conn.execute(pick).all()]
+            if not keys:
+                return []
+            ids = [k[0] for k in keys]
+            tx.conn.execute(delete(wi).where(wi.c.run_id.in_(ids)))
+            rows = tx.conn.execute(select(sj).where(
+                sj.c.id.in_(ids), sj.c.scheduled_for.in_(sorted({k[1] for k in keys})))).all()
+            return [run_from_row(r) for r in rows]
+
+        return self._db.write(fn)
+
     # -- reads -------------------------------------------------------------
+
+    def namespace_of(self, run_id: str) -> str | None:
+        """See ``WorkQueueStore.namespace_of``."""
+        with self._db.read() as conn:
+            found = conn.execute(select(wi.c.namespace).where(
+                wi.c.run_id == run_id, wi.c.state.in_(LIVE_STATES))).first()
+        return None if found is None else str(found[0])
 
     def items(self, run_ids: Sequence[str], *, now: datetime) -> dict[str, WorkItem]:
         """See ``WorkQueueStore.items``."""
@@ -252,7 +301,8 @@ class SqlWorkQueue:
         if not ids:
             return {}
         with self._db.read() as conn:
-            rows = conn.execute(select(wi).where(wi.c.run_id.in_(ids))).all()
+            rows = conn.execute(select(wi).where(wi.c.run_id.in_(ids),
+                                                 wi.c.state.in_(LIVE_STATES))).all()
             out: dict[str, WorkItem] = {}
             for row in rows:
                 state = None
@@ -267,7 +317,7 @@ class SqlWorkQueue:
     def queues(self, namespaces: Sequence[str] | None, *, now: datetime,
                limit: int = 1000, after: tuple[str, str] | None = None) -> list[QueueStats]:
         """See ``WorkQueueStore.queues``."""
-        where_items: list[Any] = []
+        where_items: list[Any] = [wi.c.state.in_(LIVE_STATES)]
         where_workers: list[Any] = [ww.c.last_seen >= now - WORKER_LISTED]
         if namespaces is not None:
             where_items.append(wi.c.namespace.in_(list(namespaces)))
@@ -307,6 +357,12 @@ class SqlWorkQueue:
 
     def close(self) -> None:
         self.signals.close()
+
+
+def _held_by(order: WorkOrder) -> tuple[Any, ...]:
+    """The order's run row while the node that hands it over holds it."""
+    return (sj.c.id == order.run_id, sj.c.scheduled_for == order.scheduled_for,
+            sj.c.node_id == order.node_id, sj.c.status.in_(IN_FLIGHT_STATUSES))
 
 
 def _when(cond: Any) -> Any:

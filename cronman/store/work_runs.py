@@ -20,6 +20,7 @@ from cronman.models import Run
 from cronman.retries import next_retry_delay
 from cronman.store.codec import run_from_row, storable
 from cronman.store.engine import Tx
+from cronman.store.tables import jobs
 from cronman.store.tables import scheduled_jobs as sj
 from cronman.store.tables import work_items as wi
 from cronman.store.tables import work_workers as ww
@@ -32,6 +33,11 @@ ITEM_FIELDS = ("run_id", "scheduled_for", "job_id", "namespace", "queue", "prior
                "available_at", "attempt", "state", "payload", "heartbeat_timeout", "timeout",
                "deadline_at", "capacity_idle", "capacity_wait", "worker_id", "claimed_at",
                "lease_expires_at", "last_heartbeat", "progress", "percent", "cancel_requested")
+# An item whose run ended failed or lost, kept until a node has sent it to
+# the job's dead letter (not a ``WorkState``: it is with no queue any more).
+ENDED = "ended"
+# The states of an item that is with its queue.
+LIVE_STATES = (WorkState.QUEUED.value, WorkState.HELD.value)
 # A worker counts as seen for this many times the queue's heartbeat period,
 # and at least this many seconds (an idle worker's long-polls come every 30 s).
 IDLE_PERIODS = 2
@@ -96,7 +102,12 @@ def finish(tx: Tx, item: Row[Any], status: str, now: datetime, *,
         values["duration_ms"] = duration
     row = tx.conn.execute(update(sj).where(*_run_key(m), sj.c.node_id.is_(None))
                           .values(**values).returning(*sj.c)).first()
-    tx.conn.execute(delete(wi).where(wi.c.run_id == m["run_id"]))
+    if status in (RunStatus.FAILED, RunStatus.LOST) and _has_dead_letter(tx, m["job_id"]):
+        # Kept, ended, for a node to send the run to the job's dead letter (take_ended).
+        tx.conn.execute(update(wi).where(wi.c.run_id == m["run_id"]).values(
+            state=ENDED, lease_token_hash=None, lease_expires_at=None, deadline_at=None))
+    else:
+        tx.conn.execute(delete(wi).where(wi.c.run_id == m["run_id"]))
     if m["state"] == WorkState.HELD:
         release_worker(tx, m["namespace"], m["queue"], m["worker_id"])
     if row is None:
@@ -104,6 +115,11 @@ def finish(tx: Tx, item: Row[Any], status: str, now: datetime, *,
     if status == RunStatus.SUCCEEDED and hook is not None:
         hook(tx, [SucceededRun(m["run_id"], m["job_id"], m["scheduled_for"], m["attempt"])])
     return run_from_row(row)
+
+
+def _has_dead_letter(tx: Tx, job_id: str) -> bool:
+    found = tx.conn.execute(select(jobs.c.dead_letter).where(jobs.c.id == job_id)).first()
+    return found is not None and found[0] is not None
 
 
 def fail_attempt(tx: Tx, item: Row[Any], now: datetime, error: str, *,

@@ -3,8 +3,9 @@
 Each enqueue bumps a counter per (namespace, queue). On PostgreSQL it is
 announced with ``NOTIFY cronman_work`` in the enqueue's transaction (so at
 commit), and one listener thread per process (started on the first wait)
-bumps the counters of what it hears; on SQLite the enqueue bumps them
-in-process. A waiter sleeps until its queue's counter moves past the value
+bumps the counters of what it hears (listening from the first snapshot of
+a counter, before the caller looks at the queue); on SQLite the enqueue
+bumps them in-process. A waiter sleeps until its queue's counter moves past the value
 it saw, or for at most ``poll`` seconds: the poll covers what no signal
 reaches (another process on one SQLite file, a listener reconnecting).
 """
@@ -52,10 +53,10 @@ class WorkSignals:
         """The queue's counter, once it differs from ``seen`` or after
         ``min(timeout, poll)`` seconds (at once without ``seen``)."""
         key = f"{namespace}/{queue}"
+        self._listen()  # before the caller's look: what is enqueued after it is heard
         if seen is None or timeout <= 0:
             with self._cond:
                 return self._counts.get(key, 0)
-        self._listen()
         with self._cond:
             self._cond.wait_for(lambda: self._counts.get(key, 0) != seen or self._closed,
                                 min(timeout, self.poll))

@@ -41,11 +41,11 @@ def store(db):
     s.close()
 
 
-def _node(db, store) -> SchedulerNode:
+def _node(db, store, http: RecordingTarget | None = None) -> SchedulerNode:
     settings = Settings(database_url=db, node_id="n1", lease_seconds=3.0, heartbeat_ttl=2.0,
                         replicas=1)
     return SchedulerNode(settings, store, InProcessCoordinator(ttl=2.0),
-                         TargetRegistry([RecordingTarget("http")]),
+                         TargetRegistry([http or RecordingTarget("http")]),
                          registry=CollectorRegistry(), run_maintenance=False)
 
 
@@ -134,3 +134,41 @@ def test_concurrency_sees_a_run_still_in_its_queue(db, store, policy):
         assert list(items) == [runs[-1].id]
         assert all(r.status == "failed" and r.error.startswith("cancelled: replaced by run")
                    for r in runs[:-1]), [(r.status, r.error) for r in runs]
+
+
+def test_a_run_failed_through_its_queue_goes_to_the_dead_letter(db, store):
+    (job,) = store.jobs.create_jobs([job_spec(
+        "with-dlq", schedule={"kind": "interval", "every": 3600,
+                              "anchor": (utcnow() + timedelta(seconds=1)).isoformat()},
+        target=WORKER, retry={"max_attempts": 1, "min_backoff": 1, "max_backoff": 1},
+        dead_letter={"kind": "http", "url": "http://127.0.0.1:9/dlq", "method": "POST",
+                     "headers": {}, "body": "", "timeout": 5})])
+    http = RecordingTarget("http")
+    node = _node(db, store, http)
+
+    async def main():
+        async with running(node):
+            claim = None
+            for _ in range(100):
+                claim = await asyncio.to_thread(store.work.claim, "default", "batch", "w1",
+                                                slots=1, now=utcnow())
+                if claim is not None:
+                    break
+                await asyncio.sleep(0.05)
+            assert claim is not None
+            await asyncio.to_thread(store.work.complete, claim.run.id, claim.lease_token,
+                                    status="failed", result=None, error="exit 2",
+                                    now=utcnow())
+            for _ in range(50):
+                if http.records:
+                    break
+                await asyncio.sleep(0.1)
+            return claim.run.id
+
+    run_id = asyncio.run(main())
+    (sent,) = http.records
+    assert sent.delivery.target["url"] == "http://127.0.0.1:9/dlq"
+    assert run_id in sent.delivery.target["body"] and "exit 2" in sent.delivery.target["body"]
+    (run,) = _runs(store, job)
+    assert (run.status, run.error) == ("failed", "exit 2")
+    assert store.work.take_ended() == []  # sent once

@@ -4,6 +4,7 @@ claim order, leases, reports, expiry, capacity, cancel."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -231,12 +232,18 @@ def test_wait_for_work_wakes_on_an_enqueue(store, job):
     woke = []
 
     def waiter():
-        woke.append(store.work.wait_for_work("default", "spark", 5.0, seen))
+        # Each wait returns by the poll interval at the latest; the counter
+        # moves only when the enqueue is heard.
+        deadline = time.monotonic() + 10
+        count = seen
+        while count == seen and time.monotonic() < deadline:
+            count = store.work.wait_for_work("default", "spark", 5.0, seen)
+        woke.append(count)
 
     thread = threading.Thread(target=waiter)
     thread.start()
     _queued(store, job, base_time())
-    thread.join(6)
+    thread.join(12)
     assert woke and woke[0] != seen
 
 
@@ -268,3 +275,65 @@ def test_two_claimers_never_take_one_run(database_url, job):
     finally:
         for s in stores:
             s.close()
+
+
+def test_runs_ended_failed_wait_for_their_dead_letter_once(store):
+    (job,) = store.jobs.create_jobs([job_spec(
+        "dlq-job", target=WORKER_TARGET,
+        dead_letter={"kind": "http", "url": "http://127.0.0.1:9/dlq", "method": "POST",
+                     "headers": {}, "body": "", "timeout": 5})])
+    t = base_time()
+    failed = _queued(store, job, t, retry={"max_attempts": 1})
+    cancelled = _queued(store, job, t + timedelta(seconds=1))
+    now = utcnow()
+    claim = store.work.claim("default", "spark", "w1", slots=1, now=now)
+    assert claim.run.id == failed.id
+    store.work.complete(failed.id, claim.lease_token, status="failed", result=None,
+                        error="boom", now=now)
+    store.work.cancel(cancelled.id, None, now=now)
+    # Gone from the queue's figures and from the runs' JSON...
+    assert store.work.items([failed.id, cancelled.id], now=now) == {}
+    assert [(q.depth, q.held) for q in store.work.queues(None, now=now)] == [(0, 0)]
+    # ...and handed out once for the dead letter.
+    taken = store.work.take_ended()
+    assert sorted(r.id for r in taken) == sorted([failed.id, cancelled.id])
+    assert {r.status for r in taken} == {"failed"}
+    assert store.work.take_ended() == []
+
+
+def test_a_replayed_run_goes_back_to_its_queue(store, job):
+    run = _queued(store, job, base_time())
+    now = utcnow()
+    claim = store.work.claim("default", "spark", "w1", slots=1, now=now)
+    store.work.complete(run.id, claim.lease_token, status="succeeded", result=None,
+                        error=None, now=now)
+    replayed = store.runs.request_replay(run.id)
+    assert replayed.status == "claimed" and replayed.node_id is None
+    (taken,) = store.runs.take_requested_runs("n1", now + timedelta(seconds=30), 10)
+    assert store.work.enqueue(_order(taken, job, attempt=taken.attempt))
+    again = store.work.claim("default", "spark", "w2", slots=1, now=utcnow())
+    assert again.run.id == run.id and again.item.attempt == taken.attempt
+
+
+def test_a_claim_skips_a_row_another_transaction_holds(database_url, store, job):
+    """PostgreSQL: the claim does not wait for a locked item, it takes the next."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("row locks: PostgreSQL (SQLite's writers are serialised)")
+    from sqlalchemy import create_engine, text
+
+    t = base_time() - timedelta(minutes=1)
+    first = _queued(store, job, t)
+    second = _queued(store, job, t + timedelta(seconds=1))
+    engine = create_engine(database_url)
+    try:
+        with engine.connect() as conn, conn.begin():
+            conn.execute(text("SELECT run_id FROM work_items WHERE run_id = :r FOR UPDATE"),
+                         {"r": first.id})
+            started = time.monotonic()
+            claim = store.work.claim("default", "spark", "w1", slots=1, now=utcnow())
+            assert time.monotonic() - started < 2
+            assert claim.run.id == second.id
+        again = store.work.claim("default", "spark", "w1", slots=1, now=utcnow())
+        assert again.run.id == first.id
+    finally:
+        engine.dispose()
