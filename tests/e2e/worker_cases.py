@@ -167,7 +167,7 @@ def test_a_cancel_reaches_the_command_as_sigterm(cluster, tmp_path):
                    "while :; do sleep 0.1; done")
     run_id = cluster.api.trigger_job(job["id"])["id"]
     wait_for(lambda: Path(f"{got}.started").exists(), 20, "the command started")
-    cluster.api.request("POST", f"/v1/runs/{run_id}/cancel", {"reason": "test"})
+    cluster.api.cancel_run(run_id, "test")
     run = cluster.ended(run_id, 15)
     assert got.read_text() == "TERM\n"
     assert run["status"] == "failed" and "cancel" in (run["error"] or "")
