@@ -177,7 +177,8 @@ class WorkQueueServer:
             return 200, self.items[parts[2]].run_json()
         return 404, _error("not_found", f"no {path}")
 
-    def _claim(self, queue: str, body: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
+    def _claim(self, queue: str,
+               body: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
         if not body.get("worker_id"):
             return 400, _error("invalid", "worker_id is required", "worker_id")
         deadline = time.monotonic() + min(float(body.get("wait", 20)), self.max_wait)
@@ -199,6 +200,8 @@ class WorkQueueServer:
                 body["worker_id"]
             item.lease_expires = now + item.heartbeat_timeout
             item.deadline = item.deadline or now + item.timeout
+            if self._drop_answer(path="claim"):
+                return DROP, None
             return 200, {"run": item.run_json(), "payload": item.payload,
                          "attempt": item.attempt, "lease_token": item.token,
                          "heartbeat_timeout": item.heartbeat_timeout, "timeout": item.timeout,

@@ -279,3 +279,16 @@ def test_a_completion_whose_answer_was_lost_is_found_recorded(server, client):
     assert report.accepted and report.note == "recorded by a try that got no answer"
     assert item.status == "succeeded" and item.result == {"ok": 1}
     assert len(item.completions) == 1 and [p for p, _ in server.refused] == ["complete"]
+
+
+def test_a_claim_whose_answer_was_lost_costs_its_run_one_lease(server, client):
+    item = server.enqueue(heartbeat_timeout=0.5)
+    server.drop_answers("claim", 1)  # held for this worker, which never hears of it
+    attempts = []
+    worker = Worker(client, "q", lambda p, c: attempts.append(c.attempt) or {}, wait=0.3)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    server.wait_for(lambda: item.status == "succeeded", 10)
+    worker.stop()
+    thread.join(5)
+    assert attempts == [2] and item.attempt == 2
