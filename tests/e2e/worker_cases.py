@@ -41,11 +41,14 @@ class Cluster:
         self.workers: list[CronmanProcess] = []
 
     def job(self, command_queue: str, *, payload: Any = None, schedule: dict | None = None,
-            retry: dict | None = None, timeout: int = 60) -> dict[str, Any]:
+            retry: dict | None = None, timeout: int = 60,
+            capacity: dict | None = None) -> dict[str, Any]:
+        target = {"kind": "worker", "queue": command_queue, "payload": payload,
+                  "heartbeat_timeout": HEARTBEAT, "timeout": timeout}
+        if capacity is not None:
+            target["capacity"] = capacity
         spec = {"name": f"w-{uuid.uuid4().hex[:8]}", "schedule": schedule or FAR,
-                "target": {"kind": "worker", "queue": command_queue, "payload": payload,
-                           "heartbeat_timeout": HEARTBEAT, "timeout": timeout},
-                "retry": retry or {"max_attempts": 1}}
+                "target": target, "retry": retry or {"max_attempts": 1}}
         return dict(self.api.create_job(spec))
 
     def worker(self, queue: str, worker_id: str, *command: str, args: tuple[str, ...] = (),
@@ -207,6 +210,18 @@ def test_the_clients_worker_runs_a_python_handler_with_progress(cluster):
     run = cluster.run(run_id)
     assert run["status"] == "succeeded", run
     assert run["result"] == {"steps_done": 3, "attempt": 1, "worker_id": "py-1"}  # the API adds the id
+
+
+def test_an_idle_worker_is_the_capacity_a_job_asks_for(cluster):
+    q = queue()
+    job = cluster.job(q, capacity={"idle_workers": 1, "wait": 3})
+    waiting = cluster.ended(cluster.api.trigger_job(job["id"])["id"], 15)
+    assert waiting["status"] == "failed" and "capacity" in (waiting["error"] or "")
+    worker = cluster.worker(q, "w-idle", "sh", "-c", "echo ran")
+    worker.wait_for_log("claiming from", 15)
+    time.sleep(0.5)  # its first claim is in: the worker is seen idle
+    run = cluster.ended(cluster.api.trigger_job(job["id"])["id"], 15)
+    assert run["status"] == "succeeded" and run["result"]["logs_tail"]["stdout"] == "ran\n"
 
 
 def _zombie(pid: int) -> bool:
