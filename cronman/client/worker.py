@@ -225,7 +225,8 @@ class Worker:
         except RunFailed as exc:
             return "failed", exc.result, _because(ctx, str(exc))
         except Exception as exc:  # noqa: BLE001 (any failure of the handler fails the run)
-            return "failed", None, _because(ctx, f"{type(exc).__name__}: {exc}")
+            log.debug("run %s: the handler raised", ctx.run_id, exc_info=True)
+            return "failed", None, _because(ctx, str(exc) or type(exc).__name__)
         if ctx.cancel_reason == WORKER_STOPPED:
             return "failed", result, WORKER_STOPPED
         return "succeeded", result, None
