@@ -9,6 +9,7 @@ lease is gone, its timeout passed, or the worker is stopping
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -55,11 +56,12 @@ class RunContext:
 
     def progress(self, text: str | None, percent: float | None = None) -> None:
         """Progress to send on the next heartbeat (text cut to 1024 characters,
-        percent bounded to 0..100); a later call replaces an unsent one."""
+        percent bounded to 0..100, NaN dropped); a later call replaces an unsent one."""
         if text is not None:
             text = text[:PROGRESS_MAX_CHARS]
         if percent is not None:
-            percent = min(max(float(percent), 0.0), 100.0)
+            percent = float(percent)
+            percent = None if math.isnan(percent) else min(max(percent, 0.0), 100.0)
         with self._lock:
             self._progress = (text, percent)
 

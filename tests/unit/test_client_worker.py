@@ -292,3 +292,19 @@ def test_a_claim_whose_answer_was_lost_costs_its_run_one_lease(server, client):
     worker.stop()
     thread.join(5)
     assert attempts == [2] and item.attempt == 2
+
+
+def test_progress_is_kept_within_the_apis_bounds(server, client):
+    item = server.enqueue(heartbeat_timeout=HB)
+
+    def handler(payload, ctx):
+        ctx.progress("x" * 5000, percent=250)
+        server.wait_for(lambda: len(item.heartbeats) >= 1)
+        ctx.progress(None, percent=float("nan"))
+        server.wait_for(lambda: len(item.heartbeats) >= 2)
+        return {}
+
+    Worker(client, "q", handler, wait=1).run_once()
+    first, second = item.heartbeats[:2]
+    assert len(first["progress"]) == 1024 and first["percent"] == 100.0
+    assert "percent" not in second and "progress" not in second
