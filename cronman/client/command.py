@@ -6,7 +6,8 @@ The command gets the run's payload as JSON on its stdin and in
 worker's own ``CRONMAN_TOKEN`` is not passed on. Exit 0 is ``succeeded``;
 anything else ``failed`` with ``exit code N`` (or ``killed by signal S``).
 The result is ``{"exit_code", "worker_id", "logs_tail": {"stdout", "stderr"}}``
-with the last ``LOG_TAIL_BYTES`` of each stream (the container target's bound).
+with the last ``LOG_TAIL_BYTES`` of each stream (the container target's bound;
+NUL bytes as U+FFFD, since the API takes no NUL).
 
 A line ``CRONMAN_PROGRESS [PERCENT] [TEXT]`` on the command's stdout is sent
 as the run's progress (``CRONMAN_PROGRESS 42 copied 4200 rows``).
@@ -32,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from cronman.client.run_context import RunContext, RunFailed
+from cronman.client.run_context import RunContext, RunFailed, without_nul
 from cronman.logtail import LOG_TAIL_BYTES, LogTail
 
 PROGRESS_PREFIX = "CRONMAN_PROGRESS"
@@ -107,7 +108,8 @@ class CommandHandler:
         self._end_group(proc.pid, readers)
         exit_code, error = describe_exit(returncode)
         result = {"exit_code": exit_code, "worker_id": ctx.worker_id,
-                  "logs_tail": {"stdout": out.text(), "stderr": err.text()}}
+                  "logs_tail": {"stdout": without_nul(out.text()),
+                                "stderr": without_nul(err.text())}}
         if error is not None:
             raise RunFailed(error, result)
         return result

@@ -26,6 +26,7 @@ from cronman.client.run_context import (
     LEASE_LOST,
     TIMED_OUT,
     RunContext,
+    without_nul,
 )
 from cronman.client.transport import NO_RETRY, RetryPolicy
 from cronman.client.types import Heartbeat, Run
@@ -231,4 +232,5 @@ def bounded(result: Any, error: str | None) -> tuple[dict[str, Any] | None, str 
 
 
 def _cut(text: str) -> str:
+    text = without_nul(text)
     return text if len(text) <= ERROR_MAX_CHARS else text[:ERROR_MAX_CHARS - 1] + "…"

@@ -26,6 +26,11 @@ TIMED_OUT = "timed out"
 WORKER_STOPPED = "worker stopped"
 
 
+def without_nul(text: str) -> str:
+    """``text`` with its NUL characters replaced (U+FFFD): the API refuses NUL in any body."""
+    return text.replace("\x00", "\ufffd")
+
+
 class RunFailed(Exception):  # noqa: N818 (a handler's outcome, not an error of the worker)
     """Raised by a handler: the run failed with ``message``, and ``result`` is recorded
     with it (e.g. the exit code and output of a failed command)."""
@@ -55,10 +60,11 @@ class RunContext:
         return self.run["id"]
 
     def progress(self, text: str | None, percent: float | None = None) -> None:
-        """Progress to send on the next heartbeat (text cut to 1024 characters,
+        """Progress to send on the next heartbeat (text cut to 1024 characters, NULs
+        replaced,
         percent bounded to 0..100, NaN dropped); a later call replaces an unsent one."""
         if text is not None:
-            text = text[:PROGRESS_MAX_CHARS]
+            text = without_nul(text[:PROGRESS_MAX_CHARS])
         if percent is not None:
             percent = float(percent)
             percent = None if math.isnan(percent) else min(max(percent, 0.0), 100.0)

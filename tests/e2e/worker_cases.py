@@ -95,7 +95,7 @@ def test_a_fired_run_runs_its_command_and_the_exit_and_output_are_recorded(clust
                    'read -r p; echo "got $p attempt $CRONMAN_ATTEMPT"; '
                    'echo "CRONMAN_PROGRESS 50 half"; sleep 1; '
                    'if [ "$CRONMAN_JOB_ID" = "' + ok["id"] + '" ]; then exit 0; fi; '
-                   'echo broken >&2; exit 3')
+                   "printf 'bro\\0ken\\n' >&2; exit 3")
     run = wait_for(lambda: next(iter(cluster.api.list_job_runs(ok["id"]).items), None), 15,
                    "the fire")
     run = cluster.ended(run["id"])
@@ -107,7 +107,7 @@ def test_a_fired_run_runs_its_command_and_the_exit_and_output_are_recorded(clust
     run = cluster.ended(cluster.api.trigger_job(bad["id"])["id"])
     assert run["status"] == "failed" and run["error"] == "exit code 3"
     assert run["result"]["exit_code"] == 3
-    assert run["result"]["logs_tail"]["stderr"] == "broken\n"
+    assert run["result"]["logs_tail"]["stderr"] == "bro\ufffdken\n"  # the API takes no NUL
 
 
 def test_a_sigkilled_workers_run_comes_back_as_attempt_2_with_one_success(cluster, tmp_path):

@@ -152,6 +152,14 @@ def test_sigterm_stops_claiming_and_gives_held_runs_the_grace(server, tmp_path, 
         assert item.error == "worker stopped" and item.result["exit_code"] == 128 + 15
 
 
+def test_nul_bytes_in_the_output_do_not_cost_the_report(server, tmp_path):
+    item = server.enqueue(heartbeat_timeout=1.0)
+    with Processes(tmp_path) as procs:
+        start_worker(procs, server, "sh", "-c", r"printf 'a\0b\n'; printf 'c\0' >&2")
+        server.wait_for(lambda: item.status == "succeeded", 15)
+    assert item.result["logs_tail"] == {"stdout": "a\ufffdb\n", "stderr": "c\ufffd"}
+
+
 def test_a_command_that_cannot_start_fails_its_run(server, tmp_path):
     item = server.enqueue(heartbeat_timeout=1.0)
     with Processes(tmp_path) as procs:
