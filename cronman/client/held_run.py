@@ -232,5 +232,6 @@ def bounded(result: Any, error: str | None) -> tuple[dict[str, Any] | None, str 
 
 
 def _cut(text: str) -> str:
-    text = without_nul(text)
+    """An error as the API takes it: UTF-8 (a lone surrogate replaced), no NUL, bounded."""
+    text = without_nul(text.encode("utf-8", "replace").decode("utf-8"))
     return text if len(text) <= ERROR_MAX_CHARS else text[:ERROR_MAX_CHARS - 1] + "…"
