@@ -154,6 +154,10 @@ class HeldRun:
         self.ctx.cancel(LEASE_LOST)
         log.warning("run %s: %s; it will not be reported", self.ctx.run_id, why)
 
+    def abandon(self) -> None:
+        """Stop the heartbeats without a report: the lease runs out, the run comes back."""
+        self._done.set()
+
     # -- the report ------------------------------------------------------------
 
     def finish(self, status: Outcome, result: Any, error: str | None) -> RunReport:

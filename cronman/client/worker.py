@@ -192,6 +192,9 @@ class Worker:
     def _work_in_slot(self, held: HeldRun) -> None:
         try:
             self._work(held)
+        except Exception:  # a bug here must not pass unseen: the run is left to its lease
+            log.exception("run %s: the worker failed to work or report it", held.ctx.run_id)
+            held.abandon()
         finally:
             with self._lock:
                 self._held.pop(held.ctx.run_id, None)
