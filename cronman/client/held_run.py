@@ -115,7 +115,8 @@ class HeldRun:
                     progress=None if pending is None else pending[0],
                     percent=None if pending is None else pending[1])
             except (ConflictError, NotFoundError) as exc:
-                self._lose(f"{LEASE_LOST}: {exc}")
+                if not self._done.is_set():  # else: refused as the report took the lease
+                    self._lose(f"{LEASE_LOST}: {exc}")
                 return
             except ApiError as exc:
                 if pending is not None:
