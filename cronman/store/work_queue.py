@@ -102,6 +102,9 @@ class SqlWorkQueue:
                 update(sj).where(*_held_by(order))
                 .values(node_id=None, status=RunStatus.RUNNING.value, attempt=order.attempt,
                         started_at=func.coalesce(sj.c.started_at, now),
+                        # The dispatch's lateness, as for any run: hand-off minus due time.
+                        lateness_ms=func.coalesce(sj.c.lateness_ms, max(0, int(
+                            (now - order.due_at).total_seconds() * 1000))),
                         lease_expires_at=None)).rowcount
             if not moved:
                 return False

@@ -50,6 +50,7 @@ def test_enqueue_hands_the_run_over_once(store, job):
     run = _queued(store, job, t)
     row = store.runs.get_run(run.id)
     assert (row.status, row.node_id) == ("running", None)
+    assert row.started_at is not None and row.lateness_ms >= 0
     # Again (a re-dispatch after its node died): no second item, still True.
     assert store.work.enqueue(_order(run, job))
     assert [q.depth for q in store.work.queues(None, now=utcnow())] == [1]
