@@ -1,7 +1,8 @@
 """The persistence layer: ``open_store(url)`` gives a ``Store`` for PostgreSQL or SQLite.
 
 One SQLAlchemy Core implementation serves both databases (``sql_jobs``,
-``sql_runs``, ``tokens``); the differences sit behind ``changes`` (NOTIFY vs.
+``sql_runs``, ``tokens``, the work queues of worker targets in
+``work_queue``); the differences sit behind ``changes`` (NOTIFY vs.
 an in-process hub) and ``partitions`` (daily partitions vs. row expiry), and
 the statements that differ are listed in ``dialect``.
 A Store is thread-safe and meant to be shared: in ``cronman standalone`` the

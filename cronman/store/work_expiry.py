@@ -9,6 +9,8 @@ state it was read in.
   else under ``at_most_once`` ``lost``, under ``at_least_once`` a failed
   attempt ("lease lost: ...") the retry policy counts: queued again, or
   ``failed`` once attempts are used up;
+- queued while its job was deleted: ``failed`` ("job deleted before a
+  worker claimed attempt N"; a held one goes on: its worker has it);
 - queued with a capacity rule and past its wait: a failed attempt ("waiting
   for capacity on queue Q: I of N idle"), retried or failed as the job says.
 """
@@ -18,11 +20,12 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, select
+from sqlalchemy import and_, exists, select
 from sqlalchemy.engine import Row
 
 from cronman.store.dialect import for_update_skip_locked
 from cronman.store.engine import Tx
+from cronman.store.tables import jobs
 from cronman.store.tables import work_items as wi
 from cronman.store.work_records import ExpiryReport
 from cronman.store.work_runs import fail_attempt, finish, idle_window, idle_workers
@@ -32,13 +35,22 @@ HELD = WorkState.HELD.value
 QUEUED = WorkState.QUEUED.value
 
 
-def expire_items(tx: Tx, now: datetime, limit: int) -> ExpiryReport:
+def expire_items(tx: Tx, now: datetime, limit: int, *,
+                 deleted_jobs: bool = True) -> ExpiryReport:
+    """One pass (``deleted_jobs``: look for queued runs of deleted jobs too)."""
     report = ExpiryReport()
     for row in _pick(tx, and_(wi.c.state == HELD, wi.c.deadline_at < now), limit):
         finish(tx, row, RunStatus.FAILED, now, error=f"timed out after {row.timeout} s")
         report.count("timeout", "failed")
     for row in _pick(tx, and_(wi.c.state == HELD, wi.c.lease_expires_at < now), limit):
         _lease_lost(tx, row, now, report)
+    if deleted_jobs:
+        gone = and_(wi.c.state == QUEUED, exists(select(jobs.c.id).where(
+            jobs.c.id == wi.c.job_id, jobs.c.deleted_at.is_not(None))))
+        for row in _pick(tx, gone, limit):
+            finish(tx, row, RunStatus.FAILED, now, error="job deleted before a worker "
+                                                         f"claimed attempt {row.attempt}")
+            report.count("deleted", "failed")
     waiting = and_(wi.c.state == QUEUED, wi.c.capacity_idle.is_not(None),
                    wi.c.available_at < now)
     for row in _pick(tx, waiting, limit, wi.c.available_at):

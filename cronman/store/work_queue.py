@@ -64,6 +64,8 @@ CLAIM_PICK = 16
 # Workers not seen for this long are dropped from the queue's list.
 WORKER_FORGET = timedelta(days=1)
 FORGET_INTERVAL = 60.0
+# How often the expiry looks for queued runs of deleted jobs.
+DELETED_CHECK_INTERVAL = 10.0
 # Workers listed with a queue: those seen this recently.
 WORKER_LISTED = timedelta(minutes=10)
 
@@ -77,6 +79,7 @@ class SqlWorkQueue:
         self._on_succeeded = on_succeeded
         self.signals = signals or WorkSignals(db)
         self._next_forget = 0.0
+        self._next_deleted_check = 0.0
 
     # -- the scheduler's hand-off -----------------------------------------
 
@@ -99,6 +102,9 @@ class SqlWorkQueue:
                 update(sj).where(*_held_by(order))
                 .values(node_id=None, status=RunStatus.RUNNING.value, attempt=order.attempt,
                         started_at=func.coalesce(sj.c.started_at, now),
+                        # The dispatch's lateness, as for any run: hand-off minus due time.
+                        lateness_ms=func.coalesce(sj.c.lateness_ms, max(0, int(
+                            (now - order.due_at).total_seconds() * 1000))),
                         lease_expires_at=None)).rowcount
             if not moved:
                 return False
@@ -261,7 +267,10 @@ class SqlWorkQueue:
 
     def expire(self, now: datetime, limit: int = 100) -> ExpiryReport:
         """See ``WorkQueueStore.expire``."""
-        report = self._db.write(lambda tx: expire_items(tx, now, limit))
+        deleted = time.monotonic() >= self._next_deleted_check
+        if deleted:
+            self._next_deleted_check = time.monotonic() + DELETED_CHECK_INTERVAL
+        report = self._db.write(lambda tx: expire_items(tx, now, limit, deleted_jobs=deleted))
         if time.monotonic() >= self._next_forget:  # workers long gone leave the lists
             self._next_forget = time.monotonic() + FORGET_INTERVAL
             self._db.write(lambda tx: tx.conn.execute(

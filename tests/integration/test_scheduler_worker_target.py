@@ -172,3 +172,39 @@ def test_a_run_failed_through_its_queue_goes_to_the_dead_letter(db, store):
     (run,) = _runs(store, job)
     assert (run.status, run.error) == ("failed", "exit 2")
     assert store.work.take_ended() == []  # sent once
+
+
+def test_the_worker_target_hands_over_only_a_row_its_node_holds(store):
+    from cronman.callbacks.base import Delivery
+    from cronman.callbacks.worker import WorkerTarget
+    from cronman.ids import run_id_for
+    from cronman.models import Run
+    from cronman.timeutil import to_ms
+
+    (job,) = store.jobs.create_jobs([job_spec("hand-over", target={
+        **WORKER, "capacity": {"idle_workers": 3, "wait": 60}}, priority=4)])
+    t = utcnow().replace(microsecond=0)
+    run = Run(id=run_id_for(job.id, t), job_id=job.id, scheduled_for=t, status="running",
+              attempt=1, node_id="n1", claimed_at=t)
+    store.runs.claim_runs([run])
+    delivery = Delivery(job_id=job.id, run_id=run.id, scheduled_for=t, attempt=1,
+                        target=job.target, namespace=job.namespace, job_name=job.name,
+                        priority=job.priority, retry=job.retry, delivery_mode="at_most_once",
+                        due_ms=to_ms(t))
+
+    async def deliver(node_id):
+        target = WorkerTarget(store.work, node_id)
+        try:
+            return await target.deliver(delivery)
+        finally:
+            await target.close()
+
+    refused = asyncio.run(deliver("n2"))
+    assert not refused.ok and not refused.handed_off and "not this node's" in refused.error
+    taken = asyncio.run(deliver("n1"))
+    assert taken.ok and taken.handed_off and taken.result == {"queue": "batch"}
+    item = store.work.items([run.id], now=utcnow())[run.id]
+    assert (item.queue, item.priority, item.capacity_idle, item.capacity_wait) == (
+        "batch", 4, 3, 60)
+    assert item.payload == {"x": 1} and item.due_at == t
+    assert store.runs.get_run(run.id).node_id is None

@@ -50,6 +50,7 @@ def test_enqueue_hands_the_run_over_once(store, job):
     run = _queued(store, job, t)
     row = store.runs.get_run(run.id)
     assert (row.status, row.node_id) == ("running", None)
+    assert row.started_at is not None and row.lateness_ms >= 0
     # Again (a re-dispatch after its node died): no second item, still True.
     assert store.work.enqueue(_order(run, job))
     assert [q.depth for q in store.work.queues(None, now=utcnow())] == [1]
@@ -337,3 +338,21 @@ def test_a_claim_skips_a_row_another_transaction_holds(database_url, store, job)
         assert again.run.id == first.id
     finally:
         engine.dispose()
+
+
+def test_a_queued_run_of_a_deleted_job_fails(store, job):
+    t = base_time()
+    queued = _queued(store, job, t)
+    held = _queued(store, job, t + timedelta(seconds=1))
+    now = utcnow()
+    claim = store.work.claim("default", "spark", "w1", slots=1, now=now)
+    assert claim.run.id == queued.id
+    assert store.jobs.delete_job(job.id)
+    report = store.work.expire(now)
+    assert report.reasons == {"deleted": 1}
+    row = store.runs.get_run(held.id)
+    assert (row.status, row.error) == ("failed", "job deleted before a worker claimed attempt 1")
+    # The claimed one goes on: its worker reports.
+    done = store.work.complete(queued.id, claim.lease_token, status="succeeded", result=None,
+                               error=None, now=now)
+    assert done.status == "succeeded"

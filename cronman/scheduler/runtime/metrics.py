@@ -48,7 +48,7 @@ class NodeMetrics:
                                      registry=r)
         self.work_lease_expiries = Tally(
             "cronman_work_lease_expiries", "Work queue items ended or re-queued by the expiry "
-            "pass, by reason (lease, timeout, capacity, cancelled)", ("reason",), registry=r)
+            "pass, by reason (lease, timeout, capacity, cancelled, deleted)", ("reason",), registry=r)
         self.lateness = Spread("cronman_fire_lateness_seconds",
                                "Start of a run's first attempt minus its due time (fires of "
                                "the schedule and of upstream jobs; manual runs -- trigger, "
