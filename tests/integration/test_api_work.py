@@ -90,6 +90,10 @@ def test_claim_heartbeat_complete(client, store):
     assert hb.status_code == 200 and hb.get_json()["cancel_requested"] is False
     shown = client.get(f"/v1/runs/{run_id}").get_json()["worker"]
     assert (shown["worker_id"], shown["progress"], shown["percent"]) == ("w1", "stage 2", 40)
+    listed = client.get(f"/v1/jobs/{job['id']}/runs").get_json()["items"]
+    assert listed[0]["worker"] == shown
+    searched = client.get("/v1/runs?namespace=default").get_json()["items"]
+    assert searched[0]["worker"] == shown
     queues = client.get("/v1/queues").get_json()["items"]
     assert [(q["queue"], q["depth"], q["held"]) for q in queues] == [("spark", 0, 1)]
     assert queues[0]["workers"][0]["id"] == "w1"
