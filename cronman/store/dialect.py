@@ -32,7 +32,8 @@ engine's clocks and SQLite's serialised writers (``engine``, ``connect``);
 in ``__init__`` the change channel (NOTIFY vs. an in-process hub), partition
 upkeep (daily partitions vs. row expiry) and the database member (a
 PostgreSQL server's); the partitions made after an upgrade (``migrate``);
-``tables``' time type, naive UTC on SQLite.
+``tables``' time type, naive UTC on SQLite; how waiting claims are woken
+(``work_signals``: a LISTEN thread vs. counters bumped in-process).
 """
 
 from __future__ import annotations
