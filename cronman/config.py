@@ -48,6 +48,8 @@ DEFAULT_NOTIFY_MAX_ATTEMPTS = 10
 # The floor on a namespace token's schedules and retries, in seconds
 # (cronman.api.schedule_floor); 0 turns it off.
 DEFAULT_MIN_INTERVAL = 1.0
+DEFAULT_CLAIM_WAIT_MAX = 30.0
+DEFAULT_API_LONG_POLLS = 2
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -78,6 +80,11 @@ class Settings:
     # DNS names an API that needs no token may be reached by, besides loopback
     # names and addresses (comma-separated; see cronman.api.origins).
     allowed_hosts: str | None = None
+    # Work queues: the longest a claim's long-poll waits (seconds; 0: claims
+    # answer at once), and how many long-polls one API process holds at once
+    # (beyond them a claim answers at once, so they never take every thread).
+    claim_wait_max: float = DEFAULT_CLAIM_WAIT_MAX
+    api_long_polls: int = DEFAULT_API_LONG_POLLS
     # Tuning knobs, not part of the public contract (documented in README).
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     sync_poll_interval: float = DEFAULT_SYNC_POLL_INTERVAL

@@ -75,3 +75,10 @@ class CoordinatorUnavailable(CronmanError):
 
     code = "coordinator_unavailable"
     http_status = 503
+
+
+class StaleLease(Conflict):
+    """A worker's lease token is not the run's current lease (it expired, the
+    run was re-queued or completed): nothing was changed."""
+
+    code = "stale_lease"

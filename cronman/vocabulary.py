@@ -82,6 +82,15 @@ class TargetKind(StrEnum):
     HTTP = "http"
     SQS = "sqs"
     CONTAINER = "container"
+    WORKER = "worker"  # waits on a work queue for a worker to claim it (cronman.api.work)
+
+
+class WorkState(StrEnum):
+    """Where a worker run stands while it is with its queue."""
+
+    QUEUED = "queued"  # waiting for a worker (or for its retry's time)
+    HELD = "held"  # claimed by a worker, under a lease its heartbeats renew
+    WAITING_CAPACITY = "waiting_capacity"  # queued, but too few idle workers (shown only)
 
 
 class ScheduleKind(StrEnum):
@@ -110,6 +119,7 @@ TRIGGER_MODES: Final = tuple(TriggerMode)
 CONCURRENCY_POLICIES: Final = tuple(ConcurrencyPolicy)
 DELIVERY_MODES: Final = tuple(DeliveryMode)
 TARGET_KINDS: Final = tuple(TargetKind)
+WORK_STATES: Final = tuple(WorkState)
 # A dead letter receives a run record: only the kinds that carry a message.
 DEAD_LETTER_KINDS: Final = (TargetKind.HTTP, TargetKind.SQS)
 

@@ -30,6 +30,7 @@ from cronman.api import (
     runs,
     signing_keys,
     tokens,
+    work,
 )
 from cronman.api.auth import EXTENSION_KEY as AUTH_KEY
 from cronman.api.auth import TokenAuth
@@ -43,6 +44,7 @@ from cronman.coordination.base import Coordinator
 from cronman.errors import CronmanError
 from cronman.store.base import Store
 from cronman.store.dag import DependencyCycle
+from cronman.timeutil import utcnow
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +72,12 @@ def create_app(settings: Settings, *, store: Store | None = None,
     app.extensions[AUTH_KEY] = auth
     guard = OriginGuard(settings, auth)
 
-    metrics.install(app, lambda: ctx.store.jobs.count_live_jobs(), ctx.database_member)
+    metrics.install(app, lambda: ctx.store.jobs.count_live_jobs(), ctx.database_member,
+                    lambda: ctx.store.work.queues(None, now=utcnow()))
     request_ids.install(app)
     for bp in (jobs.bp, runs.bp, history.bp, audit.bp, cluster.bp, health.bp, metrics.bp,
                openapi.bp, dashboard.bp, notifications.bp, tokens.bp, calendars.bp,
-               signing_keys.bp, host_policies.bp):
+               signing_keys.bp, host_policies.bp, work.bp):
         app.register_blueprint(bp)
     for bp in CONSOLE_BLUEPRINTS:
         app.register_blueprint(bp)

@@ -24,8 +24,10 @@ from flask import Blueprint, Response, current_app
 from cronman.api.auth import OPEN, Principal
 from cronman.api.common import ApiView, json_response, principal
 from cronman.api.context import api_context
+from cronman.api.serialize import queue_json
 from cronman.coordination.agents import AgentDirectory, AgentInfo
 from cronman.coordination.base import OVERLOADED_BEHIND_MS, NodeInfo
+from cronman.errors import StoreUnavailable
 from cronman.observability.db_member import member_json
 from cronman.store.base import Store
 from cronman.timeutil import format_rfc3339, utcnow
@@ -123,7 +125,16 @@ def cluster_json(who: Principal = OPEN) -> dict[str, Any]:
         "nodes": [node_json(n, now) for n in sorted(nodes, key=lambda n: n.id)],
         "agents": [agent_json(a, now, visible) for a in agents],
         "database_member": member_json(ctx.database_member()),
+        "queues": _queues(ctx.store, who, now),
     }
+
+
+def _queues(store: Store, who: Principal, now: datetime) -> list[dict[str, Any]] | None:
+    """The work queues of the caller's namespaces; None while the database is away."""
+    try:
+        return [queue_json(q) for q in store.work.queues(who.restriction(), now=now)]
+    except StoreUnavailable:
+        return None
 
 
 class Cluster(ApiView):

@@ -30,6 +30,7 @@ from cronman.api.common import (
 )
 from cronman.api.context import api_context
 from cronman.api.names import ID_PATTERN, ID_RE
+from cronman.api.runs import work_items
 from cronman.api.schedule_floor import check_floor
 from cronman.api.serialize import (
     edges_json,
@@ -339,8 +340,10 @@ class JobRuns(ApiView):
             reject_bad_strings(cursor, "cursor")
         job = load_job(job_id)
         flt = RunFilter(since=since, until=until, statuses=tuple(statuses))
-        page = _store().runs.list_runs(job.id, flt, limit, cursor)
-        return json_response({"items": [run_json(r) for r in page.items],
+        store = _store()
+        page = store.runs.list_runs(job.id, flt, limit, cursor)
+        items = work_items(store, page.items)
+        return json_response({"items": [run_json(r, items.get(r.id)) for r in page.items],
                               "next_cursor": page.next_cursor})
 
 

@@ -30,12 +30,15 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from cronman.api.common import ApiView
 from cronman.observability.build_info import BuildInfoCollector
 from cronman.observability.db_member import DatabaseMemberCollector, MemberSource
+from cronman.store.work_records import QueueStats
 
 log = logging.getLogger(__name__)
 
 bp = Blueprint("metrics", __name__)
 
 JOB_COUNT_CACHE_SECONDS = 5.0
+CLAIM_WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                      300.0, 1800.0, 3600.0)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 METRICS_KEY = "cronman_metrics"
 
@@ -66,9 +69,48 @@ class JobCountCollector:
             yield GaugeMetricFamily("cronman_jobs", "Live (not deleted) jobs", value=value)
 
 
+class QueueDepthCollector:
+    """Each work queue's depth, read from the store at scrape time (cached briefly)."""
+
+    def __init__(self, queues: Callable[[], list[QueueStats]] | None) -> None:
+        self._queues = queues
+        self._lock = threading.Lock()
+        self._cached: tuple[float, list[QueueStats] | None] = (0.0, None)
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        if self._queues is None:
+            return
+        with self._lock:
+            at, found = self._cached
+            if found is None or time.monotonic() - at > JOB_COUNT_CACHE_SECONDS:
+                try:
+                    found = self._queues()
+                except Exception:
+                    log.warning("cannot read the work queues for /metrics", exc_info=True)
+                    found = None
+                self._cached = (time.monotonic(), found)
+        if found is None:
+            return
+        depth = GaugeMetricFamily("cronman_work_queue_depth",
+                                  "Runs waiting on a work queue for a worker",
+                                  labels=("namespace", "queue"))
+        held = GaugeMetricFamily("cronman_work_queue_held",
+                                 "Runs of a work queue held by workers",
+                                 labels=("namespace", "queue"))
+        for q in found:
+            depth.add_metric((q.namespace, q.queue), q.depth)
+            held.add_metric((q.namespace, q.queue), q.held)
+        yield depth
+        yield held
+
+
 class ApiMetrics:
     def __init__(self, count_jobs: Callable[[], int | None],
-                 database_member: MemberSource = lambda: None) -> None:
+                 database_member: MemberSource = lambda: None,
+                 queues: Callable[[], list[QueueStats]] | None = None) -> None:
         self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         # In multiprocess mode values live in files; the objects need no registry.
         own = None if self.multiprocess else CollectorRegistry(auto_describe=True)
@@ -79,10 +121,19 @@ class ApiMetrics:
         self.latency = Histogram(
             "cronman_api_request_duration_seconds", "Time to answer an API request",
             ("method", "route"), buckets=LATENCY_BUCKETS, registry=own)
+        self.work_claims = Counter(
+            "cronman_work_claims", "Runs claimed by workers", ("namespace", "queue"),
+            registry=own)
+        self.claim_wait = Histogram(
+            "cronman_work_claim_wait_seconds",
+            "From a run's due time to its claim by a worker (retries: from their backoff's end)",
+            buckets=CLAIM_WAIT_BUCKETS, registry=own)
         self.job_count = JobCountCollector(count_jobs)
+        self.queue_depth = QueueDepthCollector(queues)
         self.build_info = BuildInfoCollector("api")
         self.database_member = DatabaseMemberCollector(database_member)
         if own is not None:
+            own.register(self.queue_depth)
             own.register(self.job_count)
             own.register(self.build_info)
             own.register(self.database_member)
@@ -93,9 +144,14 @@ class ApiMetrics:
         registry = CollectorRegistry()
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         registry.register(self.job_count)
+        registry.register(self.queue_depth)
         registry.register(self.build_info)
         registry.register(self.database_member)  # this worker's own connections
         return registry
+
+    def claimed(self, namespace: str, queue: str, waited: float) -> None:
+        self.work_claims.labels(namespace, queue).inc()
+        self.claim_wait.observe(waited)
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(method, route, str(status)).inc()
@@ -109,8 +165,9 @@ def route_label(rule: str) -> str:
 
 
 def install(app: Flask, count_jobs: Callable[[], int | None],
-            database_member: MemberSource = lambda: None) -> ApiMetrics:
-    metrics = ApiMetrics(count_jobs, database_member)
+            database_member: MemberSource = lambda: None,
+            queues: Callable[[], list[QueueStats]] | None = None) -> ApiMetrics:
+    metrics = ApiMetrics(count_jobs, database_member, queues)
     app.extensions[METRICS_KEY] = metrics
 
     @app.before_request

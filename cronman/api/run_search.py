@@ -23,10 +23,12 @@ from cronman.api.common import ApiView, json_response, principal, reject_bad_str
 from cronman.api.context import api_context
 from cronman.api.jobs import LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX
 from cronman.api.names import ID_RE
+from cronman.api.runs import work_items
 from cronman.api.serialize import run_json
 from cronman.api.timeparams import parse_time_or_relative
 from cronman.errors import ValidationError
 from cronman.models import Job, Run, RunSearch, RunStatsBucket, RunStatsQuery
+from cronman.store.work_records import WorkItem
 from cronman.timeutil import format_rfc3339, utcnow
 from cronman.vocabulary import RUN_STATUSES, TARGET_KINDS
 
@@ -74,9 +76,10 @@ def history_start(now: datetime) -> datetime:
     return now - timedelta(days=days)
 
 
-def run_item(run: Run, job: Job | None) -> dict[str, Any]:
-    """A run with its job's name and namespace (None when the job row is gone)."""
-    out = run_json(run)
+def run_item(run: Run, job: Job | None, work: WorkItem | None = None) -> dict[str, Any]:
+    """A run with its job's name and namespace (None when the job row is gone)
+    and, while it is with a work queue, its item."""
+    out = run_json(run, work)
     out["job_name"] = None if job is None else job.name
     out["namespace"] = None if job is None else job.namespace
     return out
@@ -117,7 +120,9 @@ class RunSearchView(ApiView):
         store = api_context().store
         page = store.runs.search_runs(query, limit, cursor)
         jobs = {j.id: j for j in store.jobs.get_jobs(sorted({r.job_id for r in page.items}))}
-        return json_response({"items": [run_item(r, jobs.get(r.job_id)) for r in page.items],
+        items = work_items(store, page.items)
+        return json_response({"items": [run_item(r, jobs.get(r.job_id), items.get(r.id))
+                                        for r in page.items],
                               "next_cursor": page.next_cursor})
 
 

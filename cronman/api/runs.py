@@ -1,4 +1,6 @@
-"""The ``/v1/runs`` resources: one run, and replaying a finished one."""
+"""The ``/v1/runs`` resources: one run, and replaying a finished one. A
+worker run's JSON carries its queue's item while it has one (``worker``);
+its worker's calls are ``cronman.api.work``'s."""
 
 from __future__ import annotations
 
@@ -11,6 +13,9 @@ from cronman.api.names import ID_RE
 from cronman.api.serialize import run_json
 from cronman.errors import Conflict, NotFound
 from cronman.models import Job, Run
+from cronman.store.base import Store
+from cronman.store.work_records import WorkItem
+from cronman.timeutil import utcnow
 from cronman.vocabulary import JobAction
 
 bp = Blueprint("runs", __name__, url_prefix="/v1/runs")
@@ -33,10 +38,16 @@ def load_run(run_id: str) -> tuple[Run, Job | None]:
     return run, job
 
 
+def work_items(store: Store, runs: list[Run]) -> dict[str, WorkItem]:
+    """The queue items of those runs that are with a work queue (in flight, no node)."""
+    ids = [r.id for r in runs if r.status in ("running", "retrying") and r.node_id is None]
+    return store.work.items(ids, now=utcnow()) if ids else {}
+
+
 class RunItem(ApiView):
     def get(self, run_id: str) -> Response:
         run, _ = load_run(run_id)
-        return json_response(run_json(run))
+        return json_response(run_json(run, work_items(api_context().store, [run]).get(run.id)))
 
 
 class RunReplay(ApiView):

@@ -16,6 +16,7 @@ from cronman.timeutil import format_rfc3339, to_ms
 if TYPE_CHECKING:  # the light client install has neither Flask nor SQLAlchemy
     from cronman.api.auth import Principal
     from cronman.store.base import Edge
+    from cronman.store.work_records import QueueStats, WorkItem
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +79,9 @@ def job_json(job: Job, *, now: datetime, last_run: Run | None = None,
     return out
 
 
-def run_json(run: Run) -> dict[str, Any]:
-    return {
+def run_json(run: Run, work: WorkItem | None = None) -> dict[str, Any]:
+    """A run as API JSON; ``work``: its item while it is with a work queue."""
+    out = {
         "id": run.id,
         "job_id": run.job_id,
         "scheduled_for": format_rfc3339(run.scheduled_for),
@@ -97,6 +99,37 @@ def run_json(run: Run) -> dict[str, Any]:
         "result": run.result,
         "error": run.error,
         "gate": run.gate,
+    }
+    if work is not None:
+        out["worker"] = work_json(work)
+    return out
+
+
+def work_json(item: WorkItem) -> dict[str, Any]:
+    """Where a worker run stands with its queue (``worker`` of the run JSON)."""
+    return {
+        "queue": item.queue,
+        "state": item.state,
+        "worker_id": item.worker_id,
+        "claimed_at": format_rfc3339(item.claimed_at),
+        "last_heartbeat": format_rfc3339(item.last_heartbeat),
+        "lease_expires_at": format_rfc3339(item.lease_expires_at),
+        "progress": item.progress,
+        "percent": item.percent,
+        "cancel_requested": item.cancel_requested,
+    }
+
+
+def queue_json(q: QueueStats) -> dict[str, Any]:
+    """A work queue's figures (``GET /v1/queues``, ``/v1/cluster``)."""
+    return {
+        "namespace": q.namespace,
+        "queue": q.queue,
+        "depth": q.depth,
+        "held": q.held,
+        "oldest_wait_s": None if q.oldest_wait_s is None else round(q.oldest_wait_s, 3),
+        "workers": [{"id": w.id, "last_seen": format_rfc3339(w.last_seen), "held": w.held,
+                     "slots": w.slots} for w in q.workers],
     }
 
 

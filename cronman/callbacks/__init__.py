@@ -8,7 +8,8 @@
   attempt's task; a target's ``start`` may already have sent by then;
   ``deliver`` is the same as a coroutine of its own).
 - One module per kind: :mod:`.http` (over the :mod:`.httpclient` package), :mod:`.sqs`, :mod:`.container` (runs
-  handed to worker agents through an ``AgentDirectory``); :mod:`.recording` is the
+  handed to worker agents through an ``AgentDirectory``), :mod:`.worker` (runs handed
+  to a work queue of the store, which every scheduler node registers); :mod:`.recording` is the
   in-process twin for tests; :mod:`.signing` signs and verifies callbacks;
   :mod:`.dead_letter` builds dead-letter deliveries.
 """

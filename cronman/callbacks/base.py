@@ -6,7 +6,7 @@ and returns an ``Outcome``; it never raises for a delivery failure.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -24,6 +24,11 @@ class Delivery:
     namespace: str = ""
     job_name: str = ""
     priority: int = 0  # the job's: where runs wait for room, higher goes first
+    # The job's retry policy and delivery mode, and when the run fell due
+    # (Unix ms): what a target that retries on its own needs (``worker``).
+    retry: Mapping[str, Any] | None = None
+    delivery_mode: str = "at_least_once"
+    due_ms: int | None = None
     # The attempt's trace context for the receiver (``traceparent``,
     # ``tracestate``), empty unless tracing is on (observability.tracing).
     trace: tuple[tuple[str, str], ...] = ()
@@ -35,13 +40,16 @@ class Outcome:
     (a rejected URL, an SSRF refusal); the run then fails at once. ``lost``
     means that whether the attempt ran is unknown (the worker agent holding it
     vanished): the run's ``delivery`` decides, as for a run whose node died
-    (``at_least_once``: a new attempt now; ``at_most_once``: ``lost``)."""
+    (``at_least_once``: a new attempt now; ``at_most_once``: ``lost``).
+    ``handed_off`` means the run went to a work queue (a ``worker`` target):
+    its row is the queue's now, and the node forgets it without a write."""
 
     ok: bool
     result: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     retryable: bool = True
     lost: bool = False
+    handed_off: bool = False
 
 
 class Answered:

@@ -1,5 +1,5 @@
 """The target objects, declared once (SPEC §3, "Targets"): http, sqs, container,
-and the dead-letter forms of http and sqs.
+worker, and the dead-letter forms of http and sqs.
 
 ``TARGET`` and ``DEAD_LETTER`` validate (see :mod:`cronman.callbacks.validation`
 for the decisions) and give the OpenAPI component schemas. Errors name fields
@@ -8,6 +8,7 @@ relative to the target object (``url``, ``headers.X-Foo``, ``command[2]``).
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -16,6 +17,7 @@ from cronman.errors import ValidationError
 from cronman.fieldspec import (
     Choice,
     Const,
+    Custom,
     Field,
     Int,
     ListOf,
@@ -54,6 +56,16 @@ MAX_COMMAND_ITEMS = 1024
 CONTAINER_NETWORKS = ("none", "host")
 DEFAULT_CONTAINER_NETWORK = "none"
 MAX_SELECTOR_LABELS = 32
+
+WORK_QUEUE_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
+MAX_WORK_PAYLOAD_BYTES = 64 * 1024
+DEFAULT_HEARTBEAT_TIMEOUT = 60
+MAX_HEARTBEAT_TIMEOUT = 3600
+DEFAULT_WORK_TIMEOUT = 3600
+MAX_WORK_TIMEOUT = 7 * 86400
+MAX_IDLE_WORKERS = 1000
+DEFAULT_CAPACITY_WAIT = 600
+MAX_CAPACITY_WAIT = 86400
 
 # Headers the HTTP client owns (framing, hop-by-hop); Cronman-* is checked by prefix.
 RESERVED_HEADERS = frozenset({
@@ -254,7 +266,55 @@ CONTAINER = _variant("container", "ContainerTarget", {
         default={}, description="agent labels an agent must carry to run it"),
 })
 
-TARGET = OneOf([HTTP, SQS, CONTAINER], name="Target")
+
+
+def json_size(value: Any) -> int:
+    """The bytes of ``value`` as compact JSON (what is stored and sent)."""
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+
+
+def _payload(value: Any, key: str, out: dict[str, Any], ctx: Any) -> Any:
+    try:
+        size = json_size(value)
+    except (TypeError, ValueError, UnicodeEncodeError):
+        raise ValidationError("must be JSON text", field=key) from None
+    if size > MAX_WORK_PAYLOAD_BYTES:
+        raise ValidationError(f"must be at most {MAX_WORK_PAYLOAD_BYTES} bytes (64 KiB) "
+                              "encoded as JSON", field=key)
+    return value
+
+
+def _seconds(lo: int, hi: int, default: int | None = None, **kw: Any) -> Int:
+    return Int(lo=lo, hi=hi, type_message="must be an integer (seconds)",
+               range_message="must be between {lo} and {hi} seconds", nullable=True,
+               default=default, **kw)
+
+
+WORK_QUEUE = _one_message(WORK_QUEUE_PATTERN, "must be 1-64 letters, digits, '.', '_' or '-'",
+                          required=True, description="the queue's name, within the job's "
+                                                     "namespace")
+CAPACITY = Obj({
+    "idle_workers": Int(lo=1, hi=MAX_IDLE_WORKERS, type_message="must be an integer",
+                        range_message="must be between {lo} and {hi}", required=True,
+                        description="idle workers the queue must have before the run is "
+                                    "handed out"),
+    "wait": _seconds(1, MAX_CAPACITY_WAIT, DEFAULT_CAPACITY_WAIT,
+                     description="how long the run waits for them before its attempt fails"),
+}, unknown_message="unknown field {key!r} of capacity", nullable=True,
+    description="what the queue must have before the run is claimed")
+WORKER = _variant("worker", "WorkerTarget", {
+    "queue": WORK_QUEUE,
+    "payload": Custom(_payload, {"description": "any JSON, at most 64 KiB encoded; handed "
+                                                "to the worker that claims the run"}),
+    "heartbeat_timeout": _seconds(1, MAX_HEARTBEAT_TIMEOUT, DEFAULT_HEARTBEAT_TIMEOUT,
+                                  description="a claim's lease: lost when no heartbeat "
+                                              "comes for this long"),
+    "timeout": _seconds(1, MAX_WORK_TIMEOUT, DEFAULT_WORK_TIMEOUT,
+                        description="how long a claimed attempt may take, heartbeats or not"),
+    "capacity": CAPACITY,
+})
+
+TARGET = OneOf([HTTP, SQS, CONTAINER, WORKER], name="Target")
 DEAD_LETTER = OneOf([
     _http("DeadLetterHttpTarget", METHOD.but(refused={"GET": (
         "a dead-letter target sends the run record as its body; use POST, PUT or PATCH")}),

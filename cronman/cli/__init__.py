@@ -12,9 +12,11 @@ from cronman.cli import (  # noqa: F401  (imported for their commands)
     apply,  # cronman jobs apply
     jobs,  # cronman jobs ...
     notifications,  # cronman notifications ...
+    queues,  # cronman queues, cronman runs cancel
     runs,  # cronman runs ..., cronman cluster
     signing,  # cronman signing-key show|rotate
     tokens_client,  # cronman tokens (api ... here; the database side on demand)
+    worker,  # cronman worker -- COMMAND (the shipped worker)
     workflows,  # cronman jobs deps, cronman calendars ...
 )
 from cronman.cli.group import cli

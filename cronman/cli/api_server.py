@@ -96,6 +96,12 @@ def gunicorn_argv(*, bind: str, workers: int, threads: int, timeout: int,
     return argv
 
 
+def long_polls_for(threads: int, asked: int) -> int:
+    """The waiting claims one gunicorn worker of ``threads`` holds: at most
+    ``asked`` (CRONMAN_API_LONG_POLLS), leaving at least one thread free."""
+    return max(0, min(asked, threads - 1))
+
+
 def _check_schema(url: str) -> None:
     """Refuse to start against a database whose schema is not the current one."""
     from cronman.store.migrate import check_schema_current
@@ -137,6 +143,8 @@ def api(bind: str, workers: int | None, threads: int, timeout: int,
         settings = Settings.from_env()
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    # Waiting claims never take every thread of a worker: one is always free.
+    os.environ["CRONMAN_API_LONG_POLLS"] = str(long_polls_for(threads, settings.api_long_polls))
     if check_schema:
         _check_schema(settings.database_url)
     if not os.environ.get(METRICS_DIR_ENV):

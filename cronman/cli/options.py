@@ -109,13 +109,18 @@ def job_namespace(func: F) -> F:
                         help="the namespace of a JOB given as a bare name")(func)
 
 
+def api_options(func: F) -> F:
+    """--url and --token (``url``, ``token``), as every client command takes them."""
+    func = click.option("--token", envvar="CRONMAN_TOKEN", default=None,
+                        help="API token [env CRONMAN_TOKEN]")(func)
+    return click.option("--url", envvar="CRONMAN_URL", default=DEFAULT_URL, show_default=True,
+                        help="the API's base URL [env CRONMAN_URL]")(func)
+
+
 def client_command(func: Callable[..., Any]) -> Callable[..., Any]:
     """Adds --url, --token, -o/--output (and --json); the command gets ``client`` and ``fmt``."""
 
-    @click.option("--url", envvar="CRONMAN_URL", default=DEFAULT_URL, show_default=True,
-                  help="the API's base URL [env CRONMAN_URL]")
-    @click.option("--token", envvar="CRONMAN_TOKEN", default=None,
-                  help="API token [env CRONMAN_TOKEN]")
+    @api_options
     @click.option("-o", "--output", "fmt", type=click.Choice(FORMATS), default="table",
                   show_default=True, help="output format")
     @click.option("--json", "as_json", is_flag=True, help="same as -o json")

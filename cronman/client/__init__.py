@@ -8,12 +8,14 @@
         ...
 
 See :mod:`cronman.client.api` for every call and :mod:`cronman.client.errors`
-for the errors.
+for the errors. A worker of a work queue is a ``Worker`` with a handler
+(:mod:`cronman.client.worker`); ``CommandHandler`` runs a command per run.
 """
 
 from __future__ import annotations
 
 from cronman.client.api import BULK_MAX, DEFAULT_URL, PAGE_MAX, CronmanClient
+from cronman.client.command import CommandHandler
 from cronman.client.errors import (
     ApiError,
     BulkCreateError,
@@ -24,21 +26,27 @@ from cronman.client.errors import (
     Unauthenticated,
     Unavailable,
 )
+from cronman.client.held_run import RunReport
 from cronman.client.notifications import Notification, NotificationRule
+from cronman.client.run_context import RunContext, RunFailed
 from cronman.client.signing import SigningKey, SigningKeys
 from cronman.client.tokens import ApiToken, CreatedToken
 from cronman.client.transport import NO_RETRY, RetryPolicy
 from cronman.client.types import (
     Backfill,
+    Claim,
     Cluster,
+    Heartbeat,
     HistoryEntry,
     Job,
     JobSpec,
     Page,
+    Queue,
     Readiness,
     Run,
     RunItem,
 )
+from cronman.client.worker import Worker
 from cronman.client.workflows import Calendar, JobDependencies, JobEdge
 
 __all__ = [
@@ -51,10 +59,13 @@ __all__ = [
     "Backfill",
     "BulkCreateError",
     "Calendar",
+    "Claim",
     "Cluster",
+    "CommandHandler",
     "ConflictError",
     "CreatedToken",
     "CronmanClient",
+    "Heartbeat",
     "HistoryEntry",
     "InvalidRequest",
     "Job",
@@ -68,10 +79,15 @@ __all__ = [
     "PermissionDenied",
     "Readiness",
     "RetryPolicy",
+    "Queue",
     "Run",
+    "RunContext",
+    "RunFailed",
     "RunItem",
+    "RunReport",
     "SigningKey",
     "SigningKeys",
     "Unauthenticated",
     "Unavailable",
+    "Worker",
 ]

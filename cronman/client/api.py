@@ -30,6 +30,7 @@ from typing import Any, cast
 from cronman.client.errors import ApiError, BulkCreateError
 from cronman.client.job_refs import resolve_job
 from cronman.client.notifications import NotificationCalls
+from cronman.client.queues import QueueCalls
 from cronman.client.signing import SigningCalls
 from cronman.client.tokens import TokenCalls
 from cronman.client.transport import (
@@ -46,6 +47,7 @@ from cronman.client.types import (
     Job,
     JobSpec,
     Page,
+    Queue,
     Readiness,
     Run,
     RunItem,
@@ -65,13 +67,14 @@ Labels = Mapping[str, str] | Iterable[str]
 _JOBS_INDEX = re.compile(r"^jobs\[(\d+)\]")
 
 
-class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls, SigningCalls):
+class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls, SigningCalls, QueueCalls):
     """A synchronous client of the cronman API; safe to share between threads.
 
     The notification calls (rules, what was sent) come from ``NotificationCalls``,
     the API token calls (admin tokens only) from ``TokenCalls``, the workflow
     calls (a job's dependencies, exclusion calendars) from ``WorkflowCalls``,
-    a namespace's callback signing keys from ``SigningCalls``.
+    a namespace's callback signing keys from ``SigningCalls``, a worker's calls
+    (claim, heartbeat, complete) from ``QueueCalls``.
     """
 
     def __init__(self, url: str = DEFAULT_URL, token: str | None = None, *,
@@ -98,9 +101,14 @@ class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls, SigningCalls):
         self.close()
 
     def request(self, method: str, path: str, body: Any = None, *,
-                query: Query | None = None) -> Any:
-        """One raw call (``path`` from the root, e.g. ``/v1/jobs``): the decoded JSON answer."""
-        return self._http.request(method, path, body, query=query)
+                query: Query | None = None, timeout: float | None = None,
+                retry: RetryPolicy | None = None) -> Any:
+        """One raw call (``path`` from the root, e.g. ``/v1/jobs``): the decoded JSON answer.
+
+        ``timeout`` (seconds) and ``retry`` replace the client's for this call.
+        """
+        return self._http.request(method, path, body, query=query, timeout=timeout,
+                                  retry=retry)
 
     # -- jobs ------------------------------------------------------------------
 
@@ -306,6 +314,28 @@ class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls, SigningCalls):
     def replay_run(self, run_id: str) -> Run:
         """Dispatch a finished run's target again, as a new attempt of the same run."""
         return cast(Run, self.request("POST", _run(run_id) + "/replay"))
+
+    def cancel_run(self, run_id: str, reason: str | None = None) -> Run:
+        """Cancel a worker run: a queued one ends at once, a held one's worker
+        is asked to stop on its next heartbeat; 409 when the run already ended."""
+        body = {} if reason is None else {"reason": reason}
+        return cast(Run, self.request("POST", _run(run_id) + "/cancel", body))
+
+    # -- work queues -------------------------------------------------------------
+
+    def list_queues(self, *, namespace: str | None = None, limit: int = 100,
+                    cursor: str | None = None) -> Page[Queue]:
+        """One page of ``GET /v1/queues``: depth, held runs, oldest wait, workers."""
+        query: list[tuple[str, str]] = [("limit", str(limit))]
+        if namespace is not None:
+            query.append(("namespace", namespace))
+        return self._page("/v1/queues", query, cursor)
+
+    def queues(self, *, namespace: str | None = None,
+               page_size: int = PAGE_MAX) -> Iterator[Queue]:
+        """Every work queue the token may see, page after page."""
+        return follow_pages(lambda cursor: self.list_queues(
+            namespace=namespace, limit=page_size, cursor=cursor))
 
     # -- service ---------------------------------------------------------------
 

@@ -87,9 +87,10 @@ class Transport:
         self.token = token
         self.retry = retry
         self._sleep = sleep
-        self._pool = urllib3.PoolManager(
-            num_pools=4, maxsize=pool_size, block=False, retries=False,
-            timeout=urllib3.Timeout(connect=min(connect_timeout, timeout), read=timeout))
+        self._connect_timeout = connect_timeout
+        self._timeout = urllib3.Timeout(connect=min(connect_timeout, timeout), read=timeout)
+        self._pool = urllib3.PoolManager(num_pools=4, maxsize=pool_size, block=False,
+                                         retries=False, timeout=self._timeout)
         self._headers = {"Accept": "application/json",
                          "User-Agent": f"cronman-client/{__version__}"}
         if token:
@@ -99,8 +100,16 @@ class Transport:
         self._pool.clear()
 
     def request(self, method: str, path: str, body: Any = None, *,
-                query: Query | None = None) -> Any:
-        """The decoded JSON answer (None for an empty one); raises ``ApiError``."""
+                query: Query | None = None, timeout: float | None = None,
+                retry: RetryPolicy | None = None) -> Any:
+        """The decoded JSON answer (None for an empty one); raises ``ApiError``.
+
+        ``timeout`` replaces the read timeout for this request (a long-poll
+        waits longer than a call), ``retry`` the transport's policy.
+        """
+        policy = retry or self.retry
+        read = None if timeout is None else urllib3.Timeout(
+            connect=min(self._connect_timeout, timeout), read=timeout)
         url = self.url + path
         if query:
             url += "?" + urlencode(list(query))
@@ -109,16 +118,16 @@ class Transport:
         if body is not None:
             data = json.dumps(body, ensure_ascii=False).encode("utf-8")
             headers["Content-Type"] = "application/json"
-        retry = 0
+        tries = 0
         while True:
             try:
-                return self._once(method, url, data, headers)
+                return self._once(method, url, data, headers, read)
             except ApiError as exc:
                 retryable = self._retryable(method, exc)
-                retry += 1
-                if not retryable or retry >= self.retry.attempts:
+                tries += 1
+                if not retryable or tries >= policy.attempts:
                     raise
-                self._sleep(self.retry.delay(retry, exc.retry_after))
+                self._sleep(policy.delay(tries, exc.retry_after))
 
     def _retryable(self, method: str, exc: ApiError) -> bool:
         if exc.status in RETRY_STATUSES:
@@ -128,10 +137,11 @@ class Transport:
         return exc.code == "connection_lost" and method in SAFE_METHODS
 
     def _once(self, method: str, url: str, data: bytes | None,
-              headers: Mapping[str, str]) -> Any:
+              headers: Mapping[str, str], timeout: urllib3.Timeout | None = None) -> Any:
         try:
             resp = self._pool.request(method, url, body=data, headers=dict(headers),
-                                      redirect=False, preload_content=True)
+                                      redirect=False, preload_content=True,
+                                      timeout=timeout or self._timeout)
         except (NewConnectionError, ConnectTimeoutError) as exc:
             raise error_for(0, "unreachable", f"cannot reach {self.url}: {_reason(exc)}") from None
         except (ReadTimeoutError, ProtocolError) as exc:

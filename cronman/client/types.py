@@ -57,6 +57,40 @@ class Run(TypedDict):
     result: dict[str, Any] | None
     error: str | None
     gate: NotRequired[dict[str, Any] | None]
+    # A worker target's run, while it is with its work queue.
+    worker: NotRequired[WorkState]
+
+
+class WorkState(TypedDict):
+    """Where a worker run stands with its queue (``worker`` of a run)."""
+
+    queue: str
+    state: str  # queued, held, waiting_capacity
+    worker_id: str | None
+    claimed_at: str | None
+    last_heartbeat: str | None
+    lease_expires_at: str | None
+    progress: str | None
+    percent: float | None
+    cancel_requested: bool
+
+
+class QueueWorker(TypedDict):
+    id: str
+    last_seen: str
+    held: int
+    slots: int
+
+
+class Queue(TypedDict):
+    """``GET /v1/queues``: one work queue's figures."""
+
+    namespace: str
+    queue: str
+    depth: int
+    held: int
+    oldest_wait_s: float | None
+    workers: list[QueueWorker]
 
 
 class RunItem(Run):
@@ -126,6 +160,27 @@ class HistoryEntry(TypedDict):
     details: dict[str, Any] | None
 
 
+class Claim(TypedDict):
+    """A run taken from a work queue (``POST /v1/queues/{queue}/claim``): held under
+    ``lease_token`` while heartbeats come within ``heartbeat_timeout`` seconds,
+    ended by ``deadline_at`` (``timeout`` seconds) whatever its heartbeats."""
+
+    run: Run
+    payload: Any
+    attempt: int
+    lease_token: str
+    heartbeat_timeout: float
+    timeout: float
+    deadline_at: str
+
+
+class Heartbeat(TypedDict):
+    """The answer of ``POST /v1/runs/{id}/heartbeat``: the lease renewed."""
+
+    cancel_requested: bool
+    lease_expires_at: NotRequired[str | None]
+
+
 class Node(TypedDict, total=False):
     id: str
     address: str
@@ -144,6 +199,7 @@ class Cluster(TypedDict):
     replicas: int
     nodes: list[Node]
     agents: list[dict[str, Any]]
+    queues: NotRequired[list[Queue] | None]
 
 
 class Readiness(TypedDict, total=False):

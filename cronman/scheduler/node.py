@@ -63,6 +63,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from cronman import eventloop
 from cronman.callbacks import TargetRegistry
+from cronman.callbacks.worker import WorkerTarget
 from cronman.config import Settings
 from cronman.coordination.base import OVERLOADED_BEHIND_MS, Coordinator
 from cronman.observability import tracing
@@ -85,11 +86,13 @@ from cronman.scheduler.recovery.leases import LeaseKeeper
 from cronman.scheduler.recovery.maintenance import PartitionUpkeep
 from cronman.scheduler.recovery.requested import RequestedRuns
 from cronman.scheduler.recovery.sweeper import Sweeper
+from cronman.scheduler.recovery.work_leases import WorkLeases
 from cronman.scheduler.runtime.clock import DatabaseClockProbe, ReferenceClock
 from cronman.scheduler.runtime.heap_trim import release_free_memory
 from cronman.scheduler.runtime.lifecycle import Lifecycle, Pools
 from cronman.scheduler.runtime.metrics import NodeMetrics
 from cronman.store.base import Store
+from cronman.vocabulary import TargetKind
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +122,8 @@ class SchedulerNode:
         self.store = store
         self.coordinator = coordinator
         self.targets = targets
+        if TargetKind.WORKER not in targets:  # every node hands worker runs to their queue
+            targets.register(WorkerTarget(store.work, s.node_id))
         self.metrics = m = metrics or NodeMetrics(registry)
         self.run_maintenance = run_maintenance
         self.ready = threading.Event()
@@ -184,6 +189,8 @@ class SchedulerNode:
                                self.writer, self.membership, lease_seconds=lease,
                                interval=sweep_interval or max(0.5, min(5.0, lease / 3)),
                                clock=clock, pool=pools.misc, lifecycle=life, metrics=m)
+        self.work_leases = WorkLeases(store.work, jobs=reader, dead_letters=self.dispatcher,
+                                      clock=clock, pool=pools.misc, lifecycle=life, metrics=m)
         self.upkeep = PartitionUpkeep(store.partitions, days_ahead=s.partitions_ahead_days,
                                       retention_days=s.history_retention_days, clock=clock,
                                       pool=pools.misc, lifecycle=life, metrics=m)
@@ -256,6 +263,7 @@ class SchedulerNode:
             start("leases", self.leases.run)
             start("sweeper", self.sweeper.run)
             start("requested", self.requested.run)
+            start("work leases", self.work_leases.run)
             start("standby", self.standby.run)
             claimer = loop.create_task(life.forever("claimer", self.claimer.run))
             writer = loop.create_task(self.writer.run(life))

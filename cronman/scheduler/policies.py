@@ -1,5 +1,8 @@
 """Retry, misfire and concurrency policies (SPEC §3): pure functions, no I/O.
 
+The retry and lease-recovery rules live in the pure core (``cronman.retries``:
+the work queue's store applies them too) and are re-exported here.
+
 Times are Unix milliseconds (ints) throughout, as in the timer heap.
 """
 
@@ -9,44 +12,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cronman.retries import next_retry_delay as next_retry_delay
+from cronman.retries import recovery_action as recovery_action
+from cronman.retries import retry_backoff as retry_backoff
 from cronman.vocabulary import (
-    DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_MAX_BACKOFF,
-    DEFAULT_MIN_BACKOFF,
     DEFAULT_MISFIRE_GRACE,
     DEFAULT_MISFIRE_POLICY,
     MISFIRE_POLICIES,
 )
-
-# --- retry -------------------------------------------------------------------
-
-
-def retry_backoff(attempt: int, min_backoff: float, max_backoff: float) -> float:
-    """Seconds to wait after failed attempt ``attempt`` (1-based):
-    ``min_backoff * 2**(attempt-1)``, capped at ``max_backoff``."""
-    if attempt < 1:
-        attempt = 1
-    # 2**60 already exceeds any sane cap; avoid building huge floats.
-    exp = min(attempt - 1, 60)
-    return float(min(max_backoff, min_backoff * (2**exp)))
-
-
-def next_retry_delay(attempt: int, retry: Mapping[str, Any] | None, retryable: bool = True) -> float | None:
-    """Seconds until the next attempt after attempt ``attempt`` failed, or
-    None when the run is done (``failed``): attempts used up, or the failure is
-    not retryable."""
-    if not retryable:
-        return None
-    retry = retry or {}
-    max_attempts = int(retry.get("max_attempts", DEFAULT_MAX_ATTEMPTS) or 1)
-    if attempt >= max_attempts:
-        return None
-    return retry_backoff(
-        attempt,
-        float(retry.get("min_backoff", DEFAULT_MIN_BACKOFF)),
-        float(retry.get("max_backoff", DEFAULT_MAX_BACKOFF)),
-    )
-
 
 # --- misfire -----------------------------------------------------------------
 
@@ -140,19 +113,3 @@ def decide_concurrency(policy: str, in_flight: Sequence[str]) -> ConcurrencyDeci
     if policy == "replace":
         return ConcurrencyDecision("replace", prev)
     return ConcurrencyDecision("dispatch")
-
-
-# --- lease recovery ----------------------------------------------------------
-
-
-def recovery_action(delivery: str, status: str) -> str:
-    """What a sweeper does with a run whose lease expired: ``redispatch`` or
-    ``lost``.
-
-    A ``retrying`` run was between attempts (its last attempt is known to have
-    ended), so its next attempt is no repetition: it is dispatched under both
-    delivery modes. Otherwise ``at_most_once`` records the run ``lost``.
-    """
-    if status == "retrying" or delivery != "at_most_once":
-        return "redispatch"
-    return "lost"

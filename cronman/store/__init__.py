@@ -1,7 +1,8 @@
 """The persistence layer: ``open_store(url)`` gives a ``Store`` for PostgreSQL or SQLite.
 
 One SQLAlchemy Core implementation serves both databases (``sql_jobs``,
-``sql_runs``, ``tokens``); the differences sit behind ``changes`` (NOTIFY vs.
+``sql_runs``, ``tokens``, the work queues of worker targets in
+``work_queue``); the differences sit behind ``changes`` (NOTIFY vs.
 an in-process hub) and ``partitions`` (daily partitions vs. row expiry), and
 the statements that differ are listed in ``dialect``.
 A Store is thread-safe and meant to be shared: in ``cronman standalone`` the
@@ -32,6 +33,7 @@ from cronman.store.signing_keys import SqlSigningKeyStore
 from cronman.store.sql_jobs import SqlJobStore
 from cronman.store.sql_runs import SqlRunStore
 from cronman.store.tokens import SqlTokenStore
+from cronman.store.work_queue import SqlWorkQueue
 
 __all__ = ["RUNS_REQUESTED", "SqlStore", "Store", "open_store"]
 
@@ -66,6 +68,8 @@ class SqlStore:
         self.tokens = SqlTokenStore(db)
         self.signing_keys = SqlSigningKeyStore(db)
         self.history = SqlJobHistory(db)
+        # The work queues of ``worker`` targets.
+        self.work = SqlWorkQueue(db, on_succeeded=triggers.after_success)
         # Notifications (cronman.notify): the notifier's outbox, the API's view
         # of it, and the namespace rules.
         self.notify_outbox = SqlNotificationOutbox(db)
@@ -98,6 +102,7 @@ class SqlStore:
         if self._closed:
             return
         self._closed = True
+        self.work.close()
         self._channel.close()
         self.db.dispose()
 

@@ -32,6 +32,14 @@ from cronman.schedules import parse_calendar
 from cronman.schedules.calendars import ExclusionCalendar
 from cronman.signing_keys import KeyState
 from cronman.store.records import ChangeContext, Member, TokenActor
+from cronman.store.work_records import (
+    Claim,
+    ExpiryReport,
+    HeartbeatAck,
+    QueueStats,
+    WorkItem,
+    WorkOrder,
+)
 
 
 class JobStore(Protocol):
@@ -378,6 +386,75 @@ class HostPolicies(Protocol):
     def delete(self, namespace: str) -> bool: ...
 
 
+class WorkQueueStore(Protocol):
+    """The work queues of ``worker`` targets (``cronman.store.work_queue``).
+
+    A run is with its queue from ``enqueue`` until a call here writes its
+    final status (in the same transaction the item goes). Every transition
+    is conditional on the item still being there in the state, and under
+    the lease token, it was read with: two callers never both move one item.
+    """
+
+    def enqueue(self, order: WorkOrder) -> bool:
+        """Hand the run to its queue: the item is stored and the run row
+        becomes ``running`` with no node, if the row is still held by
+        ``order.node_id``. Idempotent on the run id (a run whose item is
+        there already is not queued twice: True). False when the row is
+        not (yet) the node's; nothing changes then."""
+
+    def claim(self, namespace: str, queue: str, worker_id: str, *, slots: int,
+              now: datetime, seen: bool = True) -> Claim | None:
+        """Record the worker as seen, and hand it the queue's next claimable
+        item (highest priority, then earliest available; only items whose
+        capacity rule holds), under a fresh lease. None: nothing to claim.
+        ``seen`` False (a long-poll looking again): the worker is not recorded
+        again, and nothing is written when nothing is claimable."""
+
+    def heartbeat(self, run_id: str, token: str, *, progress: str | None,
+                  percent: float | None, now: datetime) -> HeartbeatAck:
+        """Renew the lease. ``StaleLease`` when the token is not the run's
+        current lease, ``NotFound`` when there is no such run."""
+
+    def complete(self, run_id: str, token: str, *, status: str,
+                 result: dict[str, Any] | None, error: str | None, now: datetime) -> Run:
+        """The worker's report: the run's final status, or (a failed attempt
+        with retries left) its next attempt queued after the retry backoff.
+        ``StaleLease`` / ``NotFound`` as for ``heartbeat``."""
+
+    def cancel(self, run_id: str, reason: str | None, *, now: datetime) -> WorkItem | None:
+        """A queued item ends at once (``failed``, ``cancelled: <reason>``); a
+        held one gets ``cancel_requested``. Returns the item as it was, None
+        when the run is not with a queue."""
+
+    def expire(self, now: datetime, limit: int = 100) -> ExpiryReport:
+        """End what ran out: leases past their end (re-queued as a new
+        attempt, or ``lost``, per the run's delivery; ``failed`` when
+        cancelled), attempts past their timeout, queued items past their
+        capacity wait. Safe to run on several nodes at once."""
+
+    def take_ended(self, limit: int = 100) -> list[Run]:
+        """Runs that ended ``failed`` or ``lost`` through their queue and whose
+        job has a dead letter, each handed to one caller once (to send it)."""
+
+    def namespace_of(self, run_id: str) -> str | None:
+        """The namespace of the run's queue while the run is with it (one key
+        lookup: what a worker's calls are authorised by); None otherwise."""
+
+    def items(self, run_ids: Sequence[str], *, now: datetime) -> dict[str, WorkItem]:
+        """The items of these runs that are with a queue, by run id."""
+
+    def queues(self, namespaces: Sequence[str] | None, *, now: datetime,
+               limit: int = 1000, after: tuple[str, str] | None = None) -> list[QueueStats]:
+        """Each queue's figures in (namespace, queue) order (``namespaces``
+        None: every namespace), after ``after`` (a keyset cursor)."""
+
+    def wait_for_work(self, namespace: str, queue: str, timeout: float,
+                      seen: int | None = None) -> int:
+        """The queue's enqueue counter: at once without ``seen``; else once it
+        differs from ``seen`` (work came) or a short poll interval (at most
+        ``timeout``) passed, whichever is first."""
+
+
 class Store(Protocol):
     """One database: its jobs, runs, tokens and partitions, and its change feed."""
 
@@ -407,6 +484,9 @@ class Store(Protocol):
 
     @property
     def host_policies(self) -> HostPolicies: ...
+
+    @property
+    def work(self) -> WorkQueueStore: ...
 
     def feed(self) -> ChangeFeed:
         """A new subscription to announcements, for one consumer (close it when done)."""

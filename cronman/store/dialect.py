@@ -10,7 +10,8 @@ different SQL is one function, and only those functions look at the dialect:
   array membership: containment vs. ``json_each``; a field's text), the name
   prefix filter (``LIKE`` vs. ``substr``), and what the run history's
   daily partitions change (``partitioned_history``, ``recent_runs_start``)
-  and PostgreSQL's percentiles (``sql_percentiles``);
+  and PostgreSQL's percentiles (``sql_percentiles``); ``NOTIFY`` at commit
+  (``notify``: nothing on SQLite, whose listeners are in this process);
 - ``change_seq``: drawing change_seq values (a sequence under an advisory
   lock vs. max + 1) and settling writers before a watermark read;
 - ``run_bulk``: inserting runs (``INSERT ... ON CONFLICT DO NOTHING``
@@ -31,7 +32,8 @@ engine's clocks and SQLite's serialised writers (``engine``, ``connect``);
 in ``__init__`` the change channel (NOTIFY vs. an in-process hub), partition
 upkeep (daily partitions vs. row expiry) and the database member (a
 PostgreSQL server's); the partitions made after an upgrade (``migrate``);
-``tables``' time type, naive UTC on SQLite.
+``tables``' time type, naive UTC on SQLite; how waiting claims are woken
+(``work_signals``: a LISTEN thread vs. counters bumped in-process).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Table, exists, func, select, type_coerce
+from sqlalchemy import Table, exists, func, select, text, type_coerce
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import Insert as PgInsert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -100,12 +102,26 @@ def insert_ignoring_conflicts(table: Table, dialect: str) -> ConflictInsert:
     return conflict_insert(table, dialect).on_conflict_do_nothing()
 
 
-def upsert(table: Table, key: Sequence[str], dialect: str) -> ConflictInsert:
+def upsert(table: Table, key: Sequence[str], dialect: str, *,
+           changes: Sequence[str] | None = None) -> ConflictInsert:
     """``INSERT ... ON CONFLICT (key) DO UPDATE``: a row whose ``key`` is taken
-    replaces every other column of the row there."""
+    takes the new values of ``changes`` (default: every other column)."""
     ins = conflict_insert(table, dialect)
-    changed = {c.name: ins.excluded[c.name] for c in table.c if c.name not in key}
-    return ins.on_conflict_do_update(index_elements=list(key), set_=changed)
+    names = changes if changes is not None else [c.name for c in table.c if c.name not in key]
+    return ins.on_conflict_do_update(index_elements=list(key),
+                                     set_={n: ins.excluded[n] for n in names})
+
+
+# -- notifications ----------------------------------------------------------------
+
+_NOTIFY = text("SELECT pg_notify(:channel, :payload)")
+
+
+def notify(conn: Connection, channel: str, payload: str, dialect: str) -> None:
+    """Tell the channel's listeners at commit (PostgreSQL); nothing on SQLite,
+    whose listeners are told in-process by the caller."""
+    if dialect == POSTGRESQL:
+        conn.execute(_NOTIFY, {"channel": channel, "payload": payload})
 
 
 # -- JSON -------------------------------------------------------------------------

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import update
+from sqlalchemy import exists, select, update
 
 from cronman.models import RunUpdate
 from cronman.store.codec import merge_updates
 from cronman.store.engine import Database, Tx
 from cronman.store.run_bulk import UPDATE_COLUMNS, update_runs
 from cronman.store.tables import scheduled_jobs as sj
+from cronman.store.tables import work_items
 from cronman.store.triggers import SucceededRun, SuccessHook
 
 
@@ -54,13 +55,17 @@ class RunResults:
 def _write_with_extra(tx: Tx, u: RunUpdate, node_id: str | None,
                       want_successes: bool) -> list[SucceededRun]:
     """One update that also sets other columns (rare): its own UPDATE, not
-    fenced when it sets ``node_id`` itself."""
+    fenced when it sets ``node_id`` itself -- but never over a run that is
+    with a work queue (its queue writes its status: ``work_queue``)."""
     values = {name: getattr(u, name) for name in UPDATE_COLUMNS[2:]
               if getattr(u, name) is not None or name in ("result", "error")}
     values.update(u.extra)
     where = [sj.c.id == u.id, sj.c.scheduled_for == u.scheduled_for]
     if node_id is not None and "node_id" not in u.extra:
         where.append(sj.c.node_id == node_id)
+    if "node_id" in u.extra:
+        where.append(~exists(select(work_items.c.run_id)
+                             .where(work_items.c.run_id == u.id)))
     stmt = update(sj).where(*where).values(**values)
     if want_successes and u.status == "succeeded":
         return [SucceededRun(*row) for row in tx.conn.execute(stmt.returning(

@@ -480,3 +480,76 @@ host_policies = Table(
     # The admin token that set it (NULL: with auth off or open).
     Column("updated_by", String(36)),
 )
+
+
+# -- work queues (cronman.store.work_queue) ----------------------------------------
+
+# One row per worker run while it is with its queue (a ``worker`` target's
+# run from its hand-off until its final status): queued, or held by a
+# worker under a lease. The run row (``scheduled_jobs``) is ``running`` or
+# ``retrying`` with no node meanwhile; the row here is deleted in the
+# transaction that writes the run's final status.
+work_items = Table(
+    "work_items",
+    metadata,
+    Column("run_id", String(36), primary_key=True),
+    # The run row's key part (its partition).
+    Column("scheduled_for", UTCDateTime(), nullable=False),
+    Column("job_id", String(36), nullable=False),
+    Column("namespace", String(128), nullable=False),
+    Column("queue", String(64), nullable=False),
+    Column("priority", Integer, nullable=False, server_default=text("0")),
+    # When the run fell due (the fire time, or its request) and when this
+    # attempt may be claimed (later after a failed attempt's backoff).
+    Column("due_at", UTCDateTime(), nullable=False),
+    Column("available_at", UTCDateTime(), nullable=False),
+    Column("enqueued_at", UTCDateTime(), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    # vocabulary.WorkState queued or held; ended: the run ended failed or lost
+    # and waits for a node to send it to its job's dead letter (work_runs.ENDED).
+    Column("state", String(16), nullable=False),
+    Column("payload", NullableJsonType),
+    Column("heartbeat_timeout", Integer, nullable=False),
+    # Seconds a claimed attempt may take; its deadline once claimed.
+    Column("timeout", Integer, nullable=False),
+    Column("deadline_at", UTCDateTime()),
+    # capacity: idle workers needed before a claim, and how long to wait for them.
+    Column("capacity_idle", Integer),
+    Column("capacity_wait", Integer),
+    # SHA-256 hex of the holder's lease token (the token is never stored).
+    Column("lease_token_hash", String(64)),
+    Column("worker_id", String(128)),
+    Column("claimed_at", UTCDateTime()),
+    Column("lease_expires_at", UTCDateTime()),
+    Column("last_heartbeat", UTCDateTime()),
+    Column("progress", Text),
+    Column("percent", Float),
+    Column("cancel_requested", Boolean, nullable=False, server_default=text("false")),
+    Column("cancel_reason", Text),
+    # vocabulary.DeliveryMode and the job's retry object, as fired.
+    Column("delivery", String(16), nullable=False),
+    Column("retry", JsonType, nullable=False),
+    # The error of the previous failed attempt (kept on the run row too).
+    Column("last_error", Text),
+)
+# A claim's pick: a queue's available items, highest priority first.
+Index("ix_work_items_pick", work_items.c.namespace, work_items.c.queue, work_items.c.state,
+      work_items.c.priority, work_items.c.available_at)
+# Expiry: held items by lease end.
+Index("ix_work_items_lease", work_items.c.lease_expires_at)
+
+# The workers seen claiming on a queue: when last, how many runs they hold
+# and how many they take at once (``slots``). Idle: seen within twice the
+# queue's heartbeat period and holding fewer than their slots.
+work_workers = Table(
+    "work_workers",
+    metadata,
+    Column("namespace", String(128), nullable=False),
+    Column("queue", String(64), nullable=False),
+    Column("worker_id", String(128), nullable=False),
+    Column("last_seen", UTCDateTime(), nullable=False),
+    Column("held", Integer, nullable=False, server_default=text("0")),
+    Column("slots", Integer, nullable=False, server_default=text("1")),
+    PrimaryKeyConstraint("namespace", "queue", "worker_id", name="pk_work_workers"),
+)
+Index("ix_work_workers_last_seen", work_workers.c.last_seen)

@@ -9,7 +9,8 @@ A container is named by the runtime (``container_id``) and carries labels;
 the agent labels each one with its own id, the run id and the attempt (the
 fence token), so that an agent that restarts finds its containers again with
 ``list`` and either reattaches (``wait``) or kills them. Its stdout and stderr
-are kept apart, each in a ring buffer of the last few KiB (``LogTail``).
+are kept apart, each in a ring buffer of the last few KiB (``LogTail`` of the
+pure core's ``cronman.logtail``: the bound the shipped ``cronman worker`` shares).
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ from typing import Protocol
 from cronman import host_policy
 from cronman.errors import CronmanError
 
-#: Bytes of stdout and of stderr kept for a run's ``logs_tail``.
-LOG_TAIL_BYTES = 4096
 #: How long a stopped container may take to exit after SIGTERM before SIGKILL.
 DEFAULT_STOP_GRACE = 2.0
 #: The exit code a container killed by SIGKILL reports (128 + 9).
@@ -127,31 +126,6 @@ class ContainerRuntime(Protocol):
         """The containers carrying all of ``labels``."""
 
     async def close(self) -> None: ...
-
-
-class LogTail:
-    """The last ``limit`` bytes written to a stream (a ring buffer)."""
-
-    __slots__ = ("limit", "_buf", "total")
-
-    def __init__(self, limit: int = LOG_TAIL_BYTES) -> None:
-        self.limit = limit
-        self._buf = bytearray()
-        self.total = 0
-
-    def write(self, data: bytes) -> None:
-        self.total += len(data)
-        if len(data) >= self.limit:
-            self._buf[:] = data[-self.limit:]
-            return
-        self._buf += data
-        extra = len(self._buf) - self.limit
-        if extra > 0:
-            del self._buf[:extra]
-
-    def text(self) -> str:
-        """The tail as text (a multi-byte character cut at the start is dropped)."""
-        return bytes(self._buf).decode("utf-8", errors="replace").lstrip("\ufffd")
 
 
 def parse_user(user: str | None) -> tuple[int, int]:

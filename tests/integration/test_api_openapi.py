@@ -78,8 +78,10 @@ def test_job_schema_refuses_unknown_keys(app):
 @pytest.fixture
 def fuzzed_app(store, database_url):
     """The API with auth on (CRONMAN_AUTH=required): the fuzzer sends a token,
-    and its ignored_auth check tries calls without one."""
-    return make_app(Settings(database_url=database_url, auth="required"), store=store)
+    and its ignored_auth check tries calls without one. Claims never wait
+    (CRONMAN_CLAIM_WAIT_MAX=0): a fuzzed claim answers at once."""
+    return make_app(Settings(database_url=database_url, auth="required", claim_wait_max=0),
+                    store=store)
 
 
 @pytest.fixture

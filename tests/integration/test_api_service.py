@@ -150,7 +150,7 @@ def test_cluster_without_a_coordinator(client, database_url):
         assert member is None
     else:
         assert member["member"] == f"{PG_HOST}:{PG_PORT}" and member["since"].endswith("Z")
-    assert body == {"replicas": 2, "nodes": [], "agents": []}
+    assert body == {"replicas": 2, "nodes": [], "agents": [], "queues": []}
 
 
 def test_cluster_from_the_coordinator(store, database_url):

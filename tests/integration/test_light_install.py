@@ -24,6 +24,7 @@ from cronman.signing import namespace_key, sign
 from tests.support.api import REPO, free_port
 from tests.support.processes import Processes
 from tests.support.repo_copy import repo_copy
+from tests.support.work_queue_server import work_queue_server
 
 pytestmark = pytest.mark.slow
 
@@ -62,6 +63,7 @@ def test_no_server_dependency_is_installed_or_imported(light):
         f"mods = {SERVER_MODULES!r}\n"
         "present = [m for m in mods if importlib.util.find_spec(m) is not None]\n"
         "import cronman, cronman.client, cronman.receiver, cronman.cli, cronman.apply.normalize\n"
+        "import cronman.client.worker, cronman.client.command, cronman.cli.worker\n"
         "loaded = sorted({m.split('.')[0] for m in sys.modules} & set(mods))\n"
         "print(json.dumps({'present': present, 'loaded': loaded, 'file': cronman.__file__}))\n")
     out = light_run(light, str(light / "python"), "-c", probe)
@@ -99,6 +101,26 @@ def test_the_python_client_example_runs_from_the_light_install(light, tmp_path):
     report = json.loads(out.stdout.splitlines()[-1])
     assert report["stale_update"] == "refused" and report["listed"] is True
     assert report["runs"] == [report["triggered"]]
+
+
+def test_the_worker_command_runs_commands_from_the_light_install(light, tmp_path):
+    """`cronman worker` of the light install against a server speaking the worker calls'
+    wire contract (the end-to-end tests run it on the real API)."""
+    with work_queue_server(token="t") as server:
+        item = server.enqueue({"light": True}, heartbeat_timeout=2.0)
+        full = {k: v for k, v in os.environ.items() if not k.startswith(("CRONMAN_", "PYTHON"))}
+        worker = subprocess.Popen(
+            [str(light / "cronman"), "worker", "--queue", "q", "--url", server.url,
+             "--token", "t", "--wait", "1", "--", "sh", "-c", "cat; echo; echo done >&2"],
+            env=full, cwd=light.parent.parent, stdout=subprocess.DEVNULL,
+            stderr=open(tmp_path / "worker.log", "wb"))  # noqa: SIM115
+        try:
+            server.wait_for(lambda: item.status == "succeeded", 60)
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            assert worker.wait(20) == 0
+    assert item.result["logs_tail"] == {"stdout": '{"light": true}\n', "stderr": "done\n"}
+    assert "started" in (tmp_path / "worker.log").read_text()
 
 
 def post(url: str, body: bytes, headers: dict[str, str]) -> int:

@@ -106,6 +106,11 @@ GOOD: dict[str, Any] = {
     "max_backoff": st.one_of(st.floats(-1, 10**5), st.integers(0, 10**5)),
     "policy": st.sampled_from(["fire_once", "fire_all", "skip"]),
     "grace": st.one_of(st.floats(-1, 10**6), st.integers(0, 10**6)),
+    "queue": st.sampled_from(["spark", "a.b-c_1"]),
+    "payload": st.one_of(st.none(), st.dictionaries(NAME, TEXT, max_size=3), TEXT),
+    "heartbeat_timeout": st.one_of(st.integers(0, 4000), st.just(60.0)),
+    "capacity": st.one_of(st.none(), st.fixed_dictionaries(
+        {"idle_workers": st.integers(0, 1001)}, optional={"wait": st.integers(0, 90000)})),
 }
 GOOD["queue_url"] = GOOD["endpoint_url"] = GOOD["url"]
 BAD: dict[str, Any] = {
@@ -121,6 +126,9 @@ BAD: dict[str, Any] = {
     "network": st.just("bridge"),
     "user": st.sampled_from(["bob", ""]),
     "policy": st.just("later"),
+    "queue": st.sampled_from(["a b", "", "x" * 65]),
+    "payload": st.just({"x": "y" * 70000}),
+    "capacity": st.just({"wait": 3}),
 }
 BAD["queue_url"] = BAD["endpoint_url"] = BAD["url"]
 

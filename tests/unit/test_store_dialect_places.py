@@ -13,7 +13,7 @@ STORE = Path(dialect.__file__).parent
 BRANCH = re.compile(r"dialect ==|dialect !=|dialect\.name|is_postgres|pg_insert|sqlite_insert")
 # The statements' homes (the batch modules) and the set-up (a backend picked once).
 BULK = {"change_seq", "job_bulk", "outbox_bulk", "run_bulk"}
-SETUP = {"__init__", "connect", "engine", "migrate", "tables"}
+SETUP = {"__init__", "connect", "engine", "migrate", "tables", "work_signals"}
 
 
 def branching_modules() -> set[str]:

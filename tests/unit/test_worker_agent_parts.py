@@ -11,7 +11,8 @@ import pytest
 from cronman.config import Settings, parse_labels
 from cronman.coordination.agents import AgentInfo, Capacity
 from cronman.coordination.agents_memory import InProcessAgentDirectory
-from cronman.worker_agent.runtime import ContainerSpec, LogTail, RuntimeError_, parse_user
+from cronman.logtail import LogTail
+from cronman.worker_agent.runtime import ContainerSpec, RuntimeError_, parse_user
 from cronman.worker_agent.runtimes.containerd_images import chain_ids
 from cronman.worker_agent.runtimes.oci_spec import build_spec
 

@@ -24,6 +24,7 @@ from cronman.api.openapi import (
     notifications,
     signing,
     tokens,
+    work,
     workflows,
 )
 from cronman.api.openapi.console import console_components, console_paths
@@ -192,23 +193,30 @@ def openapi_document() -> dict[str, Any]:
         },
         "servers": [{"url": "/"}],
         "x-semantic-rules": [*SEMANTIC_RULES, *workflows.SEMANTIC_RULES,
-                             *calendars.SEMANTIC_RULES],
+                             *calendars.SEMANTIC_RULES, *work.SEMANTIC_RULES],
         "security": [{"bearer": []}],
         "paths": {**console_paths(paths()), **audit.paths(),
                   **notifications.paths(), **tokens.paths(), **calendars.paths(),
                   **workflows.paths(), **signing.paths(),
-                  **host_policies.paths()},
+                  **host_policies.paths(), **work.paths()},
         "components": _with_schemas(console_components(components()),
                                     {**audit.schemas(), **notifications.schemas(),
                                      **tokens.schemas(), **calendars.schemas(),
                                      **workflows.schemas(),
                                      **signing.schemas(),
-                                     **host_policies.schemas()}),
+                                     **host_policies.schemas(), **work.schemas()}),
     }
 
 
 def _with_schemas(parts: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
     parts["schemas"].update(more)
+    schemas = parts["schemas"]
+    # A worker run carries its queue's item; the cluster its queues.
+    schemas["Run"]["properties"]["worker"] = work.run_worker()
+    schemas["Cluster"]["properties"]["queues"] = {
+        "anyOf": [{"type": "array", "items": ref("Queue")}, {"type": "null"}],
+        "description": "the work queues of the caller's namespaces (null: the database "
+                       "cannot be read)"}
     return parts
 
 

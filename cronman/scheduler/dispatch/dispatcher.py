@@ -53,7 +53,13 @@ from cronman.scheduler.record.writer import ResultWriter
 from cronman.scheduler.runtime.clock import ReferenceClock
 from cronman.scheduler.runtime.metrics import MinuteCounter, NodeMetrics
 from cronman.timeutil import from_ms
-from cronman.vocabulary import GATED_ORIGINS, MANUAL_ORIGINS, ConcurrencyPolicy, RunStatus
+from cronman.vocabulary import (
+    GATED_ORIGINS,
+    MANUAL_ORIGINS,
+    ConcurrencyPolicy,
+    RunStatus,
+    TargetKind,
+)
 
 log = logging.getLogger(__name__)
 
@@ -287,6 +293,9 @@ class Dispatcher:
             self._stop_local(prev)
             self._finish(prev, RunStatus.FAILED, error=reason)
         now = self.clock.now()
+        if verdict.replace_remote and ar.job.target.get("kind") == TargetKind.WORKER:
+            self._cancel_queued(verdict.replace_remote, reason)
+            return True
         for r in verdict.replace_remote:
             # The row becomes ours (as a sweeper's): the replaced run's node
             # can no longer overwrite this record with its own outcome.
@@ -295,6 +304,16 @@ class Dispatcher:
                                          finished_at=now, extra={"node_id": self.node_id}))
             self.metrics.runs_finished.labels(RunStatus.FAILED.value).inc()
         return True
+
+    def _cancel_queued(self, runs: tuple[Run, ...], reason: str) -> None:
+        """Runs of a worker target are their queue's: ask it to cancel them
+        (a held one stops at its worker's next heartbeat)."""
+        target = self.targets.get(TargetKind.WORKER)
+        cancel = getattr(target, "cancel", None)
+        if cancel is None:
+            return
+        done = cancel([r.id for r in runs], reason)
+        done.add_done_callback(_log_cancel_failure)
 
     # -- attempts ---------------------------------------------------------
 
@@ -329,7 +348,8 @@ class Dispatcher:
             answer = self.targets.route(Delivery(
                 job_id=job.id, run_id=ar.run_id, scheduled_for=ar.scheduled_for,
                 attempt=ar.attempt, target=job.target, namespace=job.namespace,
-                job_name=job.name, priority=job.priority, trace=carrier))
+                job_name=job.name, priority=job.priority, retry=job.retry,
+                delivery_mode=job.delivery, due_ms=ar.due_ms, trace=carrier))
         except Exception as exc:  # a target must not raise; if it does, the run still ends
             answer = Answered(_target_raised(ar, exc))
         ar.task = loop.create_task(self._attempt(ar, answer))
@@ -500,6 +520,11 @@ def _run_ids(gate: dict[str, Any] | None, key: str) -> list[str]:
     """The run ids a gate's entries name under ``key`` (``upstream``, ``depends_on``)."""
     entries = (gate or {}).get(key) or []
     return [str(e["run_id"]) for e in entries if isinstance(e, dict) and e.get("run_id")]
+
+
+def _log_cancel_failure(done: asyncio.Future[Any]) -> None:
+    if not done.cancelled() and done.exception() is not None:
+        log.warning("cancelling replaced worker runs failed: %s", done.exception())
 
 
 def _target_raised(ar: ActiveRun, exc: Exception) -> Outcome:

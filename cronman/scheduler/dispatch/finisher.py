@@ -68,6 +68,9 @@ class RunFinisher:
     def after_attempt(self, ar: ActiveRun, outcome: Outcome, *, accepting: bool) -> int | None:
         """Record how ``ar``'s attempt ended. Returns when (reference ms) its
         next attempt is due, or None when there is none to schedule here."""
+        if outcome.handed_off:
+            self.hand_off(ar)
+            return None
         now_ms = self._clock.now_ms()
         now = from_ms(now_ms)
         started = ar.attempt_started_ms
@@ -99,6 +102,16 @@ class RunFinisher:
                         duration_ms=duration, now=now)
             return None
         return self._wait_retry(ar, now, delay, outcome, duration, schedule=True)
+
+    def hand_off(self, ar: ActiveRun) -> None:
+        """The run went to a work queue, which writes its status from now
+        on: forget it here, without a write or a dead letter."""
+        if ar.done:
+            return
+        ar.done = True
+        self._forget(ar)
+        self._attempts_ok.inc()
+        self._metrics.runs_handed_off.inc()
 
     def _wait_retry(self, ar: ActiveRun, now: datetime, delay: float, outcome: Outcome,
                     duration: int | None, *, schedule: bool) -> int | None:

@@ -43,6 +43,12 @@ class NodeMetrics:
                               ("outcome",), registry=r)
         self.runs_finished = Tally("cronman_runs_finished", "Runs that reached a final status",
                                    ("status",), registry=r)
+        self.runs_handed_off = Tally("cronman_runs_handed_off",
+                                     "Runs of worker targets handed to their work queue",
+                                     registry=r)
+        self.work_lease_expiries = Tally(
+            "cronman_work_lease_expiries", "Work queue items ended or re-queued by the expiry "
+            "pass, by reason (lease, timeout, capacity, cancelled, deleted)", ("reason",), registry=r)
         self.lateness = Spread("cronman_fire_lateness_seconds",
                                "Start of a run's first attempt minus its due time (fires of "
                                "the schedule and of upstream jobs; manual runs -- trigger, "

@@ -34,9 +34,9 @@ from urllib.parse import quote
 from google.protobuf import any_pb2, empty_pb2
 from grpc import aio
 
+from cronman.logtail import LOG_TAIL_BYTES
 from cronman.worker_agent.runtime import (
     DEFAULT_STOP_GRACE,
-    LOG_TAIL_BYTES,
     ContainerExit,
     ContainerInfo,
     ContainerSpec,

@@ -18,7 +18,7 @@ import shutil
 import stat
 from pathlib import Path
 
-from cronman.worker_agent.runtime import LogTail
+from cronman.logtail import LogTail
 
 READ_CHUNK = 65536
 #: How long ``finish`` waits for the shim to close its end after the exit.

@@ -40,9 +40,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from cronman.logtail import LOG_TAIL_BYTES
 from cronman.worker_agent.runtime import (
     DEFAULT_STOP_GRACE,
-    LOG_TAIL_BYTES,
     ContainerExit,
     ContainerInfo,
     ContainerNotFound,

@@ -1,0 +1,204 @@
+"""The worker calls and the queues (SPEC §5): ``POST /v1/queues/{queue}/claim``,
+``POST /v1/runs/{id}/heartbeat``, ``/complete``, ``/cancel``, ``GET /v1/queues``.
+
+A claim takes the queue's next run at once or waits for one (the
+long-poll): up to its ``wait``, bounded by ``CRONMAN_CLAIM_WAIT_MAX``, and
+only while this process holds fewer than ``CRONMAN_API_LONG_POLLS`` of them
+(beyond that a claim answers at once: long-polls never take every thread
+of the API). The store wakes it when work comes (``wait_for_work``).
+Heartbeats and reports go by the claim's lease token: a stale one is a 409
+``stale_lease`` and changes nothing. Every call needs a token covering the
+queue's (or the run's) namespace, as every ``/v1`` call.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from typing import Any
+
+from flask import Blueprint, Flask, Response, current_app, request
+
+from cronman.api import validation as v
+from cronman.api.common import ApiView, json_response, principal, read_json
+from cronman.api.context import api_context
+from cronman.api.jobs import LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX
+from cronman.api.metrics import METRICS_KEY, ApiMetrics
+from cronman.api.names import ID_RE
+from cronman.api.runs import load_run, work_items
+from cronman.api.serialize import queue_json, run_json
+from cronman.api.work_fields import CANCEL, CLAIM, COMPLETE, HEARTBEAT, QUEUE
+from cronman.errors import Conflict, ValidationError
+from cronman.models import Run
+from cronman.store.base import Store
+from cronman.store.work_records import Claim, WorkItem
+from cronman.timeutil import format_rfc3339, utcnow
+from cronman.vocabulary import TargetKind
+
+bp = Blueprint("work", __name__, url_prefix="/v1")
+
+LONG_POLLS_KEY = "cronman.long_polls"
+QUEUE_CURSOR_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}/[A-Za-z0-9._-]{1,64}"
+_long_polls_lock = threading.Lock()
+
+
+def _check(spec: Any, value: Any) -> dict[str, Any]:
+    out: dict[str, Any] = spec.check(value)
+    return out
+
+
+def _store() -> Store:
+    return api_context().store
+
+
+def _long_polls(app: Flask) -> threading.BoundedSemaphore | None:
+    """This process's room for long-polls (``CRONMAN_API_LONG_POLLS``; None: none)."""
+    if LONG_POLLS_KEY not in app.extensions:
+        with _long_polls_lock:
+            if LONG_POLLS_KEY not in app.extensions:
+                room = api_context(app).settings.api_long_polls
+                app.extensions[LONG_POLLS_KEY] = (
+                    threading.BoundedSemaphore(room) if room > 0 else None)
+    polls: threading.BoundedSemaphore | None = app.extensions[LONG_POLLS_KEY]
+    return polls
+
+
+def claim_json(claim: Claim) -> dict[str, Any]:
+    item = claim.item
+    return {"run": run_json(claim.run, item), "payload": item.payload, "attempt": item.attempt,
+            "lease_token": claim.lease_token, "heartbeat_timeout": item.heartbeat_timeout,
+            "timeout": item.timeout, "deadline_at": format_rfc3339(item.deadline_at)}
+
+
+def _queue_name(queue: str) -> str:
+    try:
+        name: str = QUEUE.check(queue)
+    except ValidationError as exc:
+        raise ValidationError(exc.message, field="queue") from None
+    return name
+
+
+class QueueClaim(ApiView):
+    def post(self, queue: str) -> Response:
+        queue = _queue_name(queue)
+        body = _check(CLAIM, read_json())
+        namespace = body["namespace"]
+        principal().require(namespace, field="namespace")
+        settings = api_context().settings
+        wait = max(0.0, min(float(body["wait"]), settings.claim_wait_max))
+        work = _store().work
+        worker, slots = body["worker_id"], body["slots"]
+
+        def take(first: bool = False) -> Claim | None:
+            return work.claim(namespace, queue, worker, slots=slots, now=utcnow(), seen=first)
+
+        seen = work.wait_for_work(namespace, queue, 0)
+        claim = take(first=True)
+        if claim is None and wait > 0:
+            polls = _long_polls(current_app)
+            if polls is not None and polls.acquire(blocking=False):
+                try:
+                    deadline = time.monotonic() + wait
+                    while claim is None and (left := deadline - time.monotonic()) > 0:
+                        seen = work.wait_for_work(namespace, queue, left, seen)
+                        claim = take()
+                finally:
+                    polls.release()
+        if claim is None:
+            return current_app.response_class(status=204)
+        metrics: ApiMetrics = current_app.extensions[METRICS_KEY]
+        metrics.claimed(namespace, queue, max(0.0, (
+            (claim.item.claimed_at or utcnow()) - claim.item.available_at).total_seconds()))
+        return json_response(claim_json(claim))
+
+
+def _authorise(store: Store, run_id: str) -> None:
+    """The caller may act on the run: its queue's namespace (a key lookup), or,
+    for a run with no queue, its job's (``load_run``: 404 for no such run)."""
+    namespace = store.work.namespace_of(run_id) if ID_RE.match(run_id) else None
+    if namespace is None:
+        load_run(run_id)
+    else:
+        principal().require(namespace)
+
+
+class RunHeartbeat(ApiView):
+    def post(self, run_id: str) -> Response:
+        _authorise(_store(), run_id)
+        body = _check(HEARTBEAT, read_json())
+        ack = _store().work.heartbeat(run_id, body["lease_token"], progress=body["progress"],
+                                      percent=body["percent"], now=utcnow())
+        return json_response({"cancel_requested": ack.cancel_requested,
+                              "lease_expires_at": format_rfc3339(ack.lease_expires_at)})
+
+
+class RunComplete(ApiView):
+    def post(self, run_id: str) -> Response:
+        store = _store()
+        _authorise(store, run_id)
+        body = _check(COMPLETE, read_json())
+        run = store.work.complete(run_id, body["lease_token"], status=body["status"],
+                                  result=body["result"], error=body["error"], now=utcnow())
+        return json_response(run_json(run, _item_of(store, run)))
+
+
+class RunCancel(ApiView):
+    def post(self, run_id: str) -> Response:
+        run, job = load_run(run_id)
+        raw = read_json(required=False)
+        body = _check(CANCEL, {} if raw is None else raw)
+        if run.status in ("succeeded", "failed", "skipped", "lost"):
+            raise Conflict(f"the run already ended ({run.status})")
+        store = _store()
+        item = store.work.cancel(run_id, body["reason"], now=utcnow())
+        if item is None:
+            kind = str((job.target if job is not None else {}).get("kind", "unknown"))
+            if kind == TargetKind.WORKER:
+                raise Conflict("the run is not with its queue yet (being handed over): "
+                               "try again")
+            raise Conflict(f"cannot cancel a {kind} run")
+        after = store.runs.get_run(run_id) or run
+        return json_response(run_json(after, _item_of(store, after)), 202)
+
+
+def _item_of(store: Store, run: Run) -> WorkItem | None:
+    return work_items(store, [run]).get(run.id)
+
+
+class Queues(ApiView):
+    query_params = {"get": ("namespace", "limit", "cursor")}
+
+    def get(self) -> Response:
+        args = request.args
+        namespace = args.get("namespace")
+        namespaces: tuple[str, ...] | None
+        if namespace is not None:
+            v.check_namespace(namespace)
+            principal().require(namespace, field="namespace")
+            namespaces = (namespace,)
+        else:
+            namespaces = principal().restriction()
+        limit = v.parse_int_param(args.get("limit"), "limit", default=LIST_LIMIT_DEFAULT,
+                                  lo=1, hi=LIST_LIMIT_MAX)
+        after = _decode_cursor(args.get("cursor") or None)
+        found = _store().work.queues(namespaces, now=utcnow(), limit=limit, after=after)
+        nxt = f"{found[-1].namespace}/{found[-1].queue}" if len(found) == limit else None
+        return json_response({"items": [queue_json(q) for q in found], "next_cursor": nxt})
+
+
+def _decode_cursor(cursor: str | None) -> tuple[str, str] | None:
+    if cursor is None:
+        return None
+    if not re.fullmatch(QUEUE_CURSOR_PATTERN, cursor):
+        raise ValidationError("invalid cursor: pass back the next_cursor of the previous page",
+                              field="cursor")
+    namespace, _, queue = cursor.partition("/")
+    return namespace, queue
+
+
+bp.add_url_rule("/queues", view_func=Queues.as_view("queues"))
+bp.add_url_rule("/queues/<queue>/claim", view_func=QueueClaim.as_view("claim"))
+bp.add_url_rule("/runs/<id:run_id>/heartbeat", view_func=RunHeartbeat.as_view("heartbeat"))
+bp.add_url_rule("/runs/<id:run_id>/complete", view_func=RunComplete.as_view("complete"))
+bp.add_url_rule("/runs/<id:run_id>/cancel", view_func=RunCancel.as_view("cancel"))
