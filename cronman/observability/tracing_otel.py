@@ -25,6 +25,7 @@ _FORCED: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar
 _PROPAGATOR = TraceContextTextMapPropagator()
 Carrier = tuple[tuple[str, str], ...]  # as tracing.Carrier (that module imports this one)
 _FAILED = ("failed", "lost")
+_FINAL = ("succeeded", "failed", "lost", "skipped")
 # Runs whose final row is not written yet (their span ends with the write).
 MAX_AWAITING_WRITE = 100_000
 
@@ -107,6 +108,10 @@ class OtelRunTrace:
     def ended(self, status: str) -> None:
         self._status = status
         self._run.set_attribute("cronman.run.status", status)
+        if status not in _FINAL:  # handed to a work queue (a worker target): no write here
+            self._run.set_attribute("cronman.run.handed_off", True)
+            self._run.end()
+            return
         if status in _FAILED:
             self._run.set_status(Status(StatusCode.ERROR, status))
         waiting = self._owner.awaiting_write

@@ -69,3 +69,17 @@ def test_rows_never_written_do_not_pile_up(traced, monkeypatch):
     traces.shutdown()
     assert names(otlp, "w0") == ["cronman.run"]  # ended without its write
     assert names(otlp, "w1") == []
+
+
+def test_a_run_handed_to_a_work_queue_ends_at_the_hand_off(traced):
+    traces, otlp = traced
+    run = begin(traces, "q1")
+    run.attempt_started(1, "worker", 3)
+    run.ended("running")  # the finisher forgets it: its queue writes from now on
+    run.attempt_ended("running", None)
+    assert "q1" not in traces.awaiting_write
+    traces.shutdown()
+    spans = otlp.trace(format(trace_id_of("q1"), "032x"))
+    assert sorted(s.name for s in spans) == ["cronman.attempt", "cronman.run"]
+    assert next(s for s in spans if s.name == "cronman.run").attributes[
+        "cronman.run.handed_off"] is True
