@@ -150,6 +150,14 @@ class Coordinator(Protocol):
         row's fence (nobody claimed it -- or Redis lost its lock, which only
         the row can tell). Raises ``CoordinatorUnavailable``."""
 
+    def fires_started(self, keys: Sequence[tuple[str, int]]) -> list[bool | None]:
+        """Whether each fire's lock says it was started (by anyone), read in
+        one round trip per shard: True (started), False (claimed, never
+        started), None (no lock: never taken, expired, lost by a Redis
+        restart -- or its shard was unreachable). For the lease sweeper,
+        whose run row may not show an attempt its dead node sent. Raises
+        ``CoordinatorUnavailable`` when no shard answered."""
+
     def pulse(self, node_id: str, payload: str, ttl_ms: int,
               peers: Sequence[str]) -> PulseReading:
         """Write this node's pulse (stamped with the coordinator's clock, kept

@@ -284,6 +284,14 @@ class InProcessCoordinator:
             self._counters["takeovers"] += out.count(TAKEN)
         return out
 
+    def fires_started(self, keys: Sequence[tuple[str, int]]) -> list[bool | None]:
+        self._check()
+        table = self._table
+        with table.lock:
+            table.purge_locks(table.clock())
+            held = [table.locks.get((job_id, int(fire_ms))) for job_id, fire_ms in keys]
+        return [None if h is None else h[2] for h in held]
+
     async def astart_fires(self, keys: Sequence[tuple[str, int]], ttl_ms: int, *,
                            due_ms: Sequence[int] | None = None,
                            early_ms: int | None = None) -> list[int]:
