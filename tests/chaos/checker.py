@@ -164,6 +164,9 @@ class Result:
     lost_writes: list[str]
     faults: list[Fault]
     window: tuple[int, int]
+    # The steady state's median lateness measured apart (a window full of
+    # faults has no fire away from them); None: the median of those away.
+    baseline_ms: int | None = None
 
     @property
     def violations(self) -> list[Verdict]:
@@ -183,6 +186,8 @@ class Result:
         return out
 
     def steady_median_ms(self) -> int:
+        if self.baseline_ms is not None:
+            return self.baseline_ms
         late = sorted(v.lateness_ms for v in self.verdicts
                       if v.lateness_ms is not None and not v.faults)
         return late[len(late) // 2] if late else 0
@@ -223,13 +228,15 @@ class Result:
 def check(owed: Iterable[tuple[str, int]], arrivals: Iterable[Arrival],
           rows: Iterable[RunRow], faults: Sequence[Fault], window: tuple[int, int],
           bounds: Bounds, *, writes: Sequence[Write] = (),
-          jobs_now: Mapping[str, int] | None = None) -> Result:
+          jobs_now: Mapping[str, int] | None = None,
+          baseline_ms: int | None = None) -> Result:
     """Decide every owed (job id, fire ms) of ``window`` ([start, end) wall ms).
 
     Arrivals of fires due outside the window are not judged (the warm-up's,
     the drain's); arrivals inside it that no schedule owed are returned as
     ``unexpected``. ``jobs_now``: job id -> version as the store holds them
-    now, for ``check_writes`` (None: writes are not checked)."""
+    now, for ``check_writes`` (None: writes are not checked). ``baseline_ms``:
+    the steady median lateness that extra lateness is measured from."""
     start, end = window
     got: dict[tuple[str, int], list[Arrival]] = defaultdict(list)
     for a in arrivals:
@@ -247,7 +254,7 @@ def check(owed: Iterable[tuple[str, int]], arrivals: Iterable[Arrival],
                                bounds))
     unexpected = [a for key, seen in got.items() if key not in owed_keys for a in seen]
     lost = [] if jobs_now is None else check_writes(writes, jobs_now)
-    return Result(verdicts, unexpected, lost, list(faults), window)
+    return Result(verdicts, unexpected, lost, list(faults), window, baseline_ms)
 
 
 def _judge(job_id: str, fire_ms: int, seen: list[Arrival], row: RunRow | None,

@@ -118,6 +118,8 @@ def test_counts_table_and_extra_lateness_per_kind():
     assert result.steady_median_ms() == 10
     assert result.extra_lateness("pause") == (3000, 3000)
     assert result.extra_lateness(STEADY) == (0, 0)
+    apart = check(owed, arrivals, rows, [pause], WINDOW, BOUNDS, baseline_ms=4)
+    assert apart.steady_median_ms() == 4 and apart.extra_lateness("pause") == (3006, 3006)
     table = result.table()
     assert table.splitlines()[0].split()[:3] == ["kind", "faults", "owed"]
     assert [ln.split()[:3] for ln in table.splitlines()[1:4]] == [
