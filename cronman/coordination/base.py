@@ -132,9 +132,11 @@ class Coordinator(Protocol):
         n ms from now by the coordinator's clock, more than ``early_ms`` away:
         nothing is marked, the caller waits and asks again. A lock that is
         gone (expired, Redis restarted) or held unstarted by another instance
-        answers 1 (the run row already made the caller the fire's owner) and
-        is marked as the caller's. A started lock expires ``ttl_ms`` after
-        its start. Raises ``CoordinatorUnavailable``."""
+        is marked as the caller's and answers 2: the lock cannot vouch for
+        the caller, the run row must (a replica may have taken the fire over
+        while the caller stalled, and that started lock expired since). A
+        started lock expires ``ttl_ms`` after its start. Raises
+        ``CoordinatorUnavailable``."""
 
     def take_over_fires(self, keys: Sequence[tuple[str, int]], ttl_ms: int, *,
                         alive: Collection[str] = (), report_absent: bool = False) -> list[int]:
@@ -149,14 +151,6 @@ class Coordinator(Protocol):
         written: a second owner that watched it may claim it through the run
         row's fence (nobody claimed it -- or Redis lost its lock, which only
         the row can tell). Raises ``CoordinatorUnavailable``."""
-
-    def fires_started(self, keys: Sequence[tuple[str, int]]) -> list[bool | None]:
-        """Whether each fire's lock says it was started (by anyone), read in
-        one round trip per shard: True (started), False (claimed, never
-        started), None (no lock: never taken, expired, lost by a Redis
-        restart -- or its shard was unreachable). For the lease sweeper,
-        whose run row may not show an attempt its dead node sent. Raises
-        ``CoordinatorUnavailable`` when no shard answered."""
 
     def pulse(self, node_id: str, payload: str, ttl_ms: int,
               peers: Sequence[str]) -> PulseReading:

@@ -256,8 +256,9 @@ class InProcessCoordinator:
                 elif early_ms is not None and early > early_ms:
                     out.append(-early)
                 else:  # a started lock lives ``ttl_ms`` from its start
+                    own = live and held is not None and held[0] == self._holder
                     table.set_lock(key, self._holder, now + ttl_ms / 1000.0, True)
-                    out.append(1)
+                    out.append(1 if own else 2)  # 2: gone or another's claim
             self._counters["start_batches"] += 1
         return out
 
@@ -283,14 +284,6 @@ class InProcessCoordinator:
                     out.append(TAKEN)
             self._counters["takeovers"] += out.count(TAKEN)
         return out
-
-    def fires_started(self, keys: Sequence[tuple[str, int]]) -> list[bool | None]:
-        self._check()
-        table = self._table
-        with table.lock:
-            table.purge_locks(table.clock())
-            held = [table.locks.get((job_id, int(fire_ms))) for job_id, fire_ms in keys]
-        return [None if h is None else h[2] for h in held]
 
     async def astart_fires(self, keys: Sequence[tuple[str, int]], ttl_ms: int, *,
                            due_ms: Sequence[int] | None = None,

@@ -157,9 +157,6 @@ class RedisCoordinator:
         return self._locks.take_over_fires(keys, ttl_ms, alive=alive,
                                            report_absent=report_absent)
 
-    def fires_started(self, keys: Sequence[tuple[str, int]]) -> list[bool | None]:
-        return self._locks.fires_started(keys)
-
     # -- outcome marks ---------------------------------------------------
 
     def mark_outcomes(self, marks: Sequence[tuple[str, int, str]], ttl_ms: int) -> None:

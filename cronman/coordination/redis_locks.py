@@ -79,18 +79,6 @@ class FireLocks:
         self._shards.count(takeovers=taken.count(TAKEN))
         return taken
 
-    def fires_started(self, keys: Sequence[tuple[str, int]]) -> list[bool | None]:
-        if not keys:
-            return []
-        lock = self._keys.lock
-        names = [lock(job_id, fire_ms) for job_id, fire_ms in keys]
-
-        def call(shard: Shard, members: list[int]) -> list[Any]:
-            return list(shard.client.mget([names[i] for i in members]))
-
-        values, _ = self._shards.on_shards(names, call, "the fire lock reads")
-        return [None if v is None else v.startswith("!") for v in values]
-
     def _lock_replies(self, script_name: str, keys: Sequence[tuple[str, int]],
                       args: list[Any], what: str,
                       per_key: Sequence[Any] | None = None) -> tuple[list[Any], int]:

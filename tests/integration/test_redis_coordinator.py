@@ -183,33 +183,6 @@ def test_a_started_or_taken_over_lock_lives_its_ttl_from_then(make, raw, setting
     assert a.start_fires([("j", 21)], 60_000) == [0]  # b has it now
 
 
-def test_fires_started_reads_each_lock_in_one_call(make, raw, settings):
-    a, b = make("a"), make("b")
-    p = settings.redis_key_prefix
-    assert a.claim_fires([("j", 30), ("j", 31), ("j", 32)], 60_000) == [1, 1, 1]
-    assert a.start_fires([("j", 30)], 60_000) == [1]
-    assert b.take_over_fires([("j", 31)], 60_000) == [TAKEN]
-    keys = [("j", 30), ("j", 31), ("j", 32), ("j", 33)]
-    # Started by its holder, taken over (started by the taker), claimed and
-    # never started, no lock at all: read by anyone, the locks unchanged.
-    assert b.fires_started(keys) == [True, True, False, None]
-    assert raw.get(f"{p}:lock:j:32") == a._locks._holder
-    assert a.fires_started([]) == []
-    many = [(f"job-{i}", 7) for i in range(CLAIM_CHUNK + 5)]
-    a.claim_fires(many[::2], 60_000)
-    assert b.fires_started(many) == [False if i % 2 == 0 else None for i in range(len(many))]
-
-
-def test_fires_started_without_redis_raises(settings):
-    dead_url = f"redis://127.0.0.1:{free_port()}/0"
-    dead = RedisCoordinator(settings.with_(redis_url=dead_url))
-    try:
-        with pytest.raises(CoordinatorUnavailable):
-            dead.fires_started([("j", 1)])
-    finally:
-        dead.close()
-
-
 def test_lock_expires(make, raw, settings):
     # The TTL is long enough that a busy machine cannot let it lapse between
     # two calls; the wait polls for the key's expiry rather than guessing it.

@@ -110,20 +110,6 @@ def test_locks_expire_by_the_clock(coord, clock):
     assert coord.stats()["locks_held"] == 1  # expired locks are purged
 
 
-def test_fires_started_tells_started_claimed_and_absent_locks(coord, clock):
-    other = coord.handle()
-    assert coord.claim_fires([("j", 1), ("j", 2), ("j", 3)], 2000) == [True] * 3
-    assert coord.start_fires([("j", 1)], 5000) == [1]
-    assert other.take_over_fires([("j", 2)], 5000) == [1]
-    keys = [("j", 1), ("j", 2), ("j", 3), ("j", 4)]
-    assert other.fires_started(keys) == [True, True, False, None]
-    clock.advance(2.0)  # the unstarted claim expires; started locks live on
-    assert coord.fires_started(keys) == [True, True, None, None]
-    other.set_available(False)
-    with pytest.raises(CoordinatorUnavailable):
-        other.fires_started(keys)
-
-
 def test_distinct_fire_times_are_distinct_locks(coord):
     other = coord.handle()
     assert coord.claim_fires([("j", 1000)], 1000) == [True]

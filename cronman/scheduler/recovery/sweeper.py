@@ -11,14 +11,12 @@ sent again; one whose last attempt failed and waits for a retry gets the
 next attempt after that one. Without the coordinator the sweeper acts on the
 rows alone (receivers dedupe on the run id).
 
-A row that shows no attempt yet (``attempt`` 0: claimed, or requested) may
-still have had its first attempt sent: the node marks a fire started in the
-coordinator and sends it before its writer flushes the start. The sweeper
-asks the coordinator whether such fires were marked started (one call per
-batch) and numbers the attempt it sends after that one; when the lock is
-gone or the coordinator cannot say, it counts the first attempt as sent: a
-skipped attempt number is harmless, a repeated one tells the receiver a
-retry is the first try.
+A row that shows no attempt yet (``attempt`` 0: a run the API requested --
+trigger, backfill, an upstream's success) may still have had its first
+attempt sent: its node sends it before its writer flushes the start. Such a
+run is sent as attempt 2: a skipped attempt number is harmless, a repeated
+one tells the receiver a re-delivery is the first try. (A fire of the
+schedule is claimed as attempt 1 already.)
 """
 
 from __future__ import annotations
@@ -103,12 +101,12 @@ class Sweeper:
         now = self._clock.now()
         until = now + timedelta(seconds=self._lease_seconds)
         spare = [m for m in self._membership.members if m != self.node_id]
-        runs, marks, sent = await self._pool(self._take_expired, now, until, spare)
+        runs, marks = await self._pool(self._take_expired, now, until, spare)
         jobs = await self._jobs.jobs_of([r.job_id for r in runs]) if runs else {}
         recorded = 0
         for run in runs:
-            if run.id in sent:
-                run.attempt = 1  # its first attempt went out (or may have)
+            # Its first attempt may have gone out before the row said so.
+            run.attempt = max(run.attempt, 1)
             recorded += self._recover(run, jobs.get(run.job_id), marks.get(run.id))
         if recorded:
             log.info("recorded the outcome of %d runs whose node stopped before writing it "
@@ -116,7 +114,7 @@ class Sweeper:
         return len(runs) >= TAKE_LIMIT
 
     def _take_expired(self, now: datetime, until: datetime, spare: list[str]
-                      ) -> tuple[list[Run], dict[str, OutcomeMark], set[str]]:
+                      ) -> tuple[list[Run], dict[str, OutcomeMark]]:
         # Runs of nodes in the membership are spared: a live node writes its
         # runs' outcomes itself, late after a database outage that outlasted
         # their leases (taking them over would send them again). Only once it
@@ -131,28 +129,7 @@ class Sweeper:
             spare_before = now - timedelta(seconds=grace)
         runs = self._runs.take_expired_runs(self.node_id, now, until, TAKE_LIMIT,
                                             spare=spare, spare_before=spare_before)
-        return runs, self._marks_for(runs), self._first_attempts_sent(runs)
-
-    def _first_attempts_sent(self, runs: list[Run]) -> set[str]:
-        """The ids of ``runs`` whose row shows no attempt but whose first one
-        went out, or may have: started in the row (the coordinator was down
-        at its start), or its fire's lock marked started, gone, or unreadable."""
-        unnumbered = [r for r in runs if r.attempt == 0]
-        sent = {r.id for r in unnumbered
-                if r.started_at is not None or r.status != RunStatus.CLAIMED}
-        ask = [r for r in unnumbered if r.id not in sent]
-        if not ask:
-            return sent
-        try:
-            started = self._coordinator.fires_started(
-                [(r.job_id, to_ms(r.scheduled_for)) for r in ask])
-        except CoordinatorUnavailable as exc:
-            self._metrics.coordinator_errors.labels("fires_started").inc()
-            self._ratelog.warning("starts", "cannot read fire locks (coordinator unreachable): "
-                                  "expired unstarted runs count their first attempt as sent: "
-                                  "%s", exc)
-            return sent | {r.id for r in ask}
-        return sent | {r.id for r, s in zip(ask, started, strict=True) if s is not False}
+        return runs, self._marks_for(runs)
 
     def _marks_for(self, runs: list[Run]) -> dict[str, OutcomeMark]:
         """The outcome marks of ``runs`` that tell of their current attempt
