@@ -50,6 +50,7 @@ class Workload:
     end_ms: int | None = None
     name: str = "bench"  # job names are "<name>-<i>": unique per group in a namespace
     grace_s: int | None = None  # misfire grace (None: the job default)
+    delivery: str | None = None  # cronman's delivery mode (None: at_least_once)
 
     def __post_init__(self) -> None:
         if self.count < 1:
@@ -242,6 +243,8 @@ def cronman_definition(w: Jobs, i: int, url: str, run_label: str) -> dict[str, A
     }
     if misfire:
         spec["misfire"] = misfire
+    if g.delivery:
+        spec["delivery"] = g.delivery
     if g.priority:
         spec["priority"] = g.priority
     if g.start_ms is not None:

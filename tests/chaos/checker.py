@@ -8,7 +8,8 @@ owed fire one outcome:
 
 - ``once``: delivered once;
 - ``same_run``: delivered more than once, every time with the same run id
-  and a new attempt number (allowed: receivers dedupe on the run id);
+  and a new attempt number (allowed: receivers dedupe on the run id; for
+  an ``at_most_once`` job a violation);
 - ``different_runs``: delivered with two run ids (a violation);
 - ``repeated_attempt``: one run id delivered twice with the same attempt
   number (a violation: two nodes sent it, or a re-delivery claimed to be
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -49,7 +50,9 @@ OUTCOMES = (ONCE, SAME_RUN, DIFFERENT_RUNS, REPEATED_ATTEMPT, DOCUMENTED_LOSS, M
 # Flags a delivered fire may carry besides its outcome.
 EARLY = "early"
 LATE = "late"
-VIOLATIONS = frozenset({DIFFERENT_RUNS, REPEATED_ATTEMPT, MISSED, EARLY, LATE})
+AT_MOST_ONCE_TWICE = "at_most_once_twice"  # flag: an at_most_once job's fire sent again
+VIOLATIONS = frozenset({DIFFERENT_RUNS, REPEATED_ATTEMPT, MISSED, EARLY, LATE,
+                        AT_MOST_ONCE_TWICE})
 # Statuses a run row may end in without being delivered, when it says why.
 LOSS_STATUSES = frozenset({"lost", "failed", "skipped"})
 STEADY = "steady"  # the fault kind of fires away from every fault
@@ -177,7 +180,7 @@ class Result:
 
     def counts(self, kind: str | None = None) -> dict[str, int]:
         """Outcomes and flags of the fires near a fault of ``kind`` (all: None)."""
-        out = dict.fromkeys((*OUTCOMES, EARLY, LATE), 0)
+        out = dict.fromkeys((*OUTCOMES, EARLY, LATE, AT_MOST_ONCE_TWICE), 0)
         for v in self.verdicts:
             if kind is None or kind in v.kinds:
                 out[v.outcome] += 1
@@ -206,14 +209,15 @@ class Result:
         """Per fault kind: faults applied, fires owed near them, each outcome,
         extra lateness p99/max (ms)."""
         kinds = sorted({f.kind for f in self.faults})
-        head = ["kind", "faults", "owed", *OUTCOMES, EARLY, LATE, "extra p99", "extra max"]
+        flags = (EARLY, LATE, AT_MOST_ONCE_TWICE)
+        head = ["kind", "faults", "owed", *OUTCOMES, *flags, "extra p99", "extra max"]
         rows = [head]
         for kind in [*kinds, STEADY, "all"]:
             c = self.counts(None if kind == "all" else kind)
             p99, top = self.extra_lateness(kind) if kind != "all" else (None, None)
             n = sum(1 for f in self.faults if f.kind == kind) if kind in kinds else "-"
             rows.append([kind, str(n), str(sum(c[o] for o in OUTCOMES)),
-                         *(str(c[o]) for o in (*OUTCOMES, EARLY, LATE)),
+                         *(str(c[o]) for o in (*OUTCOMES, *flags)),
                          "-" if p99 is None else str(p99), "-" if top is None else str(top)])
         widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
         lines = ["  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True))
@@ -229,14 +233,16 @@ def check(owed: Iterable[tuple[str, int]], arrivals: Iterable[Arrival],
           rows: Iterable[RunRow], faults: Sequence[Fault], window: tuple[int, int],
           bounds: Bounds, *, writes: Sequence[Write] = (),
           jobs_now: Mapping[str, int] | None = None,
-          baseline_ms: int | None = None) -> Result:
+          baseline_ms: int | None = None,
+          at_most_once: Collection[str] = ()) -> Result:
     """Decide every owed (job id, fire ms) of ``window`` ([start, end) wall ms).
 
     Arrivals of fires due outside the window are not judged (the warm-up's,
     the drain's); arrivals inside it that no schedule owed are returned as
     ``unexpected``. ``jobs_now``: job id -> version as the store holds them
     now, for ``check_writes`` (None: writes are not checked). ``baseline_ms``:
-    the steady median lateness that extra lateness is measured from."""
+    the steady median lateness that extra lateness is measured from.
+    ``at_most_once``: the ids of jobs whose fires may never arrive twice."""
     start, end = window
     got: dict[tuple[str, int], list[Arrival]] = defaultdict(list)
     for a in arrivals:
@@ -251,14 +257,14 @@ def check(owed: Iterable[tuple[str, int]], arrivals: Iterable[Arrival],
         owed_keys.add(key)
         near = [f for lo, hi, f in spans if lo <= fire_ms < hi]
         verdicts.append(_judge(job_id, fire_ms, got.get(key, []), by_fire.get(key), near,
-                               bounds))
+                               bounds, job_id in at_most_once))
     unexpected = [a for key, seen in got.items() if key not in owed_keys for a in seen]
     lost = [] if jobs_now is None else check_writes(writes, jobs_now)
     return Result(verdicts, unexpected, lost, list(faults), window, baseline_ms)
 
 
 def _judge(job_id: str, fire_ms: int, seen: list[Arrival], row: RunRow | None,
-           near: list[Fault], bounds: Bounds) -> Verdict:
+           near: list[Fault], bounds: Bounds, at_most_once: bool = False) -> Verdict:
     v = Verdict(job_id, fire_ms, MISSED, row=row, faults=near,
                 bound_ms=bounds.late_bound(near), arrivals=sorted(seen,
                                                                   key=lambda a: a.arrived_ms))
@@ -281,6 +287,8 @@ def _judge(job_id: str, fire_ms: int, seen: list[Arrival], row: RunRow | None,
         flags.append(EARLY)
     if v.lateness_ms > v.bound_ms:
         flags.append(LATE)
+    if at_most_once and len(seen) > 1:
+        flags.append(AT_MOST_ONCE_TWICE)
     v.flags = tuple(flags)
     return v
 

@@ -70,6 +70,9 @@ class ChaosConfig:
     steady_every_s: int = 4
     herd_jobs: int = 300
     herd_every_s: int = 10
+    # at_most_once jobs: a kill records their runs lost instead of sending again
+    at_most_once_jobs: int = 100
+    at_most_once_every_s: int = 5
     kinds: tuple[str, ...] = KINDS
     warmup_s: float = 5.0
     settle_s: float = 15.0
@@ -78,7 +81,8 @@ class ChaosConfig:
 
     @property
     def rate(self) -> float:
-        return self.steady_jobs / self.steady_every_s + self.herd_jobs / self.herd_every_s
+        return (self.steady_jobs / self.steady_every_s + self.herd_jobs / self.herd_every_s
+                + self.at_most_once_jobs / self.at_most_once_every_s)
 
 
 @dataclass
@@ -104,7 +108,8 @@ class ChaosOutcome:
     def report(self, limit: int = 10) -> str:
         head = [f"seed {self.config.seed}, window {self.config.window_s:.0f} s, "
                 f"{self.config.nodes} nodes, {self.config.rate:.0f} fires/s "
-                f"(herd of {self.config.herd_jobs} every {self.config.herd_every_s} s), "
+                f"(herd of {self.config.herd_jobs} every {self.config.herd_every_s} s, "
+                f"{self.config.at_most_once_jobs} at_most_once jobs), "
                 f"API writes answered 2xx {self.writes} (refused or unanswered "
                 f"{self.write_failures})", *self.lines]
         if self.errors:
@@ -138,12 +143,18 @@ def chaos_rig(workdir: Path, nodes_env: dict[str, str] | None = None) -> Iterato
 
 
 def workload(config: ChaosConfig, base_ms: int) -> Mix:
-    return Mix((
+    """The steady group, the herd, then the ``at_most_once`` group (spread)."""
+    groups = [
         Workload(count=config.steady_jobs, every_ms=config.steady_every_s * 1000,
                  base_ms=base_ms, name="steady"),
         Workload(count=config.herd_jobs, every_ms=config.herd_every_s * 1000,
                  base_ms=base_ms, spread=False, name="herd"),
-    ))
+    ]
+    if config.at_most_once_jobs:
+        groups.append(Workload(count=config.at_most_once_jobs,
+                               every_ms=config.at_most_once_every_s * 1000, base_ms=base_ms,
+                               name="amo", delivery="at_most_once"))
+    return Mix(tuple(groups))
 
 
 def run_chaos(rig: Rig, config: ChaosConfig,
@@ -195,7 +206,8 @@ def run_chaos(rig: Rig, config: ChaosConfig,
     arrivals = rig.fires.arrivals()
     result = check(owed, arrivals, rows, nemesis.faults, (start, end), config.bounds,
                    writes=writer.acked, jobs_now=jobs_now,
-                   baseline_ms=baseline(arrivals, start - BASELINE_MS, start))
+                   baseline_ms=baseline(arrivals, start - BASELINE_MS, start),
+                   at_most_once=set(job_ids[w.count - config.at_most_once_jobs:]))
     logs = [ln for node in c.nodes.values() for p in node.incarnations
             for ln in parse_log(node.node_id, p.log_text())]
     return ChaosOutcome(config, planned, result, logs, nemesis.errors + writer.errors,

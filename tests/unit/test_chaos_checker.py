@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from cronman_bench.receiver import Arrival
 from tests.chaos.checker import (
+    AT_MOST_ONCE_TWICE,
     DIFFERENT_RUNS,
     DOCUMENTED_LOSS,
     EARLY,
@@ -80,6 +81,19 @@ def test_early_and_late_flags_and_violations():
     assert outcome_of([arrival("a", f, 10), arrival("a", f, 9000, attempt=2)]).flags == ()
     assert outcome_of([]).violations == [MISSED]
     assert outcome_of([arrival("a", f, 5), arrival("a", f, 6)]).violations == [REPEATED_ATTEMPT]
+
+
+def test_an_at_most_once_fire_may_arrive_once_or_be_recorded_lost_never_twice():
+    f = T0 + 1000
+    fire = [("amo", f)]
+    twice = [arrival("amo", f, 5), arrival("amo", f, 7000, attempt=2)]
+    [v] = check(fire, twice, [], [], WINDOW, BOUNDS, at_most_once={"amo"}).verdicts
+    assert v.outcome == SAME_RUN and v.violations == [AT_MOST_ONCE_TWICE]
+    [v] = check(fire, twice, [], [], WINDOW, BOUNDS).verdicts  # at_least_once: allowed
+    assert v.violations == []
+    lost = [row("amo", f, "lost", "lost: the node running it stopped; at_most_once")]
+    [v] = check(fire, [], lost, [], WINDOW, BOUNDS, at_most_once={"amo"}).verdicts
+    assert v.outcome == DOCUMENTED_LOSS and v.violations == []
 
 
 def test_a_fault_widens_the_late_bound_of_the_fires_around_it():
