@@ -12,6 +12,10 @@ Fault kinds of this slice:
   by PID), restarted on the same port;
 - ``slow_receiver``: the receiver's answers held back seconds each
   (``proxy.DelayProxy``);
+- ``partition_redis`` / ``partition_db`` / ``partition_receiver`` /
+  ``partition_all``: the partition node, which runs in a network namespace
+  of its own (``netns``) and reaches each backend through a proxy, cut off
+  from Redis, from PostgreSQL, from the receiver, or from all three;
 - ``clock_forward`` / ``clock_back``: the clock node stopped and started
   again with its clock off by seconds (libfaketime; monotonic time keeps
   its pace), then stopped and started right again. libfaketime cannot move
@@ -33,7 +37,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,8 +50,11 @@ from tests.support.processes import CronmanProcess, Processes
 
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
 
+PARTITIONS = {"partition_redis": ("redis",), "partition_db": ("db",),
+              "partition_receiver": ("receiver",),
+              "partition_all": ("redis", "db", "receiver")}
 NODE_KINDS = ("pause_short", "pause_long", "pause_past_lock", "kill_node", "clock_forward",
-              "clock_back")
+              "clock_back", *PARTITIONS)
 SERVICE_KINDS = ("kill_api", "slow_receiver")
 KINDS = NODE_KINDS + SERVICE_KINDS
 END_MARGIN_S = 5.0  # every fault is over this long before the window ends
@@ -66,6 +73,7 @@ class Planned:
 
 def plan(seed: int, window_s: float, nodes: Sequence[str], *, kinds: Sequence[str] = KINDS,
          ttl_s: float, lease_s: float, clock_node: str | None = None,
+         partition_node: str | None = None,
          gap_s: tuple[float, float] = (2.0, 6.0)) -> list[Planned]:
     """The faults of one run: the same seed, window, nodes and kinds give the
     same schedule. Node faults one after another with random gaps, each kind
@@ -76,7 +84,8 @@ def plan(seed: int, window_s: float, nodes: Sequence[str], *, kinds: Sequence[st
     lock_s = LOCK_TTL_MS / 1000
     node_kinds = [k for k in kinds if k in NODE_KINDS
                   and (k != "pause_past_lock" or window_s > lock_s + 30)
-                  and (not k.startswith("clock") or clock_node is not None)]
+                  and (not k.startswith("clock") or clock_node is not None)
+                  and (k not in PARTITIONS or partition_node is not None)]
     service_kinds = [k for k in kinds if k in SERVICE_KINDS]
     out: list[Planned] = []
     for timeline, chosen in ((node_kinds, True), (service_kinds, False)):
@@ -93,8 +102,14 @@ def plan(seed: int, window_s: float, nodes: Sequence[str], *, kinds: Sequence[st
                 misses += 1  # something shorter may still fit
                 continue
             misses = 0
-            target = (clock_node if kind.startswith("clock") else rng.choice(list(nodes))
-                      ) if chosen else ("api" if kind == "kill_api" else "receiver")
+            if not chosen:
+                target = "api" if kind == "kill_api" else "receiver"
+            elif kind.startswith("clock"):
+                target = clock_node
+            elif kind in PARTITIONS:
+                target = partition_node
+            else:
+                target = rng.choice(list(nodes))
             out.append(Planned(kind, str(target), round(t, 3), round(duration, 3),
                                round(amount, 3)))
             t += duration + rng.uniform(*gap_s)
@@ -117,6 +132,8 @@ def _draw(rng: random.Random, kind: str, ttl_s: float, lease_s: float, lock_s: f
         return rng.uniform(0.5, 3.0), 0.0
     if kind == "slow_receiver":
         return rng.uniform(3.0, 8.0), rng.uniform(1.0, 4.0)
+    if kind in PARTITIONS:
+        return rng.uniform(2.0, max(ttl_s, lease_s) * 2 + 2.0), 0.0
     if kind == "clock_forward":
         return rng.uniform(6.0, 12.0), rng.uniform(2.0, 30.0)
     if kind == "clock_back":
@@ -194,10 +211,12 @@ class Nemesis:
     fault on a thread of its own at its time; ``faults`` logs what was done."""
 
     def __init__(self, cluster: Cluster, *, api: ApiProcess | None, proxy: DelayProxy | None,
+                 cuts: Mapping[str, DelayProxy] | None = None,
                  log: list[str] | None = None) -> None:
         self.cluster = cluster
         self.api = api
         self.proxy = proxy
+        self.cuts = dict(cuts or {})  # the partition node's proxies: redis, db, receiver
         self.faults: list[Fault] = []
         self.errors: list[str] = []
         self.log = log if log is not None else []
@@ -281,6 +300,18 @@ class Nemesis:
             finally:
                 self.proxy.set_delay(0.0)
             return f"{p.amount:.1f} s per answer"
+        if p.kind in PARTITIONS:
+            cut = [self.cuts[name] for name in PARTITIONS[p.kind] if name in self.cuts]
+            if not cut:
+                return "no partition proxies"
+            for proxy in cut:
+                proxy.set_cut(True)
+            try:
+                time.sleep(p.duration_s)
+            finally:
+                for proxy in cut:
+                    proxy.set_cut(False)
+            return "cut from " + ", ".join(PARTITIONS[p.kind])
         if p.kind.startswith("clock"):
             c.terminate(p.target)
             c.start_node(p.target, wait=False, env=faketime_env(p.amount))
@@ -291,7 +322,9 @@ class Nemesis:
         raise ValueError(f"unknown fault kind {p.kind!r}")
 
     def release(self) -> None:
-        """SIGCONT every node still stopped (a run that ends early)."""
+        """SIGCONT every node still stopped, heal every partition (a run that ends early)."""
+        for proxy in self.cuts.values():
+            proxy.set_cut(False)
         for node_id in list(self.stopped):
             try:
                 os.kill(self.cluster.nodes[node_id].proc.pid, signal.SIGCONT)

@@ -15,6 +15,7 @@ answered 2xx.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import urllib.error
@@ -26,14 +27,16 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, make_url, text
 
 from cronman.timeutil import format_rfc3339, now_ms, to_ms, utcnow
 from cronman_bench.receiver import Arrival
 from cronman_bench.workload import Mix, Workload
 from tests.chaos.checker import Bounds, LogLine, Result, RunRow, Write, check, parse_log, report
 from tests.chaos.nemesis import KINDS, ApiProcess, Nemesis, Planned, plan
+from tests.chaos.netns import IP, Namespace
 from tests.chaos.proxy import DelayProxy
 from tests.cluster.harness import TEST_LEASE_SECONDS, Cluster, Fires, node_env
 from tests.cluster.scenario import sleep_until
@@ -53,7 +56,8 @@ BOUNDS = Bounds(
     late_ms=5_000,
     late_by_kind={"pause_short": 15_000, "pause_long": 15_000, "pause_past_lock": 15_000,
                   "kill_node": 20_000, "clock_forward": 20_000, "clock_back": 20_000,
-                  "slow_receiver": 15_000},
+                  "slow_receiver": 15_000, "partition_redis": 20_000, "partition_db": 20_000,
+                  "partition_receiver": 20_000, "partition_all": 20_000},
     before_ms=2_000,
     default_after_ms=15_000,
 )
@@ -70,7 +74,8 @@ class ChaosConfig:
     steady_every_s: int = 4
     herd_jobs: int = 300
     herd_every_s: int = 10
-    # at_most_once jobs: a kill records their runs lost instead of sending again
+    # at_most_once jobs without retries: a kill records their runs lost instead
+    # of sending them again, so none may ever arrive twice
     at_most_once_jobs: int = 100
     at_most_once_every_s: int = 5
     kinds: tuple[str, ...] = KINDS
@@ -85,6 +90,9 @@ class ChaosConfig:
                 + self.at_most_once_jobs / self.at_most_once_every_s)
 
 
+PARTITION_NODE = "n2"  # runs in a network namespace of its own, when root
+
+
 @dataclass
 class Rig:
     cluster: Cluster
@@ -92,6 +100,8 @@ class Rig:
     proxy: DelayProxy
     api: ApiProcess
     procs: Processes
+    # The partition node's proxies (redis, db, receiver); empty: no partitions.
+    cuts: dict[str, DelayProxy] = field(default_factory=dict)
 
 
 @dataclass
@@ -118,8 +128,11 @@ class ChaosOutcome:
 
 
 @contextmanager
-def chaos_rig(workdir: Path, nodes_env: dict[str, str] | None = None) -> Iterator[Rig]:
-    """Everything a run needs, stopped and dropped afterwards."""
+def chaos_rig(workdir: Path, nodes_env: dict[str, str] | None = None,
+              partitions: bool = True) -> Iterator[Rig]:
+    """Everything a run needs, stopped and dropped afterwards. With
+    ``partitions`` (and root), node ``PARTITION_NODE`` runs in a network
+    namespace of its own and reaches the backends through proxies."""
     workdir.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
         url = stack.enter_context(migrated_pg_database("cronman_chaos"))
@@ -139,7 +152,35 @@ def chaos_rig(workdir: Path, nodes_env: dict[str, str] | None = None) -> Iterato
                 node.proc.kill()
 
         stack.callback(kill_nodes)
-        yield Rig(cluster, fires, proxy, api, procs)
+        rig = Rig(cluster, fires, proxy, api, procs)
+        if partitions and os.geteuid() == 0 and os.path.exists(IP):
+            ns = Namespace(f"cmchaos-{os.getpid()}", os.getpid() % 64)
+            stack.callback(ns.delete)
+            _partitionable(rig, ns.create(), workdir)
+        yield rig
+
+
+def _partitionable(rig: Rig, ns: Namespace, workdir: Path) -> None:
+    """Put ``PARTITION_NODE`` in ``ns``, its backends behind cuttable proxies."""
+    db = make_url(rig.cluster.database_url)
+    redis = urlsplit(rig.cluster.redis_url)
+    upstream = {"db": (db.host or "127.0.0.1", db.port or 5432),
+                "redis": (redis.hostname or "127.0.0.1", redis.port or 6379),
+                "receiver": ("127.0.0.1", rig.proxy.port)}
+    for name, to in upstream.items():
+        rig.cuts[name] = DelayProxy(to, host=ns.host_ip).start()
+    log = workdir / "ns-forwarder.log"
+    ns.forward(rig.proxy.port, (ns.host_ip, rig.cuts["receiver"].port), log)
+    deadline = time.monotonic() + 20
+    while "forwarding" not in (log.read_text() if log.exists() else ""):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the namespace's forwarder did not start: {log.read_text()}")
+        time.sleep(0.05)
+    redis_url = redis._replace(netloc=f"{ns.host_ip}:{rig.cuts['redis'].port}").geturl()
+    db_url = db.set(host=ns.host_ip, port=rig.cuts["db"].port).render_as_string(
+        hide_password=False)
+    rig.cluster.add_node(PARTITION_NODE, database_url=db_url, redis_url=redis_url,
+                         prefix=ns.prefix)
 
 
 def workload(config: ChaosConfig, base_ms: int) -> Mix:
@@ -153,7 +194,7 @@ def workload(config: ChaosConfig, base_ms: int) -> Mix:
     if config.at_most_once_jobs:
         groups.append(Workload(count=config.at_most_once_jobs,
                                every_ms=config.at_most_once_every_s * 1000, base_ms=base_ms,
-                               name="amo", delivery="at_most_once"))
+                               name="amo", delivery="at_most_once", max_attempts=1))
     return Mix(tuple(groups))
 
 
@@ -173,7 +214,8 @@ def run_chaos(rig: Rig, config: ChaosConfig,
     planned = plan(config.seed, config.window_s, node_ids, kinds=config.kinds,
                    ttl_s=c.env_ttl(),
                    lease_s=float(c.env.get("CRONMAN_LEASE_SECONDS", TEST_LEASE_SECONDS)),
-                   clock_node=node_ids[-1])
+                   clock_node=node_ids[-1],
+                   partition_node=PARTITION_NODE if rig.cuts else None)
     say("plan: " + "; ".join(f"{p.kind} {p.target} at +{p.at_s:.1f} s for {p.duration_s:.1f} s"
                              + (f" ({p.amount:+.1f})" if p.amount else "") for p in planned))
     base = (now_ms() // 1000 + 1) * 1000
@@ -181,7 +223,7 @@ def run_chaos(rig: Rig, config: ChaosConfig,
     job_ids = create_jobs_in_store(c.database_url, w, rig.proxy.url, "chaos")
     start = (now_ms() // 1000 + int(config.warmup_s)) * 1000
     end = start + int(config.window_s * 1000)
-    nemesis = Nemesis(c, api=rig.api, proxy=rig.proxy, log=lines)
+    nemesis = Nemesis(c, api=rig.api, proxy=rig.proxy, cuts=rig.cuts, log=lines)
     nemesis.start(planned, start)
     writer = ApiWriter(lambda: rig.api.url, config.api_writes_per_s, rig.proxy.url)
     sleep_until(start, c)

@@ -5,12 +5,14 @@ nemesis pauses, kills and restarts nodes and the API, slows the receiver and
 restarts a node with its clock off. Every fire owed in the window must be
 accounted for and every API write answered 2xx still there (``checker``).
 
-``CRONMAN_CHAOS_SEED`` picks another seed (the report prints the one used).
+``CRONMAN_CHAOS_SEED`` picks another seed (the report prints the one used),
+``CRONMAN_CHAOS_DIR`` a directory that keeps the processes' logs.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -19,11 +21,15 @@ from tests.chaos.run import ChaosConfig, chaos_rig, run_chaos
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres, pytest.mark.slow, pytest.mark.serial]
 
 SEED = int(os.environ.get("CRONMAN_CHAOS_SEED", "39"))
+# Where the processes' logs go (kept; default the test's temporary directory).
+WORKDIR = os.environ.get("CRONMAN_CHAOS_DIR")
 
 
 def test_seeded_chaos_run_accounts_for_every_fire(tmp_path):
     config = ChaosConfig(seed=SEED, window_s=75.0)
-    with chaos_rig(tmp_path) as rig:
+    workdir = Path(WORKDIR) if WORKDIR else tmp_path
+    print(f"logs in {workdir}")
+    with chaos_rig(workdir) as rig:
         out = run_chaos(rig, config, echo=print)
     text = out.report()
     print(text)
