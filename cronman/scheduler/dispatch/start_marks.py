@@ -55,6 +55,8 @@ START_UNREACHABLE = 2  # neither coordinator nor database could say
 # A negative answer -n: the fire is due n ms from now by the reference clock
 # (this node's clock runs fast): nothing was marked; ask again then.
 StartMarker = Callable[[list[ActiveRun]], Awaitable[list[int]]]
+# Whether this node still holds a run (asked before each retry it makes).
+StillHeld = Callable[[ActiveRun], Awaitable[bool]]
 
 
 class MarkedRuns(DueRuns, Protocol):
@@ -418,6 +420,23 @@ class StartMarks:
         unvouched = [i for i, a in enumerate(marked)
                      if a == LOCK_CANNOT_VOUCH and not runs[i].pending_claim]
         return await self._by_row(runs, answers, unvouched)
+
+    async def still_held(self, ar: ActiveRun) -> bool:
+        """Whether this node still holds ``ar``'s row, its lease renewed by
+        compare-and-set (``StillHeld``, asked before a retry): a node slow
+        enough to be taken for gone finds a sweeper took the run -- and sends
+        the next attempt itself. A claim whose row waits in the writer, or a
+        database that cannot be reached, answers True: nobody can take the
+        run through its row meanwhile."""
+        if ar.pending_claim:
+            return True
+        until = self._clock.now() + timedelta(seconds=self._lease_seconds)
+        try:
+            renewed = await self._pool(self._runs.renew_leases, self.node_id, [ar.key], until)
+        except StoreUnavailable:
+            self._metrics.store_errors.labels("renew_leases").inc()
+            return True
+        return renewed > 0
 
     async def _by_row(self, runs: list[ActiveRun], answers: list[int], in_db: list[int]
                       ) -> list[int]:
