@@ -1,8 +1,10 @@
 """The short seeded chaos run (issue 39): a real cluster of three scheduler
 nodes on PostgreSQL and Redis, the real API and the nginx receiver behind
 the nemesis' proxy, at a steady rate with a herd every few seconds, while the
-nemesis pauses, kills and restarts nodes and the API, slows the receiver and
-restarts a node with its clock off. Every fire owed in the window must be
+nemesis pauses, kills and restarts nodes and the API, slows the receiver,
+restarts a node with its clock off and (as root) partitions node n2, which
+runs in a network namespace of its own, from Redis, PostgreSQL and the
+receiver. Every fire owed in the window must be
 accounted for and every API write answered 2xx still there (``checker``).
 
 ``CRONMAN_CHAOS_SEED`` picks another seed (the report prints the one used),
