@@ -18,7 +18,7 @@ import click
 from cronman.cli.group import RET_ERROR, cli
 
 _SCENARIO_CHOICES = ("steady", "max-rate", "herd", "million", "kill", "overload",
-                     "priority-herd", "skew", "patroni-failover", "all")
+                     "priority-herd", "skew", "patroni-failover", "chaos", "all")
 _PEER_CHOICES = ("apscheduler-memory", "apscheduler-sqlalchemy", "apscheduler4-postgres",
                  "none")
 
@@ -108,6 +108,10 @@ def _parse_peers(value: str | None) -> tuple[str, ...] | None:
 @click.option("--skews", default=None, metavar="LIST",
               help="skew: comma-separated libfaketime offsets of one node "
                    "(default +2s,+30s,-30s).")
+@click.option("--minutes", type=click.FloatRange(0.5, 1440), default=None,
+              help="chaos: minutes of faults measured (default 3).")
+@click.option("--seed", type=click.IntRange(0, 2**31), default=None,
+              help="chaos: the seed of the nemesis' fault schedule (default 39).")
 @click.option("--peer-processes", type=click.IntRange(1, 16), default=3, show_default=True,
               help="APScheduler 4: scheduler processes sharing its data store.")
 @click.option("--keep", is_flag=True, help="Keep scratch databases and receiver logs.")
@@ -118,7 +122,8 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
                   max_rate_: float, lead: float | None, kill_at: float | None, drain: float,
                   rate: float | None, phase_seconds: float, recover_seconds: float,
                   probe_duration: float, grace: int | None, high_jobs: int, steady_jobs: int,
-                  skews: str | None, peer_processes: int, keep: bool) -> None:
+                  skews: str | None, minutes: float | None, seed: int | None,
+                  peer_processes: int, keep: bool) -> None:
     """Benchmark cronman against APScheduler on this machine, measured at a receiver.
 
     Uses the running PostgreSQL (scratch databases, dropped afterwards), a
@@ -164,6 +169,12 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
       skew      N nodes at --rate (1,000) fires/s, one node's clock off by each
                 of --skews (libfaketime), after a baseline: early, late beyond
                 the baseline p99, missed, doubled, the offset it reports.
+      chaos     the fault suite (tests/chaos, from a source checkout): N
+                nodes, the API and the receiver under the nemesis' seeded
+                faults (--seed) for --minutes, J steady jobs every S s
+                (1,500 every 5) and a herd of J/3 every 10 s: per fault
+                kind, faults applied, fires owed, each outcome, extra
+                lateness p99/max; not part of 'all'.
       all       every scenario in turn, each with its defaults.
     """
     from cronman_bench.procs import BenchError
@@ -205,7 +216,7 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
                             recover_seconds=recover_seconds, probe_duration=probe_duration,
                             grace=grace, high_jobs=high_jobs, steady_jobs=steady_jobs,
                             skews=tuple(x.strip() for x in skews.split(",") if x.strip())
-                            if skews else None)
+                            if skews else None, minutes=minutes, seed=seed)
     try:
         ensure_postgres(admin_url)
     except BenchError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from cronman_bench.chaos import chaos
 from cronman_bench.herd import herd
 from cronman_bench.kill import kill
 from cronman_bench.max_rate import max_rate
@@ -21,8 +22,9 @@ Runner = Callable[[BenchOptions, ScenarioParams], dict[str, Any]]
 RUNNERS: dict[str, Runner] = {
     "steady": steady, "max-rate": max_rate, "herd": herd, "million": million, "kill": kill,
     "overload": overload, "priority-herd": priority_herd, "skew": skew,
-    "patroni-failover": patroni_failover,
+    "patroni-failover": patroni_failover, "chaos": chaos,
 }
 # `all`: what runs on any machine with PostgreSQL and Redis (patroni-failover
-# needs Patroni, etcd and root or the postgres user).
-SCENARIOS = tuple(n for n in RUNNERS if n != "patroni-failover")
+# needs Patroni, etcd and root or the postgres user; chaos, a source checkout
+# with its tests, and its own --minutes).
+SCENARIOS = tuple(n for n in RUNNERS if n not in ("patroni-failover", "chaos"))

@@ -51,6 +51,9 @@ class ScenarioParams:
     steady_jobs: int = 100
     # skew: libfaketime offsets of one node
     skews: tuple[str, ...] | None = None
+    # chaos: the window's length and the nemesis' seed
+    minutes: float | None = None
+    seed: int | None = None
 
 
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -68,6 +71,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "overload": {"peers": ("apscheduler-memory",)},
     "priority-herd": {"jobs": 20_000, "duration": 60, "peers": ()},
     "skew": {"duration": 60, "peers": ()},
+    "chaos": {"peers": ()},
 }
 
 

@@ -50,6 +50,8 @@ class Workload:
     end_ms: int | None = None
     name: str = "bench"  # job names are "<name>-<i>": unique per group in a namespace
     grace_s: int | None = None  # misfire grace (None: the job default)
+    delivery: str | None = None  # cronman's delivery mode (None: at_least_once)
+    max_attempts: int | None = None  # cronman's retry.max_attempts (None: the job default)
 
     def __post_init__(self) -> None:
         if self.count < 1:
@@ -242,6 +244,10 @@ def cronman_definition(w: Jobs, i: int, url: str, run_label: str) -> dict[str, A
     }
     if misfire:
         spec["misfire"] = misfire
+    if g.delivery:
+        spec["delivery"] = g.delivery
+    if g.max_attempts is not None:
+        spec["retry"] = {"max_attempts": g.max_attempts}
     if g.priority:
         spec["priority"] = g.priority
     if g.start_ms is not None:

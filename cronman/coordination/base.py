@@ -132,9 +132,11 @@ class Coordinator(Protocol):
         n ms from now by the coordinator's clock, more than ``early_ms`` away:
         nothing is marked, the caller waits and asks again. A lock that is
         gone (expired, Redis restarted) or held unstarted by another instance
-        answers 1 (the run row already made the caller the fire's owner) and
-        is marked as the caller's. A started lock expires ``ttl_ms`` after
-        its start. Raises ``CoordinatorUnavailable``."""
+        is marked as the caller's and answers 2: the lock cannot vouch for
+        the caller, the run row must (a replica may have taken the fire over
+        while the caller stalled, and that started lock expired since). A
+        started lock expires ``ttl_ms`` after its start. Raises
+        ``CoordinatorUnavailable``."""
 
     def take_over_fires(self, keys: Sequence[tuple[str, int]], ttl_ms: int, *,
                         alive: Collection[str] = (), report_absent: bool = False) -> list[int]:

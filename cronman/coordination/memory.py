@@ -256,8 +256,9 @@ class InProcessCoordinator:
                 elif early_ms is not None and early > early_ms:
                     out.append(-early)
                 else:  # a started lock lives ``ttl_ms`` from its start
+                    own = live and held is not None and held[0] == self._holder
                     table.set_lock(key, self._holder, now + ttl_ms / 1000.0, True)
-                    out.append(1)
+                    out.append(1 if own else 2)  # 2: gone or another's claim
             self._counters["start_batches"] += 1
         return out
 

@@ -11,10 +11,12 @@
 -- Returns one integer per key: 0 when another holder has started the fire
 -- (a replica took it over: the caller must not dispatch it); -n when the
 -- fire is due n ms from now, more than ARGV[3] away (the caller's clock runs
--- fast: nothing marked, ask again then); else 1 and the lock now reads
--- "!" .. ARGV[1]: the caller's own claim, a lock that is gone (expired, Redis
--- restarted: the run row made the caller the owner), or one another holder
--- claimed but never started (it lost the run row's fence).
+-- fast: nothing marked, ask again then); else the lock now reads
+-- "!" .. ARGV[1], and the answer is 1 for the caller's own claim, 2 for a
+-- lock that is gone (expired, Redis restarted) or one another holder claimed
+-- but never started: the lock cannot vouch for the caller then -- a replica
+-- may have taken the fire over and its started lock expired since (the
+-- caller stalled past the lock's TTL) --, only the run row can.
 local started = '!' .. ARGV[1]
 local bound = tonumber(ARGV[3] or '')
 local now = nil
@@ -36,7 +38,11 @@ for i, key in ipairs(KEYS) do
         -- A started lock lives the full ttl from its start (one command, not
         -- a PTTL read first: it only outlives its claim by the time between).
         redis.call('SET', key, started, 'PX', ARGV[2])
-        out[i] = 1
+        if v == ARGV[1] then
+            out[i] = 1
+        else
+            out[i] = 2
+        end
     end
 end
 return out

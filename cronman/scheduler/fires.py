@@ -120,6 +120,7 @@ class ActiveRun:
     waiting: bool = False  # waiting for upstream jobs (``depends_on``), marked started
     gate_passed: bool = False  # its depends_on was satisfied: no second wait
     trace: RunTrace | None = None  # its spans here, when tracing is on
+    held_checked: int = 0  # the attempt before which this node found it still held the run
 
     @property
     def key(self) -> tuple[str, datetime]:

@@ -147,13 +147,14 @@ class SchedulerNode:
                                            lifecycle=life, poll_interval=s.sync_poll_interval)
         self.gates = FireGates(self.calendars, store.dependencies, reader, clock=clock,
                                pool=pools.misc)
+        marks = StartMarks(node_id, coordinator, store.runs, lease_seconds=lease, clock=clock,
+                           pool=pools.start, metrics=m)
         self.dispatcher = Dispatcher(
             node_id=node_id, targets=targets, writer=self.writer, metrics=m, clock=clock,
             max_in_flight=s.max_in_flight, dispatch_tick_ms=s.dispatch_tick_ms,
-            lease_seconds=lease, jobs=self.table,
-            start_marker=StartMarks(node_id, coordinator, store.runs, lease_seconds=lease,
-                                    clock=clock, pool=pools.start, metrics=m),
-            outcomes=self.outcome_marks, gates=self.gates, traces=traces)
+            lease_seconds=lease, jobs=self.table, start_marker=marks,
+            outcomes=self.outcome_marks, gates=self.gates, traces=traces,
+            still_held=marks.still_held)
         self.sync = JobSync(self.table, store.jobs, store.feed,
                             poll_interval=s.sync_poll_interval, clock=clock, pool=pools.misc,
                             lifecycle=life, metrics=m, events=self)

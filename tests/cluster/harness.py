@@ -53,6 +53,12 @@ class Node:
     incarnations: list[CronmanProcess] = field(default_factory=list)
     killed_at_ms: list[int] = field(default_factory=list)
     expected_down: bool = False  # killed or stopped on purpose
+    # How this node reaches the backends, when not as the others do (a node
+    # in a network namespace of its own: through proxies), and the command
+    # its process runs under (``ip netns exec NS``); kept for its restarts.
+    database_url: str | None = None
+    redis_url: str | None = None
+    prefix: tuple[str, ...] = ()
 
     @property
     def proc(self) -> CronmanProcess:
@@ -85,16 +91,25 @@ class Cluster:
                 self.wait_ready(node)
         return started
 
+    def add_node(self, node_id: str, *, database_url: str | None = None,
+                 redis_url: str | None = None, prefix: tuple[str, ...] = ()) -> Node:
+        """Declare ``node_id`` with backends of its own (started by ``start_node``)."""
+        node = self.nodes[node_id] = Node(node_id, free_port(), database_url=database_url,
+                                          redis_url=redis_url, prefix=prefix)
+        return node
+
     def start_node(self, node_id: str, wait: bool = True,
                    env: Mapping[str, str] | None = None) -> Node:
         """Start (or restart) ``node_id``; ``env`` adds to the cluster's environment."""
         node = self.nodes.get(node_id)
         if node is None:
-            node = self.nodes[node_id] = Node(node_id, free_port())
-        args = ["scheduler", "--node-id", node_id, "--database-url", self.database_url,
-                "--redis-url", self.redis_url, "--metrics-port", str(node.metrics_port),
-                "--metrics-host", "127.0.0.1"]
-        node.incarnations.append(self.procs.start(node_id, args, {**self.env, **(env or {})}))
+            node = self.add_node(node_id)
+        args = ["scheduler", "--node-id", node_id,
+                "--database-url", node.database_url or self.database_url,
+                "--redis-url", node.redis_url or self.redis_url,
+                "--metrics-port", str(node.metrics_port), "--metrics-host", "127.0.0.1"]
+        node.incarnations.append(self.procs.start(node_id, args, {**self.env, **(env or {})},
+                                                  prefix=node.prefix))
         node.expected_down = False
         if wait:
             self.wait_ready(node)

@@ -97,13 +97,15 @@ def test_gone_locks_are_never_taken_and_the_row_owner_starts(kind):
         gone = [("job-x", 1_700_000_001_000)]
         # No lock (expired, Redis restarted): nothing says it was not started.
         assert b.take_over_fires(gone, TTL_MS) == [False]
-        # The node whose run row won starts it, and the mark protects it.
-        assert a.start_fires(gone, TTL_MS) == [True]
+        # The mark is made, and protects it; but the lock cannot vouch for
+        # the caller (2): the node whose run row won starts it, by the row.
+        assert a.start_fires(gone, TTL_MS) == [2]
         assert b.take_over_fires(gone, TTL_MS) == [False]
-        # A lock held unstarted by a fence loser: the row owner starts anyway.
+        assert a.start_fires(gone, TTL_MS) == [1]  # its own mark now
+        # A lock held unstarted by a fence loser: likewise, the row decides.
         lost = [("job-y", 1_700_000_002_000)]
         assert b.claim_fires(lost, TTL_MS) == [True]
-        assert a.start_fires(lost, TTL_MS) == [True]
+        assert a.start_fires(lost, TTL_MS) == [2]
         assert b.start_fires(lost, TTL_MS) == [False]
         # Nobody takes over its own claim.
         mine = [("job-z", 1_700_000_003_000)]

@@ -125,10 +125,12 @@ class Processes:
             if p.running():
                 p.kill()
 
-    def start(self, name: str, args: list[str], env: Mapping[str, str] | None = None
-              ) -> CronmanProcess:
+    def start(self, name: str, args: list[str], env: Mapping[str, str] | None = None,
+              prefix: Sequence[str] = ()) -> CronmanProcess:
+        """``cronman ARGS``; ``prefix`` runs it through a command that execs it
+        (``ip netns exec NS``: the PID stays the cronman process's)."""
         log_path = self.log_dir / f"{name}-{len(self.started)}.log"
-        p = CronmanProcess(name, CRONMAN + args, clean_env(env), log_path)
+        p = CronmanProcess(name, [*prefix, *CRONMAN, *args], clean_env(env), log_path)
         self.started.append(p)
         return p
 

@@ -46,7 +46,7 @@ from cronman.scheduler.dispatch.deadlines import timeout_of
 from cronman.scheduler.dispatch.duequeue import DueQueue
 from cronman.scheduler.dispatch.finisher import OutcomeSink, RunFinisher
 from cronman.scheduler.dispatch.gates import GateKeeper, GateVerdict
-from cronman.scheduler.dispatch.start_marks import StartMarkBatcher, StartMarker
+from cronman.scheduler.dispatch.start_marks import StartMarkBatcher, StartMarker, StillHeld
 from cronman.scheduler.dispatch.waitqueue import FairQueue
 from cronman.scheduler.fires import ActiveRun
 from cronman.scheduler.record.writer import ResultWriter
@@ -78,9 +78,13 @@ class Dispatcher:
                  lease_seconds: float, dispatch_tick_ms: int = 0,
                  jobs: HeldJobs, start_marker: StartMarker | None = None,
                  outcomes: OutcomeSink | None = None,
-                 gates: GateKeeper | None = None, traces: RunTraces | None = None) -> None:
+                 gates: GateKeeper | None = None, traces: RunTraces | None = None,
+                 still_held: StillHeld | None = None) -> None:
         self.node_id = node_id
         self._traces = traces  # None: tracing is off (the one check per fire)
+        # Asked before each retry made here: a sweeper may have taken the run
+        # while this node was slow (and sends the retry itself).
+        self._still_held = still_held
         self.clock = clock
         self.gates = gates
         self.targets = targets
@@ -185,6 +189,10 @@ class Dispatcher:
         ar.handle = None
         if ar.done:
             return
+        if (ar.attempt_started_ms is not None and self._still_held is not None
+                and ar.held_checked < ar.attempt):
+            self._check_held(ar, self._still_held)
+            return
         if ar.attempt_started_ms is None:
             # Only a step of the clock (or of its offset) backwards makes this true.
             if ar.due_ms > self.clock.now_ms():
@@ -214,6 +222,24 @@ class Dispatcher:
             marks.add(ar)  # ``proceed`` follows unless a replica took it over
             return
         self.proceed(ar)
+
+    def _check_held(self, ar: ActiveRun, still_held: StillHeld) -> None:
+        """Before a retry: send it only while this node still holds the run."""
+        loop = self._loop or asyncio.get_running_loop()
+
+        async def check() -> None:
+            held = await still_held(ar)
+            ar.task = None
+            if ar.done:
+                return
+            if not held:
+                self.drop(ar.run_id, f"taken over by another node before its attempt "
+                                     f"{ar.attempt} (this node was slow to renew its lease)")
+                return
+            ar.held_checked = ar.attempt
+            self.due(ar)
+
+        ar.task = loop.create_task(check())
 
     def _queue_mark(self, ar: ActiveRun) -> None:
         """Mark a fire handled here (skipped) started: no replica takes it over."""

@@ -55,6 +55,8 @@ START_UNREACHABLE = 2  # neither coordinator nor database could say
 # A negative answer -n: the fire is due n ms from now by the reference clock
 # (this node's clock runs fast): nothing was marked; ask again then.
 StartMarker = Callable[[list[ActiveRun]], Awaitable[list[int]]]
+# Whether this node still holds a run (asked before each retry it makes).
+StillHeld = Callable[[ActiveRun], Awaitable[bool]]
 
 
 class MarkedRuns(DueRuns, Protocol):
@@ -372,10 +374,19 @@ class StartMarkBatcher:
 EARLY_BOUND_MS = 50
 
 
+# ``Coordinator.start_fires``: marked, but the lock was gone or another's
+# claim, so it cannot say this node still owns the fire.
+LOCK_CANNOT_VOUCH = 2
+
+
 class StartMarks:
     """The dispatcher's start marker: mark claimed fires started in the
     coordinator; when it cannot be reached, start them through the run row
-    instead (a replica's takeover goes through the same row)."""
+    instead (a replica's takeover goes through the same row). A run whose
+    lock was gone (expired, Redis restarted) or another's claim is started
+    through its row too: a node that stalled past the lock's TTL finds the
+    lock a replica took over (and sent the fire under) expired, and only
+    the row, taken over with it, tells it not to send the fire again."""
 
     def __init__(self, node_id: str, coordinator: Coordinator, runs: RunStore, *,
                  lease_seconds: float, clock: ReferenceClock, pool: Pool,
@@ -396,14 +407,42 @@ class StartMarks:
         # same check however far ahead the mark is made.
         now_ms = self._clock.now_ms()
         try:
-            answers = await self._coordinator.astart_fires(
+            marked = await self._coordinator.astart_fires(
                 keys, LOCK_TTL_MS, due_ms=[min(ar.due_ms, now_ms) for ar in runs],
                 early_ms=EARLY_BOUND_MS)
-            return [a if a < 0 else START_GO if a else START_TAKEN for a in answers]
         except CoordinatorUnavailable:
             self._metrics.coordinator_errors.labels("start").inc()
-        answers = [START_UNREACHABLE] * len(runs)  # a pending claim has no row to start
-        in_db = [i for i, ar in enumerate(runs) if not ar.pending_claim]
+            # A pending claim has no row to start.
+            return await self._by_row(runs, [START_UNREACHABLE] * len(runs),
+                                      [i for i, ar in enumerate(runs) if not ar.pending_claim])
+        answers = [a if a < 0 else START_TAKEN if a == 0 else START_GO for a in marked]
+        # A pending claim's row goes through the fence when it is written.
+        unvouched = [i for i, a in enumerate(marked)
+                     if a == LOCK_CANNOT_VOUCH and not runs[i].pending_claim]
+        return await self._by_row(runs, answers, unvouched)
+
+    async def still_held(self, ar: ActiveRun) -> bool:
+        """Whether this node still holds ``ar``'s row, its lease renewed by
+        compare-and-set (``StillHeld``, asked before a retry): a node slow
+        enough to be taken for gone finds a sweeper took the run -- and sends
+        the next attempt itself. A claim whose row waits in the writer, or a
+        database that cannot be reached, answers True: nobody can take the
+        run through its row meanwhile."""
+        if ar.pending_claim:
+            return True
+        until = self._clock.now() + timedelta(seconds=self._lease_seconds)
+        try:
+            renewed = await self._pool(self._runs.renew_leases, self.node_id, [ar.key], until)
+        except StoreUnavailable:
+            self._metrics.store_errors.labels("renew_leases").inc()
+            return True
+        return renewed > 0
+
+    async def _by_row(self, runs: list[ActiveRun], answers: list[int], in_db: list[int]
+                      ) -> list[int]:
+        """Start the runs at ``in_db`` through their rows (compare-and-set on
+        this node's unstarted claim): GO where it held, TAKEN where the row
+        is another's or started, UNREACHABLE when the database cannot say."""
         if not in_db:
             return answers
         now = self._clock.now()
@@ -413,6 +452,8 @@ class StartMarks:
                 now + timedelta(seconds=self._lease_seconds), self.node_id)
         except StoreUnavailable:
             self._metrics.store_errors.labels("start").inc()
+            for i in in_db:
+                answers[i] = START_UNREACHABLE
             return answers
         for i in in_db:
             answers[i] = START_GO if runs[i].run_id in changed else START_TAKEN

@@ -10,6 +10,13 @@ how it ended but died before writing it is recorded with that outcome, not
 sent again; one whose last attempt failed and waits for a retry gets the
 next attempt after that one. Without the coordinator the sweeper acts on the
 rows alone (receivers dedupe on the run id).
+
+A row that shows no attempt yet (``attempt`` 0: a run the API requested --
+trigger, backfill, an upstream's success) may still have had its first
+attempt sent: its node sends it before its writer flushes the start. Such a
+run is sent as attempt 2: a skipped attempt number is harmless, a repeated
+one tells the receiver a re-delivery is the first try. (A fire of the
+schedule is claimed as attempt 1 already.)
 """
 
 from __future__ import annotations
@@ -98,6 +105,8 @@ class Sweeper:
         jobs = await self._jobs.jobs_of([r.job_id for r in runs]) if runs else {}
         recorded = 0
         for run in runs:
+            # Its first attempt may have gone out before the row said so.
+            run.attempt = max(run.attempt, 1)
             recorded += self._recover(run, jobs.get(run.job_id), marks.get(run.id))
         if recorded:
             log.info("recorded the outcome of %d runs whose node stopped before writing it "
@@ -140,7 +149,6 @@ class Sweeper:
             if mark is not None and mark.attempt >= run.attempt:
                 marks[run.id] = mark
         return marks
-
 
     def _recover(self, run: Run, job: Job | None, mark: OutcomeMark | None = None) -> bool:
         """Carry on with a run taken over; True when its outcome was recorded

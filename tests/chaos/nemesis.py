@@ -1,0 +1,332 @@
+"""The nemesis: a seeded, reproducible schedule of faults over a window
+(``plan``: pure), and its application to a real cluster (``Nemesis``).
+
+Fault kinds of this slice:
+
+- ``pause_short`` / ``pause_long`` / ``pause_past_lock``: SIGSTOP of a
+  node, SIGCONT after less than the heartbeat TTL, after more than the TTL
+  and the lease, or after more than the fire lock's TTL (only in windows
+  long enough to hold one);
+- ``kill_node``: SIGKILL of a node, restarted under its node id;
+- ``kill_api``: SIGKILL of the API (the gunicorn master and its workers,
+  by PID), restarted on the same port;
+- ``slow_receiver``: the receiver's answers held back seconds each
+  (``proxy.DelayProxy``);
+- ``partition_redis`` / ``partition_db`` / ``partition_receiver`` /
+  ``partition_all``: the partition node, which runs in a network namespace
+  of its own (``netns``) and reaches each backend through a proxy, cut off
+  from Redis, from PostgreSQL, from the receiver, or from all three;
+- ``clock_forward`` / ``clock_back``: the clock node stopped and started
+  again with its clock off by seconds (libfaketime; monotonic time keeps
+  its pace), then stopped and started right again. libfaketime cannot move
+  a running process's clock here: a ``FAKETIME_TIMESTAMP_FILE`` changed at
+  run time moves its monotonic clock too, and with
+  ``FAKETIME_DONT_FAKE_MONOTONIC=1`` every ``time.sleep`` fails (EINVAL).
+
+Node faults follow one another (never two nodes down at once: with two
+replicas a job then keeps one owner); the API and receiver faults run on a
+timeline of their own, overlapping them. Every fault is over a few seconds
+before the window ends. Each applied fault is logged with its wall times
+(``checker.Fault``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cronman.scheduler.fires import LOCK_TTL_MS
+from cronman.timeutil import now_ms
+from tests.chaos.checker import Fault
+from tests.chaos.proxy import DelayProxy
+from tests.cluster.harness import Cluster
+from tests.support.processes import CronmanProcess, Processes
+
+FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
+
+PARTITIONS = {"partition_redis": ("redis",), "partition_db": ("db",),
+              "partition_receiver": ("receiver",),
+              "partition_all": ("redis", "db", "receiver")}
+NODE_KINDS = ("pause_short", "pause_long", "pause_past_lock", "kill_node", "clock_forward",
+              "clock_back", *PARTITIONS)
+SERVICE_KINDS = ("kill_api", "slow_receiver")
+KINDS = NODE_KINDS + SERVICE_KINDS
+END_MARGIN_S = 5.0  # every fault is over this long before the window ends
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """A fault to apply: ``at_s`` into the window, for ``duration_s``."""
+
+    kind: str
+    target: str
+    at_s: float
+    duration_s: float
+    amount: float = 0.0  # slow_receiver: seconds per answer; clock_*: offset seconds
+
+
+def plan(seed: int, window_s: float, nodes: Sequence[str], *, kinds: Sequence[str] = KINDS,
+         ttl_s: float, lease_s: float, clock_node: str | None = None,
+         partition_node: str | None = None,
+         gap_s: tuple[float, float] = (2.0, 6.0)) -> list[Planned]:
+    """The faults of one run: the same seed, window, nodes and kinds give the
+    same schedule. Node faults one after another with random gaps, each kind
+    drawn in turn from a shuffled cycle of ``kinds`` (so every kind comes up
+    before any repeats); the service faults on their own timeline."""
+    rng = random.Random(seed)
+    end = window_s - END_MARGIN_S
+    lock_s = LOCK_TTL_MS / 1000
+    node_kinds = [k for k in kinds if k in NODE_KINDS
+                  and (k != "pause_past_lock" or window_s > lock_s + 30)
+                  and (not k.startswith("clock") or clock_node is not None)
+                  and (k not in PARTITIONS or partition_node is not None)]
+    service_kinds = [k for k in kinds if k in SERVICE_KINDS]
+    out: list[Planned] = []
+    for timeline, chosen in ((node_kinds, True), (service_kinds, False)):
+        t = rng.uniform(1.0, 4.0)
+        cycle: list[str] = []
+        misses = 0
+        while timeline and misses < 2 * len(timeline):
+            if not cycle:
+                cycle = list(timeline)
+                rng.shuffle(cycle)
+            kind = cycle.pop()
+            duration, amount = _draw(rng, kind, ttl_s, lease_s, lock_s)
+            if t + duration > end:
+                misses += 1  # something shorter may still fit
+                continue
+            misses = 0
+            if not chosen:
+                target = "api" if kind == "kill_api" else "receiver"
+            elif kind.startswith("clock"):
+                target = clock_node
+            elif kind in PARTITIONS:
+                target = partition_node
+            else:
+                target = rng.choice(list(nodes))
+            out.append(Planned(kind, str(target), round(t, 3), round(duration, 3),
+                               round(amount, 3)))
+            t += duration + rng.uniform(*gap_s)
+    out.sort(key=lambda p: p.at_s)
+    return out
+
+
+def _draw(rng: random.Random, kind: str, ttl_s: float, lease_s: float, lock_s: float
+          ) -> tuple[float, float]:
+    """(duration, amount) of one fault of ``kind``."""
+    if kind == "pause_short":
+        return rng.uniform(0.3, max(0.4, ttl_s * 0.8)), 0.0
+    if kind == "pause_long":
+        return rng.uniform(max(ttl_s, lease_s) + 1.0, 2 * max(ttl_s, lease_s) + 2.0), 0.0
+    if kind == "pause_past_lock":
+        return rng.uniform(lock_s + 5.0, lock_s + 20.0), 0.0
+    if kind == "kill_node":
+        return rng.uniform(1.0, 4.0), 0.0
+    if kind == "kill_api":
+        return rng.uniform(0.5, 3.0), 0.0
+    if kind == "slow_receiver":
+        return rng.uniform(3.0, 8.0), rng.uniform(1.0, 4.0)
+    if kind in PARTITIONS:
+        return rng.uniform(2.0, max(ttl_s, lease_s) * 2 + 2.0), 0.0
+    if kind == "clock_forward":
+        return rng.uniform(6.0, 12.0), rng.uniform(2.0, 30.0)
+    if kind == "clock_back":
+        return rng.uniform(6.0, 12.0), -rng.uniform(2.0, 30.0)
+    raise ValueError(f"unknown fault kind {kind!r}")
+
+
+def faketime_env(offset_s: float) -> dict[str, str]:
+    """The environment that runs a process with its clock ``offset_s`` off."""
+    return {"LD_PRELOAD": FAKETIME_LIB, "FAKETIME": f"{offset_s:+.3f}"}
+
+
+class ApiProcess:
+    """``cronman api`` on a fixed loopback port, killable by PID with its workers."""
+
+    def __init__(self, procs: Processes, database_url: str, redis_url: str, port: int
+                 ) -> None:
+        self.procs = procs
+        self.port = port
+        self.args = ["api", "--bind", f"127.0.0.1:{port}", "--workers", "1", "--threads", "4",
+                     "--database-url", database_url, "--redis-url", redis_url]
+        self.proc: CronmanProcess | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ApiProcess:
+        self.proc = self.procs.start("api", self.args, {"TZ": "UTC"})
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the master and every worker it forked, by PID."""
+        if self.proc is None:
+            return
+        workers = _children(self.proc.pid)
+        self.proc.kill()
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for pid in workers:
+            _wait_gone(pid)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.running():
+            self.proc.stop(20.0)
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            out += [int(x) for x in task.read_text().split()]
+        except OSError:
+            continue
+    return out
+
+
+def _wait_gone(pid: int, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+        except OSError:
+            return
+        if state in ("Z", "X"):  # a zombie of a process we did not start: gone enough
+            return
+        time.sleep(0.05)
+
+
+class Nemesis:
+    """Applies a plan to a cluster, its API and the receiver's proxy, each
+    fault on a thread of its own at its time; ``faults`` logs what was done."""
+
+    def __init__(self, cluster: Cluster, *, api: ApiProcess | None, proxy: DelayProxy | None,
+                 cuts: Mapping[str, DelayProxy] | None = None,
+                 log: list[str] | None = None) -> None:
+        self.cluster = cluster
+        self.api = api
+        self.proxy = proxy
+        self.cuts = dict(cuts or {})  # the partition node's proxies: redis, db, receiver
+        self.faults: list[Fault] = []
+        self.errors: list[str] = []
+        self.log = log if log is not None else []
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self.stopped: set[str] = set()  # nodes under SIGSTOP now
+
+    def start(self, planned: Sequence[Planned], window_start_ms: int) -> None:
+        t = threading.Thread(target=self._run, args=(list(planned), window_start_ms),
+                             name="nemesis", daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _run(self, planned: list[Planned], window_start_ms: int) -> None:
+        for p in planned:
+            wait = (window_start_ms + p.at_s * 1000 - now_ms()) / 1000
+            if wait > 0:
+                time.sleep(wait)
+            t = threading.Thread(target=self._apply, args=(p,), name=f"fault-{p.kind}",
+                                 daemon=True)
+            t.start()
+            with self._lock:
+                self._threads.append(t)
+
+    def join(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                alive = [t for t in self._threads if t.is_alive()]
+            if not alive:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"faults still under way: {[t.name for t in alive]}")
+            alive[0].join(0.2)
+
+    def _apply(self, p: Planned) -> None:
+        start = now_ms()
+        detail = ""
+        try:
+            detail = self._do(p)
+        except Exception as exc:  # noqa: BLE001 - reported by the run
+            self.errors.append(f"{p}: {type(exc).__name__}: {exc}")
+        fault = Fault(p.kind, p.target, start, now_ms(), detail)
+        with self._lock:
+            self.faults.append(fault)
+        self.log.append(f"fault: {fault}")
+
+    def _do(self, p: Planned) -> str:
+        c = self.cluster
+        if p.kind.startswith("pause"):
+            pid = c.nodes[p.target].proc.pid
+            self.stopped.add(p.target)
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                time.sleep(p.duration_s)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+                self.stopped.discard(p.target)
+            return f"SIGSTOP/SIGCONT of pid {pid}"
+        if p.kind == "kill_node":
+            pid = c.nodes[p.target].proc.pid
+            c.kill(p.target)
+            time.sleep(p.duration_s)
+            c.restart(p.target, wait=False)
+            return f"SIGKILL of pid {pid}, restarted as pid {c.nodes[p.target].proc.pid}"
+        if p.kind == "kill_api":
+            api = self.api
+            if api is None or api.proc is None:
+                return "no API process"
+            pid = api.proc.pid
+            api.kill()
+            time.sleep(p.duration_s)
+            api.start()
+            return f"SIGKILL of pid {pid} and its workers, restarted"
+        if p.kind == "slow_receiver":
+            if self.proxy is None:
+                return "no proxy"
+            self.proxy.set_delay(p.amount)
+            try:
+                time.sleep(p.duration_s)
+            finally:
+                self.proxy.set_delay(0.0)
+            return f"{p.amount:.1f} s per answer"
+        if p.kind in PARTITIONS:
+            cut = [self.cuts[name] for name in PARTITIONS[p.kind] if name in self.cuts]
+            if not cut:
+                return "no partition proxies"
+            for proxy in cut:
+                proxy.set_cut(True)
+            try:
+                time.sleep(p.duration_s)
+            finally:
+                for proxy in cut:
+                    proxy.set_cut(False)
+            return "cut from " + ", ".join(PARTITIONS[p.kind])
+        if p.kind.startswith("clock"):
+            c.terminate(p.target)
+            c.start_node(p.target, wait=False, env=faketime_env(p.amount))
+            time.sleep(p.duration_s)
+            c.terminate(p.target)
+            c.start_node(p.target, wait=False)
+            return f"restarted with its clock {p.amount:+.1f} s off, then restarted right"
+        raise ValueError(f"unknown fault kind {p.kind!r}")
+
+    def release(self) -> None:
+        """SIGCONT every node still stopped, heal every partition (a run that ends early)."""
+        for proxy in self.cuts.values():
+            proxy.set_cut(False)
+        for node_id in list(self.stopped):
+            try:
+                os.kill(self.cluster.nodes[node_id].proc.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass

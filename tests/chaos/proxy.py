@@ -1,0 +1,155 @@
+"""A TCP proxy the fault suite puts between the nodes and a service (the
+receiver): it can hold the service's answers back (``set_delay``: a slow
+receiver, seconds per answer, while the request itself reaches the service
+at once, so the receiver's log keeps the true arrival time) or partition
+it (``set_cut``: hold every byte, as a link dropping packets does, or reset
+every connection). This kernel has no ``netem``: delay and loss come
+from here.
+
+It runs its own event loop on a thread of the test process, or alone as a
+process (``main``: a forwarder inside a network namespace).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from contextlib import suppress
+
+CHUNK = 65536
+
+
+class DelayProxy:
+    """``host``:``port`` (127.0.0.1, a free port by default) forwarding to
+    ``upstream``; ``start()``/``stop()``."""
+
+    def __init__(self, upstream: tuple[str, int], host: str = "127.0.0.1", port: int = 0
+                 ) -> None:
+        self.upstream = upstream
+        self.host = host
+        self.port = port
+        self.delay = 0.0  # seconds each answer chunk is held back
+        self.cut = False
+        self._flowing: asyncio.Event | None = None  # clear while partitioned (hold)
+        self._loop = asyncio.new_event_loop()
+        self._server: asyncio.base_events.Server | None = None
+        self._thread = threading.Thread(target=self._loop.run_forever, name="chaos-proxy",
+                                        daemon=True)
+        self._writers: set[asyncio.StreamWriter] = set()
+        self.connections = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/callback"
+
+    def start(self) -> DelayProxy:
+        self._thread.start()
+        fut = asyncio.run_coroutine_threadsafe(self._listen(), self._loop)
+        self.port = fut.result(10)
+        return self
+
+    async def _listen(self) -> int:
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+        self._server = await asyncio.start_server(self._serve, self.host, self.port,
+                                                  backlog=4096)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    def set_delay(self, seconds: float) -> None:
+        self.delay = max(0.0, seconds)
+
+    def set_cut(self, cut: bool, *, hold: bool = True) -> None:
+        """Partition (True) or heal. ``hold``: as when packets are dropped --
+        nothing crosses, in either direction, new connections are not
+        answered, and what was sent goes on once healed (TCP retransmits);
+        otherwise new connections are refused and the open ones reset."""
+        self.cut = cut and not hold
+        flowing = self._flowing
+        if flowing is not None:
+            self._loop.call_soon_threadsafe(flowing.clear if cut and hold else flowing.set)
+        if cut and not hold:
+            self._loop.call_soon_threadsafe(self._reset_all)
+
+    def _reset_all(self) -> None:
+        for w in list(self._writers):
+            w.transport.abort()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.cut:
+            writer.transport.abort()
+            return
+        self.connections += 1
+        if self._flowing is not None:
+            await self._flowing.wait()
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+        except OSError:
+            writer.transport.abort()
+            return
+        self._writers.update((writer, up_writer))
+        try:
+            await asyncio.gather(self._pump(reader, up_writer, delayed=False),
+                                 self._pump(up_reader, writer, delayed=True))
+        finally:
+            for w in (writer, up_writer):
+                self._writers.discard(w)
+                w.transport.abort()
+
+    async def _pump(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, *,
+                    delayed: bool) -> None:
+        """Copy ``src`` to ``dst``; answers (``delayed``) go out ``delay`` s
+        after they came in, in order."""
+        queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+
+        async def send() -> None:
+            while True:
+                due, data = await queue.get()
+                if not data:
+                    return
+                wait = due - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                if self._flowing is not None:
+                    await self._flowing.wait()
+                dst.write(data)
+                await dst.drain()
+
+        sender = asyncio.ensure_future(send())
+        try:
+            while True:
+                data = await src.read(CHUNK)
+                due = time.monotonic() + (self.delay if delayed else 0.0)
+                await queue.put((due, data))
+                if not data:
+                    break
+            await sender
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            sender.cancel()
+            with suppress(BaseException):
+                await sender
+            dst.transport.abort()
+
+    def stop(self) -> None:
+        async def close() -> None:
+            if self._server is not None:
+                self._server.close()
+            self._reset_all()
+
+        if self._thread.is_alive():
+            with suppress(Exception):
+                asyncio.run_coroutine_threadsafe(close(), self._loop).result(5)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(5)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``LISTEN_HOST LISTEN_PORT UPSTREAM_HOST UPSTREAM_PORT``: forward until killed."""
+    import sys
+
+    host, port, up_host, up_port = (argv if argv is not None else sys.argv[1:])
+    proxy = DelayProxy((up_host, int(up_port)), host=host, port=int(port)).start()
+    print(f"forwarding {host}:{proxy.port} to {up_host}:{up_port}", flush=True)
+    threading.Event().wait()

@@ -1,0 +1,372 @@
+"""One chaos run end to end, for ``test_chaos`` and ``cronman bench --scenario chaos``.
+
+``chaos_rig`` makes what a run needs (a migrated scratch database on the
+machine's PostgreSQL, a private redis-server, the nginx receiver behind the
+nemesis' proxy, ``cronman api`` on a loopback port, a ``Cluster`` of
+scheduler nodes) and stops it all afterwards. ``run_chaos`` then starts the
+nodes, writes the jobs -- a steady group spread evenly and a herd, many jobs
+due on the same second -- waits for a warm-up (its last 3 s give the steady lateness), lets the nemesis apply its
+seeded plan over the window while an API writer creates and updates jobs,
+lets stragglers land, stops everything and hands the checker the fires
+owed, the receiver's log, the run table, the faults and the writes
+answered 2xx.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from sqlalchemy import create_engine, make_url, text
+
+from cronman.timeutil import format_rfc3339, now_ms, to_ms, utcnow
+from cronman_bench.receiver import Arrival
+from cronman_bench.workload import Mix, Workload
+from tests.chaos.checker import Bounds, LogLine, Result, RunRow, Write, check, parse_log, report
+from tests.chaos.nemesis import KINDS, ApiProcess, Nemesis, Planned, plan
+from tests.chaos.netns import IP, Namespace
+from tests.chaos.proxy import DelayProxy
+from tests.cluster.harness import TEST_LEASE_SECONDS, Cluster, Fires, node_env
+from tests.cluster.scenario import sleep_until
+from tests.support.databases import migrated_pg_database
+from tests.support.processes import Processes, free_port
+from tests.support.redis_servers import redis_servers
+from tests.support.store_jobs import create_jobs_in_store
+
+API_NAMESPACE = "chaos-api"
+BASELINE_MS = 3_000  # the fires due this long before the window: the steady state
+
+# Generous: the machine is shared. Near a fault, a fire may wait for the
+# heartbeat TTL (its owner gone), a lease and a sweep (a run its node had
+# marked started), a restarted node's loading, plus the fault's own length.
+BOUNDS = Bounds(
+    early_ms=100,
+    late_ms=5_000,
+    late_by_kind={"pause_short": 15_000, "pause_long": 15_000, "pause_past_lock": 15_000,
+                  "kill_node": 20_000, "clock_forward": 20_000, "clock_back": 20_000,
+                  "slow_receiver": 15_000, "partition_redis": 20_000, "partition_db": 20_000,
+                  "partition_receiver": 20_000, "partition_all": 20_000},
+    before_ms=2_000,
+    default_after_ms=15_000,
+)
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    """One run's parameters; the seed makes its fault schedule."""
+
+    seed: int
+    window_s: float = 75.0
+    nodes: int = 3
+    steady_jobs: int = 400
+    steady_every_s: int = 4
+    herd_jobs: int = 300
+    herd_every_s: int = 10
+    # at_most_once jobs without retries: a kill records their runs lost instead
+    # of sending them again, so none may ever arrive twice
+    at_most_once_jobs: int = 100
+    at_most_once_every_s: int = 5
+    kinds: tuple[str, ...] = KINDS
+    warmup_s: float = 5.0
+    settle_s: float = 15.0
+    api_writes_per_s: float = 3.0
+    bounds: Bounds = BOUNDS
+
+    @property
+    def rate(self) -> float:
+        return (self.steady_jobs / self.steady_every_s + self.herd_jobs / self.herd_every_s
+                + self.at_most_once_jobs / self.at_most_once_every_s)
+
+
+PARTITION_NODE = "n2"  # runs in a network namespace of its own, when root
+
+
+@dataclass
+class Rig:
+    cluster: Cluster
+    fires: Fires
+    proxy: DelayProxy
+    api: ApiProcess
+    procs: Processes
+    # The partition node's proxies (redis, db, receiver); empty: no partitions.
+    cuts: dict[str, DelayProxy] = field(default_factory=dict)
+
+
+@dataclass
+class ChaosOutcome:
+    config: ChaosConfig
+    planned: list[Planned]
+    result: Result
+    logs: list[LogLine]
+    errors: list[str] = field(default_factory=list)  # the nemesis' and the writer's
+    writes: int = 0
+    write_failures: int = 0
+    lines: list[str] = field(default_factory=list)  # the run's own log
+
+    def report(self, limit: int = 10) -> str:
+        head = [f"seed {self.config.seed}, window {self.config.window_s:.0f} s, "
+                f"{self.config.nodes} nodes, {self.config.rate:.0f} fires/s "
+                f"(herd of {self.config.herd_jobs} every {self.config.herd_every_s} s, "
+                f"{self.config.at_most_once_jobs} at_most_once jobs), "
+                f"API writes answered 2xx {self.writes} (refused or unanswered "
+                f"{self.write_failures})", *self.lines]
+        if self.errors:
+            head.append("errors: " + "; ".join(self.errors))
+        return "\n".join(head) + "\n" + report(self.result, self.logs, limit)
+
+
+@contextmanager
+def chaos_rig(workdir: Path, nodes_env: dict[str, str] | None = None,
+              partitions: bool = True) -> Iterator[Rig]:
+    """Everything a run needs, stopped and dropped afterwards. With
+    ``partitions`` (and root), node ``PARTITION_NODE`` runs in a network
+    namespace of its own and reaches the backends through proxies."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    with ExitStack() as stack:
+        url = stack.enter_context(migrated_pg_database("cronman_chaos"))
+        redis_url = stack.enter_context(redis_servers(1))[0].url
+        procs = stack.enter_context(Processes(workdir))
+        fires = Fires(workdir / "nginx").start()
+        stack.callback(fires.cleanup)
+        proxy = DelayProxy(("127.0.0.1", fires.rx.port)).start()
+        stack.callback(proxy.stop)
+        api = ApiProcess(procs, url, redis_url, free_port())
+        stack.callback(api.stop)
+        env = {**node_env(), "TZ": "UTC", **(nodes_env or {})}
+        cluster = Cluster(procs, url, redis_url, env)
+
+        def kill_nodes() -> None:
+            for node in cluster.running():
+                node.proc.kill()
+
+        stack.callback(kill_nodes)
+        rig = Rig(cluster, fires, proxy, api, procs)
+        if partitions and os.geteuid() == 0 and os.path.exists(IP):
+            ns = Namespace(f"cmchaos-{os.getpid()}", os.getpid() % 64)
+            stack.callback(ns.delete)
+            _partitionable(rig, ns.create(), workdir)
+        yield rig
+
+
+def _partitionable(rig: Rig, ns: Namespace, workdir: Path) -> None:
+    """Put ``PARTITION_NODE`` in ``ns``, its backends behind cuttable proxies."""
+    db = make_url(rig.cluster.database_url)
+    redis = urlsplit(rig.cluster.redis_url)
+    upstream = {"db": (db.host or "127.0.0.1", db.port or 5432),
+                "redis": (redis.hostname or "127.0.0.1", redis.port or 6379),
+                "receiver": ("127.0.0.1", rig.proxy.port)}
+    for name, to in upstream.items():
+        rig.cuts[name] = DelayProxy(to, host=ns.host_ip).start()
+    log = workdir / "ns-forwarder.log"
+    ns.forward(rig.proxy.port, (ns.host_ip, rig.cuts["receiver"].port), log)
+    deadline = time.monotonic() + 20
+    while "forwarding" not in (log.read_text() if log.exists() else ""):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the namespace's forwarder did not start: {log.read_text()}")
+        time.sleep(0.05)
+    redis_url = redis._replace(netloc=f"{ns.host_ip}:{rig.cuts['redis'].port}").geturl()
+    db_url = db.set(host=ns.host_ip, port=rig.cuts["db"].port).render_as_string(
+        hide_password=False)
+    rig.cluster.add_node(PARTITION_NODE, database_url=db_url, redis_url=redis_url,
+                         prefix=ns.prefix)
+
+
+def workload(config: ChaosConfig, base_ms: int) -> Mix:
+    """The steady group, the herd, then the ``at_most_once`` group (spread)."""
+    groups = [
+        Workload(count=config.steady_jobs, every_ms=config.steady_every_s * 1000,
+                 base_ms=base_ms, name="steady"),
+        Workload(count=config.herd_jobs, every_ms=config.herd_every_s * 1000,
+                 base_ms=base_ms, spread=False, name="herd"),
+    ]
+    if config.at_most_once_jobs:
+        groups.append(Workload(count=config.at_most_once_jobs,
+                               every_ms=config.at_most_once_every_s * 1000, base_ms=base_ms,
+                               name="amo", delivery="at_most_once", max_attempts=1))
+    return Mix(tuple(groups))
+
+
+def run_chaos(rig: Rig, config: ChaosConfig,
+              echo: Callable[[str], None] = lambda _line: None) -> ChaosOutcome:
+    """Run ``config`` on ``rig`` and check it (see the module docstring)."""
+    c = rig.cluster
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        lines.append(line)
+        echo(line)
+
+    rig.api.start()
+    started = c.start(config.nodes)
+    node_ids = [n.node_id for n in started]
+    planned = plan(config.seed, config.window_s, node_ids, kinds=config.kinds,
+                   ttl_s=c.env_ttl(),
+                   lease_s=float(c.env.get("CRONMAN_LEASE_SECONDS", TEST_LEASE_SECONDS)),
+                   clock_node=node_ids[-1],
+                   partition_node=PARTITION_NODE if rig.cuts else None)
+    say("plan: " + "; ".join(f"{p.kind} {p.target} at +{p.at_s:.1f} s for {p.duration_s:.1f} s"
+                             + (f" ({p.amount:+.1f})" if p.amount else "") for p in planned))
+    base = (now_ms() // 1000 + 1) * 1000
+    w = workload(config, base)
+    job_ids = create_jobs_in_store(c.database_url, w, rig.proxy.url, "chaos")
+    start = (now_ms() // 1000 + int(config.warmup_s)) * 1000
+    end = start + int(config.window_s * 1000)
+    nemesis = Nemesis(c, api=rig.api, proxy=rig.proxy, cuts=rig.cuts, log=lines)
+    nemesis.start(planned, start)
+    writer = ApiWriter(lambda: rig.api.url, config.api_writes_per_s, rig.proxy.url)
+    sleep_until(start, c)
+    writer.start()
+    try:
+        sleep_until(end, c)
+    finally:
+        writer.stop()
+        try:
+            nemesis.join(timeout=max(60.0, config.window_s))
+        finally:
+            nemesis.release()
+    for node in c.running():
+        c.wait_ready(node)
+    time.sleep(config.settle_s)
+    rows = read_runs(c.database_url, start, end)
+    jobs_now = read_versions(c.database_url)
+    c.stop_all()
+    rig.api.stop()
+    rig.fires.stop()
+    owed = [(job_ids[i], t) for i, t in w.expected(start, end)]
+    arrivals = rig.fires.arrivals()
+    result = check(owed, arrivals, rows, nemesis.faults, (start, end), config.bounds,
+                   writes=writer.acked, jobs_now=jobs_now,
+                   baseline_ms=baseline(arrivals, start - BASELINE_MS, start),
+                   at_most_once=set(job_ids[w.count - config.at_most_once_jobs:]))
+    logs = [ln for node in c.nodes.values() for p in node.incarnations
+            for ln in parse_log(node.node_id, p.log_text())]
+    return ChaosOutcome(config, planned, result, logs, nemesis.errors + writer.errors,
+                        len(writer.acked), writer.failures, lines)
+
+
+def baseline(arrivals: list[Arrival], lo_ms: int, hi_ms: int) -> int | None:
+    """The median lateness of the first arrivals of the fires due in [lo, hi):
+    the steady state right before the nemesis starts."""
+    first: dict[tuple[str, int], int] = {}
+    for a in arrivals:
+        if a.scheduled_ms is not None and lo_ms <= a.scheduled_ms < hi_ms:
+            key = (a.job_id, a.scheduled_ms)
+            first[key] = min(first.get(key, a.arrived_ms), a.arrived_ms)
+    late = sorted(t - key[1] for key, t in first.items())
+    return late[len(late) // 2] if late else None
+
+
+def read_runs(database_url: str, start_ms: int, end_ms: int) -> list[RunRow]:
+    """The run table's rows of fires due in [start, end)."""
+    engine = create_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            found = conn.execute(text(
+                "SELECT job_id, scheduled_for, id, status, attempt, error, node_id "
+                "FROM scheduled_jobs WHERE scheduled_for >= to_timestamp(:lo) "
+                "AND scheduled_for < to_timestamp(:hi)"),
+                {"lo": start_ms / 1000, "hi": end_ms / 1000}).all()
+    finally:
+        engine.dispose()
+    return [RunRow(r[0], to_ms(r[1]), r[2], r[3], r[4], r[5], r[6]) for r in found]
+
+
+def read_versions(database_url: str) -> dict[str, int]:
+    """Job id -> version of the jobs the API writer wrote (deleted ones left out)."""
+    engine = create_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            found = conn.execute(text(
+                "SELECT id, version FROM jobs WHERE namespace = :ns AND deleted_at IS NULL"),
+                {"ns": API_NAMESPACE}).all()
+    finally:
+        engine.dispose()
+    return {str(r[0]): int(r[1]) for r in found}
+
+
+class ApiWriter:
+    """Creates and updates jobs through the real API at a steady rate, keeping
+    each write answered 2xx (``acked``); refused and unanswered ones are
+    counted, never assumed lost or done. Its jobs fire a day from now."""
+
+    def __init__(self, base: Callable[[], str], per_s: float, target_url: str) -> None:
+        self._base = base
+        self._every = 1.0 / per_s if per_s > 0 else 0.0
+        self._target_url = target_url
+        self.acked: list[Write] = []
+        self.failures = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="api-writer", daemon=True)
+        self._versions: dict[str, int] = {}
+
+    def start(self) -> None:
+        if self._every:
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(30)
+
+    def _run(self) -> None:
+        k = 0
+        while not self._stop.wait(self._every):
+            k += 1
+            try:
+                if k % 2 and self._versions:
+                    job_id = sorted(self._versions)[k % len(self._versions)]
+                    self._update(job_id, k)
+                else:
+                    self._create(k)
+            except (OSError, urllib.error.URLError, ValueError):
+                self.failures += 1
+            except Exception as exc:  # noqa: BLE001 - a bug of the writer: reported
+                self.errors.append(f"API writer: {type(exc).__name__}: {exc}")
+                return
+
+    def _create(self, k: int) -> None:
+        at = format_rfc3339((utcnow() + timedelta(days=1)).replace(microsecond=0))
+        spec = {"name": f"w-{k}-{uuid.uuid4().hex[:6]}", "namespace": API_NAMESPACE,
+                "schedule": {"kind": "once", "at": at},
+                "target": {"kind": "http", "url": self._target_url}}
+        status, body = self._call("POST", "/v1/jobs", spec)
+        if status == 201:
+            self._ack("create", body)
+        else:
+            self.failures += 1
+
+    def _update(self, job_id: str, k: int) -> None:
+        status, body = self._call("PATCH", f"/v1/jobs/{job_id}", {"labels": {"k": str(k)}})
+        if status == 200:
+            self._ack("update", body)
+        else:
+            self.failures += 1
+
+    def _ack(self, op: str, body: Any) -> None:
+        job_id, version = str(body["id"]), int(body["version"])
+        self._versions[job_id] = version
+        self.acked.append(Write(op, job_id, version, now_ms()))
+
+    def _call(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+        req = urllib.request.Request(self._base() + path, data=json.dumps(body).encode(),
+                                     method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                return resp.status, json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            exc.read()
+            return exc.code, None

@@ -1,0 +1,67 @@
+"""The nemesis' plan: reproducible from its seed, node faults one at a time,
+everything over before the window ends, each kind where it can apply."""
+
+from __future__ import annotations
+
+from tests.chaos.nemesis import (
+    END_MARGIN_S,
+    KINDS,
+    NODE_KINDS,
+    PARTITIONS,
+    SERVICE_KINDS,
+    faketime_env,
+    plan,
+)
+
+NODES = ["n1", "n2", "n3"]
+
+
+def make(seed: int, window_s: float = 75.0, **kw):
+    kw.setdefault("clock_node", "n3")
+    kw.setdefault("partition_node", "n2")
+    return plan(seed, window_s, NODES, ttl_s=3.0, lease_s=6.0, **kw)
+
+
+def test_the_same_seed_gives_the_same_plan_and_another_seed_another():
+    assert make(39) == make(39)
+    assert make(39) != make(40)
+
+
+def test_node_faults_follow_one_another_and_all_end_in_time():
+    for seed in range(30):
+        for window in (75.0, 180.0):
+            planned = make(seed, window)
+            assert planned, seed
+            assert all(p.at_s + p.duration_s <= window - END_MARGIN_S for p in planned)
+            nodes = sorted((p for p in planned if p.kind in NODE_KINDS), key=lambda p: p.at_s)
+            for a, b in zip(nodes, nodes[1:], strict=False):
+                assert a.at_s + a.duration_s < b.at_s, (seed, a, b)
+            assert all(p.target == "n3" for p in planned if p.kind.startswith("clock"))
+            assert all(p.target == "n2" for p in planned if p.kind in PARTITIONS)
+            assert {p.target for p in planned if p.kind in SERVICE_KINDS} <= {"api", "receiver"}
+
+
+def test_pauses_straddle_the_ttl_the_lease_and_the_lock_ttl():
+    planned = [p for seed in range(40) for p in make(seed, 180.0)]
+    short = [p.duration_s for p in planned if p.kind == "pause_short"]
+    long_ = [p.duration_s for p in planned if p.kind == "pause_long"]
+    past = [p.duration_s for p in planned if p.kind == "pause_past_lock"]
+    assert short and max(short) < 3.0
+    assert long_ and min(long_) > 6.0
+    assert past and min(past) > 120.0
+    assert not [p for seed in range(40) for p in make(seed) if p.kind == "pause_past_lock"]
+
+
+def test_kinds_that_cannot_apply_are_left_out():
+    planned = [p for seed in range(20)
+               for p in make(seed, clock_node=None, partition_node=None)]
+    assert not [p for p in planned if p.kind.startswith("clock") or p.kind in PARTITIONS]
+    only = [p for seed in range(20) for p in make(seed, kinds=("kill_node",))]
+    assert only and {p.kind for p in only} == {"kill_node"}
+    every = {p.kind for seed in range(60) for p in make(seed, 180.0)}
+    assert every == set(KINDS)
+
+
+def test_a_clock_fault_runs_the_node_under_libfaketime():
+    env = faketime_env(-12.5)
+    assert env["FAKETIME"] == "-12.500" and env["LD_PRELOAD"].endswith("libfaketimeMT.so.1")
