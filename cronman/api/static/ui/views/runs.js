@@ -3,7 +3,7 @@
 
 import { api } from "../api.js";
 import {
-  clear, fmtMs, gateText, h, hashFor, resultText, statusBadge, table, timeCell,
+  clear, fmtMs, gateText, h, hashFor, resultText, runLink, statusBadge, table,
 } from "../dom.js";
 import { errorBox, loaded } from "./common.js";
 
@@ -87,16 +87,16 @@ export function render(ctx) {
 
 function runsTable(runs) {
   return table([
-    { title: "Scheduled for", cell: (r) => timeCell(r.scheduled_for) },
-    { title: "Job", cell: (r) => h("a", { href: `#/jobs/${r.job_id}`,
+    { title: "Scheduled for", cell: (r) => runLink(r) },
+    { title: "Job", clip: true, cell: (r) => h("a", { href: `#/jobs/${r.job_id}`,
                                           text: r.job_name || r.job_id }) },
-    { title: "Namespace", cls: "opt", cell: (r) => r.namespace || "—" },
+    { title: "Namespace", cls: "opt narrow", clip: true, cell: (r) => r.namespace || "—" },
     { title: "Status", cell: (r) => statusBadge(r.status) },
     { title: "Attempt", cls: "num", cell: (r) => String(r.attempt) },
     { title: "Lateness", cls: "num opt", cell: (r) => fmtMs(r.lateness_ms) },
     { title: "Duration", cls: "num opt", cell: (r) => fmtMs(r.duration_ms) },
     { title: "Result", cls: "opt", cell: (r) => resultText(r.result) },
-    { title: "Gate", cls: "wrap opt", cell: (r) => gateText(r.gate) },
-    { title: "Error", cls: "wrap", cell: (r) => r.error || "" },
+    { title: "Gate", cls: "opt narrow", clip: true, cell: (r) => gateText(r.gate) },
+    { title: "Error", clip: true, cls: "wide", cell: (r) => r.error || "" },
   ], runs, "no runs match");
 }

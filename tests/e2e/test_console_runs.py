@@ -1,0 +1,154 @@
+"""A run's page and each job's history at a glance, in headless Chromium
+against the console cluster: a container run's exit code and its stdout and
+stderr apart, an HTTP failure's status and answer, a workflow run's gate
+and the upstream run it consumed; replay from the page (checked through the
+API); the strips of coloured cells and the success rate on the jobs list
+and the job page; a read-only token sees no action.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.support.console import FAIL_BODY, Console, confirm, goto, open_page, shot, until
+from tests.support.waiting import wait_for
+
+pytestmark = [pytest.mark.browser, pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
+
+pytest.importorskip("playwright.sync_api")
+
+CANCEL = "/v1/runs/{run_id}/cancel"
+
+
+@pytest.fixture
+def admin_page(browser, console):
+    context, page, watch = open_page(browser, console, console.admin)
+    yield page, watch
+    watch.assert_clean()
+    context.close()
+
+
+def ended_run(console: Console, job: str, status: str, timeout: float = 30) -> dict[str, Any]:
+    def find() -> dict[str, Any] | None:
+        items = console.api("GET", f"/v1/jobs/{console.jobs[job]['id']}/runs")[1]["items"]
+        done = [r for r in items if r["status"] == status]
+        return done[0] if done else None
+    return wait_for(find, timeout, f"a {status} run of {job}")
+
+
+def test_a_container_runs_page_shows_its_exit_code_and_both_streams_and_replays(
+        console, admin_page, tmp_path):
+    page, watch = admin_page
+    run = ended_run(console, "ops-container", "failed")
+    goto(page, console, f"jobs/{console.jobs['ops-container']['id']}")
+    page.click(f"#job-runs a[href='#/runs/{run['id']}']")
+    page.wait_for_selector("#run-stdout")
+    assert page.url.endswith(f"#/runs/{run['id']}")
+    assert page.inner_text("#run-result") == "exit 3"
+    assert page.inner_text("#run-stdout").strip() == "out-line"
+    assert page.inner_text("#run-stderr").strip() == "err-line"
+    assert page.inner_text("#run-attempt-no") == f"{run['attempt']} of at most 1"
+    assert "ops/ops-container" in page.inner_text("#run-job")
+    assert "nothing held this run back" in page.inner_text("#run-gate-text")
+    shot(page, "run-container", tmp_path)
+    # Cancel is offered exactly when the API has it (and only while the run runs).
+    has_cancel = CANCEL in console.api("GET", "/openapi.json")[1]["paths"]
+    assert page.locator("#run-actions button[data-action=cancel]").count() == 0
+    page.click("#run-actions button[data-action=replay]")
+    confirm(page)
+    wait_for(lambda: console.api("GET", f"/v1/runs/{run['id']}")[1]["attempt"]
+             > run["attempt"], 20, "the replay")
+    assert console.api("GET", f"/v1/runs/{run['id']}")[1]["origin"] == "replay"
+    # It follows the replay on its own until the run ends again.
+    until(page, "document.querySelector('#run-attempt-no') && document.querySelector("
+                f"'#run-attempt-no').innerText.startsWith('{run['attempt'] + 1} ')", 30)
+    assert not has_cancel or page.locator("#run-actions button[data-action=cancel]").count() <= 1
+
+
+def test_an_http_failures_page_shows_the_status_and_the_answer(console, admin_page, tmp_path):
+    page, watch = admin_page
+    run = ended_run(console, "search-broken", "failed")
+    assert run["result"] == {"http_status": 500, "response_snippet": FAIL_BODY}, run
+    goto(page, console, f"runs/{run['id']}")
+    page.wait_for_selector("#run-answer")
+    assert page.inner_text("#run-result") == "HTTP 500"
+    assert page.inner_text("#run-answer") == FAIL_BODY
+    assert "500" in page.inner_text("#run-error")
+    refused = ended_run(console, "search-refused", "failed")
+    goto(page, console, f"runs/{refused['id']}")
+    assert page.inner_text("#run-error") == refused["error"]
+    assert page.locator("#run-answer").count() == 0
+    shot(page, "run-refused", tmp_path)
+
+
+def test_a_workflow_runs_page_names_its_gate_and_the_upstream_run(console, admin_page):
+    page, watch = admin_page
+    url = console.jobs["ops-actions"]["target"]["url"]
+    _, up = console.api("POST", "/v1/jobs", {
+        "name": "gate-up", "namespace": "ops", "schedule": {"kind": "interval", "every": 1},
+        "target": {"kind": "http", "url": url}})
+    _, down = console.api("POST", "/v1/jobs", {
+        "name": "gate-down", "namespace": "ops",
+        "schedule": {"kind": "after", "jobs": ["gate-up"], "mode": "any"},
+        "target": {"kind": "http", "url": url}})
+    try:
+        def gated() -> dict[str, Any] | None:
+            items = console.api("GET", f"/v1/jobs/{down['id']}/runs")[1]["items"]
+            return next((r for r in items if (r.get("gate") or {}).get("upstream")), None)
+        run = wait_for(gated, 30, "a run of gate-down after gate-up")
+        upstream = run["gate"]["upstream"][0]
+        goto(page, console, f"runs/{run['id']}")
+        page.wait_for_selector("#run-upstream a")
+        assert "after 1 upstream run(s)" in page.inner_text("#run-gate-text")
+        page.click(f"#run-upstream a[href='#/runs/{upstream['run_id']}']")
+        until(page, f"location.hash === '#/runs/{upstream['run_id']}' && "
+                    "document.querySelector('main').dataset.state === 'ready'")
+        assert "ops/gate-up" in page.inner_text("#run-job")
+    finally:
+        for job in (down, up):
+            console.api("DELETE", f"/v1/jobs/{job['id']}?force=true")
+
+
+def test_history_at_a_glance_on_the_jobs_list_and_the_job_page(console, admin_page, tmp_path):
+    page, watch = admin_page
+    goto(page, console, "jobs?q=search-")
+    until(page, "document.querySelectorAll('#jobs-list .strip .cell').length > 0")
+    broken = console.jobs["search-broken"]["id"]
+    row = page.locator("#jobs-list tbody tr", has=page.locator(f"a[href='#/jobs/{broken}']"))
+    statuses = row.locator(".strip .cell").evaluate_all("(cells) => cells.map("
+                                                        "(c) => c.dataset.status)")
+    assert len(statuses) >= 3 and set(statuses) <= {"failed", "claimed", "running"}, statuses
+    never = console.jobs["search-index-00"]["id"]
+    assert page.inner_text(f"#jobs-list tr:has(a[href='#/jobs/{never}']) .strip") == "no runs"
+    shot(page, "jobs-strips", tmp_path)
+    goto(page, console, f"jobs/{broken}")
+    page.wait_for_selector("#job-history .strip .cell")
+    assert page.inner_text("#job-history-summary").startswith("0 % of ")
+    heartbeat = console.jobs["billing-heartbeat"]["id"]
+    goto(page, console, f"jobs/{heartbeat}")
+    page.wait_for_selector("#job-history .strip .cell")
+    summary = page.inner_text("#job-history-summary")
+    assert summary.startswith("100 % of ") and "p50" in summary and "p95" in summary, summary
+    # Runs come first; the definition is folded.
+    order = page.evaluate("[...document.querySelectorAll('main section h2, main summary')]"
+                          ".map((e) => e.innerText)")
+    assert order.index("Runs") < order.index("Definition"), order
+    assert page.get_attribute("#job-definition-fold", "open") is None
+    # A cell is one click from its run.
+    page.locator("#job-history .strip .cell").last.click()
+    page.wait_for_selector("#run-result")
+    assert page.inner_text("#run-result") == "HTTP 204"
+
+
+def test_a_read_only_token_sees_no_action_on_a_run(console, browser):
+    context, page, watch = open_page(browser, console, console.viewer)
+    try:
+        run = ended_run(console, "search-broken", "failed")
+        goto(page, console, f"runs/{run['id']}")
+        page.wait_for_selector("#run-result")
+        assert page.locator("button[data-action]").count() == 0
+        watch.assert_clean()
+    finally:
+        context.close()
