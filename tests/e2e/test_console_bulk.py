@@ -105,3 +105,24 @@ def test_a_read_only_token_has_no_bulk_action(console, browser):
         watch.assert_clean()
     finally:
         context.close()
+
+
+def test_replay_the_failed_runs_the_runs_filter_shows(console, admin_page):
+    page, watch = admin_page
+    refused = console.jobs["search-refused"]["id"]
+    goto(page, console, f"runs?status=failed&since=-1h&job={refused}")
+    page.wait_for_selector("#runs-replay:not([hidden])")
+    shown = len(page.locator("#runs-list tbody tr:not(.empty)").all())
+    oldest = page.locator("#runs-list a.run-link").last.get_attribute("href").split("/")[-1]
+    title, cls = bulk_button(page, "#runs-replay")
+    assert title == f"Replay {shown} run(s)?" and cls == "primary"
+    wait_for(lambda: console.api("GET", f"/v1/runs/{oldest}")[1]["origin"] == "replay",
+             20, "the shown runs replayed")
+
+
+def bulk_button(page, selector: str) -> tuple[str, str]:
+    page.click(selector)
+    page.wait_for_selector("dialog#confirm[open]")
+    seen = page.inner_text("#confirm-title"), page.get_attribute("#confirm-ok", "class")
+    page.click("#confirm-ok")
+    return seen

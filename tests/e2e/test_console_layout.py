@@ -66,6 +66,13 @@ LAYOUT_JS = """() => {
       }
     }
   }
+  // No value leaked as "null", "undefined" or "[object ...]" (JSON views aside).
+  const walker = document.createTreeWalker(document.querySelector("main"), NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    if (n.parentElement.closest("pre, textarea")) continue;
+    const t = n.textContent.trim();
+    if (t === "null" || t === "undefined" || t.includes("[object ")) out.push(`stray text: ${t}`);
+  }
   for (const badge of document.querySelectorAll("main .status")) {
     const r = badge.getBoundingClientRect();
     if (!r.width || r.right > vw + 1) out.push(`status off screen: ${badge.textContent}`);
@@ -74,12 +81,20 @@ LAYOUT_JS = """() => {
 }"""
 
 
-def views(console: Console) -> list[tuple[str, str]]:
+def views(console: Console) -> list[tuple[str, str, str]]:
+    """(label, route, what to wait for) of every view."""
     job = lambda name: f"jobs/{console.jobs[name]['id']}"  # noqa: E731
-    return [("jobs", "jobs"), ("runs", f"runs?status={EVERY_STATUS}&since=-1h"),
-            ("cluster", "cluster"), ("plots", "plots"),
-            ("job-long", job(LONG_NAME)), ("job-failing", job("search-broken")),
-            ("job-container", job("ops-container")), ("job-sqs", job("sqs-export"))]
+    container = console.jobs["ops-container"]["id"]
+    run = console.api("GET", f"/v1/jobs/{container}/runs")[1]["items"][0]["id"]
+    table = "main tbody tr"
+    return [("jobs", "jobs", "#jobs-list .strip"),
+            ("runs", f"runs?status={EVERY_STATUS}&since=-1h", "#runs-list tbody tr:not(.empty)"),
+            ("cluster", "cluster", "#cluster-agents tbody tr:not(.empty)"),
+            ("plots", "plots", "svg.chart"),
+            ("job-long", job(LONG_NAME), table), ("job-failing", job("search-broken"), table),
+            ("job-container", job("ops-container"), table), ("job-sqs", job("sqs-export"), table),
+            ("run-container", f"runs/{run}", "#run-result"),
+            ("edit", f"{job(LONG_NAME)}/edit", "#f-name"), ("new", "new", "#f-name")]
 
 
 @pytest.mark.parametrize("width", list(WIDTHS))
@@ -88,12 +103,9 @@ def test_every_view_fits_the_screen(console, browser, tmp_path, width):
                                      height=WIDTHS[width])
     try:
         problems: dict[str, list[str]] = {}
-        for label, view in views(console):
+        for label, view, ready in views(console):
             goto(page, console, view)
-            if label in ("jobs", "runs", "cluster") or label.startswith("job-"):
-                page.wait_for_selector("main tbody tr")
-            if label == "runs":
-                page.wait_for_selector("#runs-list tbody tr:not(.empty)")
+            page.wait_for_selector(ready)
             page.wait_for_timeout(200)
             shot(page, f"{width}-{label}", tmp_path)
             found = page.evaluate(LAYOUT_JS)

@@ -137,7 +137,7 @@ def test_history_at_a_glance_on_the_jobs_list_and_the_job_page(console, admin_pa
     assert order.index("Runs") < order.index("Definition"), order
     assert page.get_attribute("#job-definition-fold", "open") is None
     # A cell is one click from its run.
-    page.locator("#job-history .strip .cell").last.click()
+    page.locator("#job-history .strip .cell.succeeded").last.click()
     page.wait_for_selector("#run-result")
     assert page.inner_text("#run-result") == "HTTP 204"
 
@@ -152,3 +152,51 @@ def test_a_read_only_token_sees_no_action_on_a_run(console, browser):
         watch.assert_clean()
     finally:
         context.close()
+
+
+def test_the_job_graph_draws_upstream_and_downstream_with_their_last_runs(console, admin_page,
+                                                                          tmp_path):
+    page, watch = admin_page
+    url = console.jobs["ops-actions"]["target"]["url"]
+
+    def job(name: str, schedule: dict[str, Any], **extra: Any) -> dict[str, Any]:
+        status, made = console.api("POST", "/v1/jobs", {
+            "name": name, "namespace": "ops", "schedule": schedule,
+            "target": {"kind": "http", "url": url}, **extra})
+        assert status == 201, made
+        return made
+
+    every = {"kind": "interval", "every": 1}
+    extract = job("graph-extract", every)
+    load = job("graph-load", {"kind": "after", "jobs": ["graph-extract"], "mode": "any"})
+    report = job("graph-report", {"kind": "interval", "every": 3600},
+                 depends_on=[{"job": "graph-load", "within": 3600, "wait": 0}])
+    made = [report, load, extract]
+    try:
+        wait_for(lambda: console.api("GET", f"/v1/jobs/{load['id']}")[1]["last_run"], 30,
+                 "a run of graph-load")
+        goto(page, console, f"jobs/{load['id']}")
+        page.wait_for_selector("#job-graph-svg .node")
+        nodes = page.locator("#job-graph-svg a.node").evaluate_all(
+            "(ns) => ns.map((n) => [n.dataset.job, n.dataset.status, n.classList.contains('focus')])")
+        by_id = {n[0]: n for n in nodes}
+        assert set(by_id) == {extract["id"], load["id"], report["id"]}, nodes
+        assert by_id[load["id"]][2] and not by_id[extract["id"]][2]
+        for one in made:
+            last = console.api("GET", f"/v1/jobs/{one['id']}")[1]["last_run"]
+            assert by_id[one["id"]][1] in ({last["status"], "succeeded", "running", "claimed"}
+                                           if last else {"never"}), (one["name"], nodes)
+        edges = page.locator("#job-graph-svg path.edge").evaluate_all(
+            "(es) => es.map((e) => [e.dataset.from, e.dataset.to, e.classList.contains('after')])")
+        assert sorted(edges) == sorted([[extract["id"], load["id"], True],
+                                        [load["id"], report["id"], False]]), edges
+        # Upstream left of the job, downstream right of it.
+        xs = {n: page.locator(f"#job-graph-svg a.node[data-job='{n}'] rect").get_attribute("x")
+              for n in by_id}
+        assert float(xs[extract["id"]]) < float(xs[load["id"]]) < float(xs[report["id"]])
+        shot(page, "job-graph", tmp_path)
+        page.click(f"#job-graph-svg a.node[data-job='{report['id']}']")
+        until(page, f"location.hash === '#/jobs/{report['id']}'")
+    finally:
+        for one in made:
+            console.api("DELETE", f"/v1/jobs/{one['id']}?force=true")

@@ -83,10 +83,12 @@ def test_job_page_shows_definition_redacted_next_fires_and_runs(console, admin_p
     job = console.jobs["billing-heartbeat"]
     goto(page, console, f"jobs/{job['id']}")
     page.wait_for_selector("#job-runs tbody tr:not(.empty)")
+    page.click("#job-definition-fold summary")  # folded below the runs
     definition = page.inner_text("#job-definition")
     assert '"name": "billing-heartbeat"' in definition
     report = console.jobs["billing-report-00"]
     goto(page, console, f"jobs/{report['id']}")
+    page.click("#job-definition-fold summary")
     definition = page.inner_text("#job-definition")
     assert "super-secret-value" not in definition and "Bear…" in definition
     assert len(page.locator("#next-fires li").all()) == 5

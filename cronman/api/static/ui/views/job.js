@@ -7,11 +7,13 @@ import { api } from "../api.js";
 import {
   clear, fmtMs, gateText, h, resultText, runLink, scheduleText, statusBadge, table, timeCell,
 } from "../dom.js";
+import { graphSvg, loadGraph } from "../graph.js";
 import { strip, summary, summaryText } from "../history.js";
 import { actionButton, errorBox, FINAL, loaded } from "./common.js";
 
 const RUNS_PAGE = 50;
 const HISTORY_CELLS = 50;
+const GRAPH_EVERY_MS = 15000;
 
 export function render(ctx) {
   const { root, path } = ctx;
@@ -22,9 +24,11 @@ export function render(ctx) {
   const runs = h("div", { id: "job-runs" });
   const more = h("div", { class: "pager" });
   const history = h("div", { class: "history", id: "job-history" });
+  const graph = h("section", { class: "card", id: "job-graph", hidden: true });
   // Runs first; the definition folded below.
   root.append(h("section", { class: "card" }, head, history),
     h("section", { class: "card" }, h("h2", { text: "Runs" }), runs, more),
+    graph,
     h("div", { class: "grid2" },
       h("section", { class: "card" }, h("h2", { text: "Next fire times (UTC)" }), facts,
         h("h2", { text: "Dependencies" }), deps),
@@ -53,6 +57,7 @@ export function render(ctx) {
         : h("p", { class: "muted", text: job.paused ? "paused: no fire"
           : job.schedule.kind === "after" ? "fired by its upstream jobs" : "no more fires" }));
       clear(deps).append(dependencyList(job, edges));
+      drawGraph(edges);
       const definition = { ...job };
       delete definition.last_run;
       root.querySelector("#job-definition").textContent = JSON.stringify(definition, null, 2);
@@ -61,6 +66,22 @@ export function render(ctx) {
       clear(head).append(h("h1", { text: "Job" }), errorBox(err));
       loaded(root, false);
       return false;
+    }
+  }
+
+  let graphAt = 0;
+  async function drawGraph(edges) {
+    const linked = (edges.upstream || []).length || (edges.downstream || []).length;
+    graph.hidden = !linked;
+    if (!linked || Date.now() - graphAt < GRAPH_EVERY_MS) return;
+    graphAt = Date.now();
+    try {
+      const svg = graphSvg(await loadGraph(job), job.id);
+      clear(graph).append(h("h2", { text: "Job graph" }), h("div", { class: "graph-wrap" }, svg),
+        h("p", { class: "graph-legend", text: "upstream left, downstream right; solid: depends_on, " +
+          "dashed: after; the dot is each job's last run" }));
+    } catch (err) {
+      clear(graph).append(h("h2", { text: "Job graph" }), errorBox(err));
     }
   }
 

@@ -198,7 +198,7 @@ function jobsTable(jobs, recent, select) {
     { title: "Name", clip: true, cls: "wide", cell: (j) => h("a", { href: `#/jobs/${j.id}`, text: j.name,
                                            class: "job-link" }) },
     { title: "Namespace", clip: true, cls: "narrow", cell: (j) => j.namespace },
-    { title: "Schedule", cls: "opt", clip: true, cell: (j) => scheduleText(j.schedule) },
+    { title: "Schedule", cls: "opt narrow", clip: true, cell: (j) => scheduleText(j.schedule) },
     { title: "Target", cls: "opt", cell: (j) => (j.target && j.target.kind) || "—" },
     { title: "Last run", cell: (j) => j.last_run
       ? h("span", null, statusBadge(j.last_run.status), " ", timeCell(j.last_run.scheduled_for))
@@ -207,7 +207,7 @@ function jobsTable(jobs, recent, select) {
     { title: "State", cell: (j) => statusBadge(j.paused ? "paused" : "active") },
     { title: "Recent runs", cell: (j) => recent.has(j.id) || recent.size
       ? strip(recent.get(j.id) || [], STRIP_CELLS) : "" },
-    select ? { title: "Select", cell: (j) => h("input", {
+    select ? { title: "", cell: (j) => h("input", {
       type: "checkbox", class: "pick", value: j.id, checked: select.selected.has(j.id),
       "aria-label": `select ${j.name}`, onchange: (event) => {
         if (event.target.checked) select.selected.set(j.id, j);

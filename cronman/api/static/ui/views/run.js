@@ -5,7 +5,7 @@
 // POST /v1/runs/{id}/cancel). Refreshed every 2 s until the run ends.
 
 import { api } from "../api.js";
-import { clear, fmtMs, gateText, h, resultText, statusBadge, timeCell } from "../dom.js";
+import { append, clear, fmtMs, gateText, h, resultText, statusBadge, timeCell } from "../dom.js";
 import { actionButton, errorBox, FINAL, hasApiPath, loaded } from "./common.js";
 
 const CANCEL_PATH = "/v1/runs/{run_id}/cancel";
@@ -77,7 +77,8 @@ export function render(ctx) {
   function renderAttempt() {
     const result = run.result || {};
     const logs = result.logs_tail || null;
-    clear(attempt).append(
+    // append() (not Element.append) leaves out the parts a run lacks (null).
+    append(clear(attempt), [
       h("h2", { text: `Attempt ${run.attempt}` }),
       h("dl", { class: "facts" },
         h("dt", { text: "Result" }), h("dd", { id: "run-result",
@@ -98,7 +99,7 @@ export function render(ctx) {
           h("pre", { class: "log err", id: "run-stderr", text: logs.stderr || "" }))) : null,
       !FINAL.has(run.status) ? h("p", { class: "muted", text:
         "Still running: this page refreshes every 2 s; a container's output comes when it ends." })
-        : null);
+        : null]);
   }
 
   function renderGate() {
@@ -109,13 +110,13 @@ export function render(ctx) {
                            text: "nothing held this run back (no dependency, no calendar)" }));
       return;
     }
-    gate.append(h("p", { id: "run-gate-text", text: gateText(g) || "—" }),
+    append(gate, [h("p", { id: "run-gate-text", text: gateText(g) || "—" }),
       upstreamRuns(g).length ? h("ul", { id: "run-upstream" }, upstreamRuns(g).map((u) =>
         h("li", null, h("a", { href: `#/runs/${u.run_id}`, text: `run ${u.run_id}` }),
           ` of job `, h("a", { href: `#/jobs/${u.job_id}`, text: u.job_id }),
           `, scheduled for `, timeCell(u.scheduled_for)))) : null,
       h("details", null, h("summary", { text: "as the API reports it" }),
-        h("pre", { class: "json", text: JSON.stringify(g, null, 2) })));
+        h("pre", { class: "json", text: JSON.stringify(g, null, 2) }))]);
   }
 
   load();
