@@ -8,10 +8,12 @@ and the job page; a read-only token sees no action.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
+from cronman.timeutil import utcnow
 from tests.support.console import FAIL_BODY, Console, confirm, goto, open_page, shot, until
 from tests.support.waiting import wait_for
 
@@ -200,3 +202,28 @@ def test_the_job_graph_draws_upstream_and_downstream_with_their_last_runs(consol
     finally:
         for one in made:
             console.api("DELETE", f"/v1/jobs/{one['id']}?force=true")
+
+
+def test_a_strip_shows_a_jobs_runs_older_than_a_week(console, admin_page):
+    """The jobs list asks for a week of runs at once; a job whose runs are all
+    older (here backfilled) still gets its strip."""
+    page, watch = admin_page
+    url = console.jobs["ops-actions"]["target"]["url"]
+    status, old = console.api("POST", "/v1/jobs", {
+        "name": "strip-old", "namespace": "ops", "target": {"kind": "http", "url": url},
+        "schedule": {"kind": "cron", "cron": "0 7 * * *"}})
+    assert status == 201, old
+    try:
+        now = utcnow()
+        status, made = console.api("POST", f"/v1/jobs/{old['id']}/backfill", {
+            "since": (now - timedelta(days=10)).isoformat(),
+            "until": (now - timedelta(days=8)).isoformat()})
+        assert status in (200, 201, 202), made
+        wait_for(lambda: console.api("GET", f"/v1/jobs/{old['id']}")[1]["last_run"], 20,
+                 "a backfilled run")
+        goto(page, console, "jobs?q=strip-old")
+        until(page, "document.querySelectorAll('#jobs-list .strip .cell').length >= 2")
+        runs = console.api("GET", f"/v1/jobs/{old['id']}/runs")[1]["items"]
+        assert page.locator("#jobs-list .strip .cell").count() == len(runs)
+    finally:
+        console.api("DELETE", f"/v1/jobs/{old['id']}?force=true")

@@ -124,18 +124,30 @@ export function render(ctx) {
 
   let seq = 0;
   let recent = new Map();
-  // The strips: one search for the shown jobs' runs of the last week.
+  // The strips: one search for the shown jobs' runs of the last week; a job
+  // that has runs but got too few there (none that recent, or crowded out of
+  // a full answer by busier jobs) is asked for its own last runs.
   async function loadRecent(jobs, mine) {
     if (!jobs.length) return;
     try {
       const runs = await api("v1/runs", { params: { job: jobs.map((j) => j.id).join(","),
         since: RECENT_SINCE, limit: RECENT_LIMIT } });
       if (mine !== seq) return;
-      recent = new Map();
+      const found = new Map();
       for (const r of runs.items) {
-        if (!recent.has(r.job_id)) recent.set(r.job_id, []);
-        recent.get(r.job_id).push(r);
+        if (!found.has(r.job_id)) found.set(r.job_id, []);
+        found.get(r.job_id).push(r);
       }
+      const full = runs.items.length >= RECENT_LIMIT;
+      const short = jobs.filter((j) => j.last_run &&
+        (found.get(j.id) || []).length < (full ? STRIP_CELLS : 1));
+      await Promise.all(short.map(async (j) => {
+        const own = await api(`v1/jobs/${encodeURIComponent(j.id)}/runs`,
+                              { params: { limit: STRIP_CELLS } });
+        found.set(j.id, own.items);
+      }));
+      if (mine !== seq) return;
+      recent = found;
       clear(list).append(jobsTable(jobs, recent, select));
     } catch (err) {
       if (mine === seq) ctx.toast(`recent runs: ${err.message}`, true);
