@@ -69,7 +69,7 @@ export function render(ctx) {
           done: "Replay requested", after: load }) : null,
         cancellable ? actionButton(ctx, "Cancel", {
           title: "Cancel this run?", danger: true, okLabel: "Cancel the run",
-          text: `Stop run ${run.id} where it is; it ends as failed.`,
+          text: `Ask the API to stop run ${run.id}; this page shows when it has ended.`,
           action: () => api(`v1/runs/${id}/cancel`, { method: "POST" }),
           done: "Cancel requested", after: load }) : null));
   }
