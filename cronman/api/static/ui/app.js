@@ -5,9 +5,11 @@
 import { api, getToken, setToken } from "./api.js";
 import { clear, parseHash } from "./dom.js";
 import * as clusterView from "./views/cluster.js";
+import * as editView from "./views/edit.js";
 import * as jobView from "./views/job.js";
 import * as jobsView from "./views/jobs.js";
 import * as plotsView from "./views/plots.js";
+import * as runView from "./views/run.js";
 import * as runsView from "./views/runs.js";
 
 const $ = (id) => document.getElementById(id);
@@ -16,8 +18,10 @@ let current = null;
 let timers = [];
 
 function pickView(path) {
-  const [first, second] = path;
+  const [first, second, third] = path;
+  if (first === "new" || (first === "jobs" && second && third === "edit")) return editView;
   if (first === "jobs" && second) return jobView;
+  if (first === "runs" && second) return runView;
   if (first === "runs") return runsView;
   if (first === "cluster") return clusterView;
   if (first === "plots") return plotsView;
@@ -33,12 +37,14 @@ function toast(message, bad = false) {
   toast.timer = setTimeout(() => { el.hidden = true; }, bad ? 8000 : 3500);
 }
 
-/** Ask before an action; resolves true when confirmed. */
-function confirmAction(title, text, okLabel = "Confirm") {
+/** Ask before an action; resolves true when confirmed (``danger``: a red button). */
+function confirmAction(title, text, okLabel = "Confirm", danger = false) {
   const dialog = $("confirm");
   $("confirm-title").textContent = title;
   $("confirm-text").textContent = text;
   $("confirm-ok").textContent = okLabel;
+  // Only a destructive action's confirmation is red.
+  $("confirm-ok").className = danger ? "danger" : "primary";
   return new Promise((resolve) => {
     dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
     dialog.returnValue = "";

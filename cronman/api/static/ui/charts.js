@@ -1,5 +1,6 @@
 // Small SVG charts drawn by hand (no chart library, nothing to fetch):
-// lines for rates and percentiles, bars for counts, over a time axis in UTC.
+// lines for rates and percentiles, bars for counts, over a time axis in UTC,
+// with a hover band per step naming its values.
 
 const SVG = "http://www.w3.org/2000/svg";
 const PAD = { left: 46, right: 10, top: 10, bottom: 22 };
@@ -107,5 +108,27 @@ export function chart({ series, x0, x1, step, unit, width, height = 180, title }
     path.append(s("title", {}, one.name));
     svg.append(path);
   }
+  // One hover band per step: its time and every series' value there.
+  const byTime = new Map();
+  for (const one of series) {
+    for (const [t, v] of one.points) {
+      if (t < x0 || t >= x1) continue;
+      if (!byTime.has(t)) byTime.set(t, []);
+      byTime.get(t).push(`${one.name} ${v === null || v === undefined ? "—" : label(v, unit)}`);
+    }
+  }
+  for (const [t, values] of byTime) {
+    const text = `${clock(t, span)}–${clock(t + step, span)} UTC: ${values.join(", ")}`;
+    const band = s("rect", { class: "hover", x: x(t), y: PAD.top, width: Math.max(1, slot),
+                             height: plotH, "data-values": text });
+    band.append(s("title", {}, text));
+    svg.append(band);
+  }
   return svg;
+}
+
+/** The first step holding data (a value other than null or 0), or null. */
+export function firstData(buckets, keys) {
+  const hit = buckets.find((b) => keys.some((k) => b[k] !== null && b[k] !== undefined && b[k] !== 0));
+  return hit ? Date.parse(hit.t) : null;
 }

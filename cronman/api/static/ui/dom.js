@@ -28,18 +28,35 @@ export function clear(el) {
   return el;
 }
 
-/** A table: columns are {title, cls, cell(row) -> node|string}. */
-export function table(columns, rows, emptyText) {
-  const head = h("tr", null, columns.map((c) => h("th", { class: c.cls || null, text: c.title })));
+/**
+ * A table: columns are {title, cls, clip, cell(row) -> node|string}. Each cell
+ * carries its column's title (``data-label``: a phone shows each row as a card
+ * of label / value lines). A ``clip`` column ellipsises long values, the full
+ * value in its tooltip and shown whole while focused.
+ */
+export function table(columns, rows, emptyText, { id, rowAttrs } = {}) {
+  const head = h("tr", null, columns.map((c) => h("th", {
+    class: [c.cls, c.clip ? "clip" : null].filter(Boolean).join(" ") || null, text: c.title })));
   const body = h("tbody");
   if (!rows.length) {
     body.append(h("tr", { class: "empty" },
       h("td", { colspan: columns.length, text: emptyText || "nothing here" })));
   }
   for (const row of rows) {
-    body.append(h("tr", null, columns.map((c) => h("td", { class: c.cls || null }, c.cell(row)))));
+    body.append(h("tr", rowAttrs ? rowAttrs(row) : null, columns.map((c) => {
+      const cls = [c.cls, c.clip ? "clip" : null].filter(Boolean).join(" ") || null;
+      const value = h("span", { class: "v" }, c.cell(row));
+      const text = value.textContent;
+      if (c.clip && text) {
+        value.title = text;
+        value.tabIndex = 0;
+      } else if (text.length > 24) {
+        value.title = text;
+      }
+      return h("td", { class: cls, dataset: { label: c.title } }, value);
+    })));
   }
-  return h("div", { class: "table-wrap" }, h("table", null, h("thead", null, head), body));
+  return h("div", { class: "table-wrap", id }, h("table", null, h("thead", null, head), body));
 }
 
 export function statusBadge(status) {
@@ -70,6 +87,11 @@ export function fmtRelative(iso, now = Date.now()) {
   else if (abs < 86400) text = `${(abs / 3600).toFixed(abs < 36000 ? 1 : 0)} h`;
   else text = `${(abs / 86400).toFixed(abs < 864000 ? 1 : 0)} d`;
   return diff < 0 ? `${text} ago` : `in ${text}`;
+}
+
+/** A run's scheduled time, linking to the run's page. */
+export function runLink(run) {
+  return h("a", { href: `#/runs/${run.id}`, class: "run-link" }, timeCell(run.scheduled_for));
 }
 
 /** A time cell: UTC time, the relative form as its tooltip. */

@@ -6,8 +6,6 @@ import { api } from "../api.js";
 import { clear, fmtNumber, h, table, timeCell } from "../dom.js";
 import { errorBox, loaded } from "./common.js";
 
-const AGENT_SKIP = new Set(["running_runs"]);
-
 export function render(ctx) {
   const { root } = ctx;
   const summary = h("p", { class: "muted", id: "cluster-summary" });
@@ -56,8 +54,8 @@ function databaseLine(member) {
 
 function nodesTable(nodes) {
   return table([
-    { title: "Node", cell: (n) => n.id },
-    { title: "Address", cls: "opt", cell: (n) => n.address || "—" },
+    { title: "Node", clip: true, cell: (n) => n.id },
+    { title: "Address", cls: "opt narrow", clip: true, cell: (n) => n.address || "—" },
     { title: "Started", cls: "opt", cell: (n) => timeCell(n.started_at) },
     { title: "Heartbeat age", cls: "num", cell: (n) => age(n.heartbeat_age_s) },
     { title: "State", cell: (n) => n.state === "overloaded"
@@ -72,29 +70,31 @@ function nodesTable(nodes) {
   ], nodes, "no scheduler node is live");
 }
 
+/** "used / capacity" of one of an agent's resources. */
+function usage(used, capacity, unit = "") {
+  if (capacity === null || capacity === undefined) return "—";
+  return `${fmtNumber(used, 2)} / ${fmtNumber(capacity, 2)}${unit}`;
+}
+
 function agentsTable(agents) {
-  // Agents' fields vary with the runtime: show what they report.
-  const keys = [];
-  for (const agent of agents) {
-    for (const key of Object.keys(agent)) {
-      if (!keys.includes(key) && !AGENT_SKIP.has(key)) keys.push(key);
-    }
-  }
-  const columns = (keys.length ? keys : ["id"]).map((key) => ({
-    title: key.replaceAll("_", " "),
-    cls: typeof (agents[0] || {})[key] === "number" ? "num" : null,
-    cell: (a) => key === "heartbeat_age_s" ? age(a[key])
-      : key.endsWith("_at") || key === "last_heartbeat" ? timeCell(a[key])
-      : a[key] === null || a[key] === undefined ? "—"
-      : typeof a[key] === "object" ? JSON.stringify(a[key]) : String(a[key]),
-  }));
-  return table(columns, agents, "no worker agent is live");
+  return table([
+    { title: "Agent", clip: true, cell: (a) => a.id },
+    { title: "Address", cls: "opt narrow", clip: true, cell: (a) => a.address || "—" },
+    { title: "Runtime", cell: (a) => a.runtime || "—" },
+    { title: "Labels", cls: "narrow", clip: true, cell: (a) => a.labels || "—" },
+    { title: "Heartbeat age", cls: "num", cell: (a) => age(a.heartbeat_age_s) },
+    { title: "CPU used", cls: "num", cell: (a) => usage(a.cpu_used, a.cpu) },
+    { title: "Memory used", cls: "num", cell: (a) => usage(a.memory_mb_used, a.memory_mb, " MB") },
+    { title: "Slots used", cls: "num", cell: (a) => usage(a.slots_used, a.slots) },
+    { title: "Running", cls: "num", cell: (a) => fmtNumber(a.running) },
+    { title: "Started", cls: "opt", cell: (a) => timeCell(a.started_at) },
+  ], agents, "no worker agent is live");
 }
 
 function eventsTable(items) {
   return table([
     { title: "When", cell: (e) => timeCell(e.at) },
-    { title: "Node", cell: (e) => e.node_id },
+    { title: "Node", clip: true, cell: (e) => e.node_id },
     { title: "Change", cell: (e) => h("span", { class: "kind " + e.kind, text: e.kind }) },
     { title: "Address", cls: "opt", cell: (e) => e.address || "—" },
     { title: "Process started", cls: "opt", cell: (e) => timeCell(e.started_at) },

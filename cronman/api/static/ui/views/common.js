@@ -1,6 +1,24 @@
 // Pieces the views share: error display, the loaded state, action buttons.
 
+import { api } from "../api.js";
 import { h } from "../dom.js";
+
+/** The statuses a run ends in. */
+export const FINAL = new Set(["succeeded", "failed", "skipped", "lost"]);
+
+let paths = null;
+
+/**
+ * Whether this API serves ``method`` on ``path`` (as its OpenAPI document
+ * names it): an action the console offers only where the API has it.
+ */
+export async function hasApiPath(path, method) {
+  if (!paths) {
+    paths = api("openapi.json").then((doc) => doc.paths || {}).catch(() => ({}));
+  }
+  const found = (await paths)[path];
+  return Boolean(found && found[method]);
+}
 
 export function errorBox(err) {
   const hint = err && err.status === 401 ? " Paste an API token above." :
@@ -29,7 +47,7 @@ export function actionButton(ctx, label,
                                type: "button",
                                text: label, dataset: { action: label.toLowerCase() } });
   button.addEventListener("click", async () => {
-    if (!(await ctx.confirm(title, text, okLabel || label))) return;
+    if (!(await ctx.confirm(title, text, okLabel || label, danger))) return;
     button.disabled = true;
     try {
       const result = await action();

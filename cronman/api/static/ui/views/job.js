@@ -5,12 +5,15 @@
 
 import { api } from "../api.js";
 import {
-  clear, fmtMs, gateText, h, resultText, scheduleText, statusBadge, table, timeCell,
+  clear, fmtMs, gateText, h, resultText, runLink, scheduleText, statusBadge, table, timeCell,
 } from "../dom.js";
-import { actionButton, errorBox, loaded } from "./common.js";
+import { graphSvg, loadGraph } from "../graph.js";
+import { strip, summary, summaryText } from "../history.js";
+import { actionButton, errorBox, FINAL, loaded } from "./common.js";
 
 const RUNS_PAGE = 50;
-const FINAL = new Set(["succeeded", "failed", "skipped", "lost"]);
+const HISTORY_CELLS = 50;
+const GRAPH_EVERY_MS = 15000;
 
 export function render(ctx) {
   const { root, path } = ctx;
@@ -20,13 +23,18 @@ export function render(ctx) {
   const deps = h("div", { id: "job-dependencies" });
   const runs = h("div", { id: "job-runs" });
   const more = h("div", { class: "pager" });
-  root.append(h("section", { class: "card" }, head),
+  const history = h("div", { class: "history", id: "job-history" });
+  const graph = h("section", { class: "card", id: "job-graph", hidden: true });
+  // Runs first; the definition folded below.
+  root.append(h("section", { class: "card" }, head, history),
+    h("section", { class: "card" }, h("h2", { text: "Runs" }), runs, more),
+    graph,
     h("div", { class: "grid2" },
       h("section", { class: "card" }, h("h2", { text: "Next fire times (UTC)" }), facts,
         h("h2", { text: "Dependencies" }), deps),
-      h("section", { class: "card" }, h("h2", { text: "Definition" }),
-        h("pre", { class: "json", id: "job-definition" }))),
-    h("section", { class: "card" }, h("h2", { text: "Runs" }), runs, more));
+      h("section", { class: "card" }, h("details", { id: "job-definition-fold" },
+        h("summary", { text: "Definition" }),
+        h("pre", { class: "json", id: "job-definition" })))));
 
   let job = null;
   let cursor = null;
@@ -49,6 +57,7 @@ export function render(ctx) {
         : h("p", { class: "muted", text: job.paused ? "paused: no fire"
           : job.schedule.kind === "after" ? "fired by its upstream jobs" : "no more fires" }));
       clear(deps).append(dependencyList(job, edges));
+      drawGraph(edges);
       const definition = { ...job };
       delete definition.last_run;
       root.querySelector("#job-definition").textContent = JSON.stringify(definition, null, 2);
@@ -60,12 +69,28 @@ export function render(ctx) {
     }
   }
 
+  let graphAt = 0;
+  async function drawGraph(edges) {
+    const linked = (edges.upstream || []).length || (edges.downstream || []).length;
+    graph.hidden = !linked;
+    if (!linked || Date.now() - graphAt < GRAPH_EVERY_MS) return;
+    graphAt = Date.now();
+    try {
+      const svg = graphSvg(await loadGraph(job), job.id);
+      clear(graph).append(h("h2", { text: "Job graph" }), h("div", { class: "graph-wrap" }, svg),
+        h("p", { class: "graph-legend", text: "upstream left, downstream right; solid: depends_on, " +
+          "dashed: after; the dot is each job's last run" }));
+    } catch (err) {
+      clear(graph).append(h("h2", { text: "Job graph" }), errorBox(err));
+    }
+  }
+
   const reload = async () => { if (await loadJob()) await loadRuns(true); };
 
   function renderHead() {
     const id = encodeURIComponent(job.id);
     clear(head).append(
-      h("h1", null, job.name, " ", statusBadge(job.paused ? "paused" : "active")),
+      h("h1", null, h("span", { class: "name", title: job.name, text: job.name }), statusBadge(job.paused ? "paused" : "active")),
       h("dl", { class: "facts" },
         h("dt", { text: "Namespace" }), h("dd", { text: job.namespace }),
         h("dt", { text: "Id" }), h("dd", { text: job.id }),
@@ -87,6 +112,8 @@ export function render(ctx) {
           title: `Trigger ${job.name} now?`, text: "It fires once now, outside its schedule.",
           action: () => api(`v1/jobs/${id}/trigger`, { method: "POST" }),
           done: (run) => `Triggered: run ${run.id}`, after: reload }),
+        ctx.session.canWrite ? h("a", { class: "btn", id: "job-edit", href: `#/jobs/${id}/edit`,
+                                        text: "Edit" }) : null,
         actionButton(ctx, "Delete", {
           title: `Delete ${job.name}?`, danger: true, okLabel: "Delete",
           text: "The job stops firing and is removed. Its run history stays until it expires.",
@@ -101,6 +128,9 @@ export function render(ctx) {
       shownRuns = fresh ? page.items : shownRuns.concat(page.items);
       cursor = page.next_cursor;
       clear(runs).append(runsTable(ctx, shownRuns, reload));
+      clear(history).append(strip(shownRuns, HISTORY_CELLS),
+        h("span", { class: "muted", id: "job-history-summary",
+                    text: summaryText(summary(shownRuns)) }));
       clear(more);
       if (cursor) {
         more.append(h("button", { class: "btn", type: "button", text: "Older runs",
@@ -155,16 +185,16 @@ function dependencyList(job, edges) {
 
 function runsTable(ctx, runs, afterAction) {
   return table([
-    { title: "Scheduled for", cell: (r) => timeCell(r.scheduled_for) },
+    { title: "Scheduled for", cell: (r) => runLink(r) },
     { title: "Status", cell: (r) => statusBadge(r.status) },
     { title: "Attempt", cls: "num", cell: (r) => String(r.attempt) },
     { title: "Lateness", cls: "num", cell: (r) => fmtMs(r.lateness_ms) },
     { title: "Duration", cls: "num", cell: (r) => fmtMs(r.duration_ms) },
     { title: "Origin", cls: "opt", cell: (r) => r.origin },
-    { title: "Node", cls: "opt", cell: (r) => r.node_id || "—" },
+    { title: "Node", cls: "opt narrow", clip: true, cell: (r) => r.node_id || "—" },
     { title: "Result", cell: (r) => resultText(r.result) },
-    { title: "Gate", cls: "wrap", cell: (r) => gateText(r.gate) },
-    { title: "Error", cls: "wrap", cell: (r) => r.error || "" },
+    { title: "Gate", clip: true, cell: (r) => gateText(r.gate) },
+    { title: "Error", clip: true, cls: "wide", cell: (r) => r.error || "" },
     { title: "", cell: (r) => FINAL.has(r.status) ? actionButton(ctx, "Replay", {
       title: "Replay this run?", text: `Dispatch run ${r.id} again, as a new attempt.`,
       action: () => api(`v1/runs/${encodeURIComponent(r.id)}/replay`, { method: "POST" }),

@@ -3,7 +3,7 @@
 
 import { api } from "../api.js";
 import { clear, h } from "../dom.js";
-import { chart } from "../charts.js";
+import { chart, firstData } from "../charts.js";
 import { errorBox, loaded } from "./common.js";
 
 const WINDOWS = [
@@ -42,12 +42,18 @@ export function render(ctx) {
     const data = panel.data;
     if (!data) return;
     const step = data.step_seconds * 1000;
-    const x0 = Date.parse(data.since);
     const x1 = Date.parse(data.until);
-    const pts = (key) => data.buckets.map((b) => [Date.parse(b.t), b[key]]);
+    // Zoomed to the data: from a step before the first one holding any.
+    const since = Date.parse(data.since);
+    const first = firstData(data.buckets, ["fires", "failures", "lateness_p50_ms"]);
+    const x0 = first === null ? since : Math.max(since, first - step);
+    const pts = (key) => data.buckets.map((b) => [Date.parse(b.t), b[key]])
+      .filter(([t]) => t >= x0);
     const total = data.buckets.reduce((n, b) => n + b.fires, 0);
     const failed = data.buckets.reduce((n, b) => n + b.failures, 0);
-    panel.note.textContent = `${total} fires, ${failed} failures; ${data.step_seconds} s per step`;
+    panel.note.textContent = `${total} fires, ${failed} failures; ${data.step_seconds} s per step` +
+      (x0 > since ? `; from ${new Date(x0).toISOString().slice(11, 16)} UTC, the first data` : "") +
+      ". Lateness counts scheduled fires only (triggered, replayed, backfilled runs are left out).";
     const width = panel.body.clientWidth > 700 ? (panel.body.clientWidth - 28) / 3
       : panel.body.clientWidth || 600;
     clear(panel.body).append(
@@ -78,6 +84,15 @@ export function render(ctx) {
   };
 }
 
+/** A chart with its caption, and a line naming the values of the step under the pointer. */
 function figure(title, svg, extra) {
-  return h("figure", { class: "chart" }, h("figcaption", { text: title }), svg, extra || null);
+  const readout = h("div", { class: "readout muted", text: "\u00a0" });
+  const show = (event) => {
+    const band = event.target;
+    if (band.classList && band.classList.contains("hover")) readout.textContent = band.dataset.values;
+  };
+  svg.addEventListener("mouseover", show);
+  svg.addEventListener("click", show);
+  return h("figure", { class: "chart" }, h("figcaption", { text: title }), svg, extra || null,
+    readout);
 }

@@ -3,9 +3,10 @@
 
 import { api } from "../api.js";
 import {
-  clear, fmtMs, gateText, h, hashFor, resultText, statusBadge, table, timeCell,
+  clear, fmtMs, gateText, h, hashFor, resultText, runLink, statusBadge, table,
 } from "../dom.js";
-import { errorBox, loaded } from "./common.js";
+import { replayRun, report, runAll } from "../bulk.js";
+import { errorBox, FINAL, loaded } from "./common.js";
 
 const STATUSES = ["failed", "lost", "retrying", "running", "claimed", "succeeded", "skipped"];
 const WINDOWS = [["-15m", "last 15 min"], ["-1h", "last hour"], ["-6h", "last 6 h"],
@@ -30,12 +31,15 @@ export function render(ctx) {
   const kind = h("select", { id: "run-kind", "aria-label": "target kind" }, KINDS.map((k) =>
     h("option", { value: k, text: k || "any target", selected: k === state.kind })));
   const list = h("div", { id: "runs-list" });
+  const replayAll = ctx.session.canWrite ? h("button", {
+    class: "btn small", type: "button", id: "runs-replay", dataset: { action: "bulk-replay" },
+    hidden: true, onclick: () => replayShown() }) : null;
   const more = h("div", { class: "pager" });
   root.append(h("section", { class: "card" },
     h("h1", { text: "Runs" }),
     h("div", { class: "row filters" }, checks),
     h("div", { class: "row filters" }, since, ns, kind,
-      state.job ? h("span", { class: "muted", text: `job ${state.job}` }) : null),
+      state.job ? h("span", { class: "muted", text: `job ${state.job}` }) : null, replayAll),
     list, more));
 
   let seq = 0;
@@ -50,6 +54,7 @@ export function render(ctx) {
       state.items = fresh ? page.items : state.items.concat(page.items);
       state.cursor = page.next_cursor;
       clear(list).append(runsTable(state.items));
+      showReplayAll();
       clear(more);
       if (state.cursor) {
         more.append(h("button", { class: "btn", type: "button", text: "Older runs",
@@ -61,6 +66,27 @@ export function render(ctx) {
       clear(list).append(errorBox(err));
       loaded(root, false);
     }
+  }
+
+  // The failed and lost runs shown (all loaded pages), replayed in one go.
+  const replayable = () => state.items.filter((r) => r.status === "failed" || r.status === "lost");
+  function showReplayAll() {
+    if (!replayAll) return;
+    const n = replayable().length;
+    replayAll.hidden = n === 0;
+    replayAll.textContent = `Replay the ${n} failed or lost run(s) shown`;
+  }
+
+  async function replayShown() {
+    const runs = replayable().filter((r) => FINAL.has(r.status));
+    const jobs = new Set(runs.map((r) => r.job_id)).size;
+    if (!(await ctx.confirm(`Replay ${runs.length} run(s)?`,
+      `The failed and lost runs this filter shows, of ${jobs} job(s), each dispatched again.`,
+      `Replay ${runs.length}`))) return;
+    const done = await runAll(runs, replayRun);
+    ctx.toast(report("Replayed", runs.length, done, (r) => r.job_name || r.id),
+              done.failed.length > 0);
+    load(true);
   }
 
   let debounce = null;
@@ -87,16 +113,16 @@ export function render(ctx) {
 
 function runsTable(runs) {
   return table([
-    { title: "Scheduled for", cell: (r) => timeCell(r.scheduled_for) },
-    { title: "Job", cell: (r) => h("a", { href: `#/jobs/${r.job_id}`,
+    { title: "Scheduled for", cell: (r) => runLink(r) },
+    { title: "Job", clip: true, cell: (r) => h("a", { href: `#/jobs/${r.job_id}`,
                                           text: r.job_name || r.job_id }) },
-    { title: "Namespace", cls: "opt", cell: (r) => r.namespace || "—" },
+    { title: "Namespace", cls: "opt narrow", clip: true, cell: (r) => r.namespace || "—" },
     { title: "Status", cell: (r) => statusBadge(r.status) },
     { title: "Attempt", cls: "num", cell: (r) => String(r.attempt) },
     { title: "Lateness", cls: "num opt", cell: (r) => fmtMs(r.lateness_ms) },
     { title: "Duration", cls: "num opt", cell: (r) => fmtMs(r.duration_ms) },
     { title: "Result", cls: "opt", cell: (r) => resultText(r.result) },
-    { title: "Gate", cls: "wrap opt", cell: (r) => gateText(r.gate) },
-    { title: "Error", cls: "wrap", cell: (r) => r.error || "" },
+    { title: "Gate", cls: "opt narrow", clip: true, cell: (r) => gateText(r.gate) },
+    { title: "Error", clip: true, cls: "wide", cell: (r) => r.error || "" },
   ], runs, "no runs match");
 }
