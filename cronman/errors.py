@@ -75,3 +75,10 @@ class CoordinatorUnavailable(CronmanError):
 
     code = "coordinator_unavailable"
     http_status = 503
+
+
+class QuotaExceeded(CronmanError):
+    """A namespace's quota refuses the request (its message names the quota)."""
+
+    code = "quota_exceeded"
+    http_status = 403

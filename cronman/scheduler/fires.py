@@ -118,6 +118,8 @@ class ActiveRun:
     gate: dict[str, Any] | None = None
     waiting: bool = False  # waiting for upstream jobs (``depends_on``), marked started
     gate_passed: bool = False  # its depends_on was satisfied: no second wait
+    # What the limits' gate granted the attempt under way (``dispatch.limits.Hold``).
+    limits: Any = None
 
     @property
     def key(self) -> tuple[str, datetime]:

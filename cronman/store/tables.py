@@ -480,3 +480,33 @@ host_policies = Table(
     # The admin token that set it (NULL: with auth off or open).
     Column("updated_by", String(36)),
 )
+
+# Named limits per destination (cronman.limits): what they match and allow;
+# every node reads them all each sync poll.
+limits = Table(
+    "limits",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("match_kind", String(16), nullable=False),
+    Column("match_value", String(2048), nullable=False),
+    Column("rate", Float),
+    Column("burst", Integer),
+    Column("concurrency", Integer),
+    Column("version", Integer, nullable=False, server_default=text("1")),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    Column("updated_by", String(36)),
+)
+
+# Each namespace's quota (cronman.limits.Quota): NULL bounds nothing.
+namespace_quotas = Table(
+    "namespace_quotas",
+    metadata,
+    Column("namespace", String(128), primary_key=True),
+    Column("max_jobs", Integer),
+    Column("fires_per_second", Float),
+    Column("burst", Integer),
+    Column("concurrent_runs", Integer),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    Column("updated_by", String(36)),
+)
