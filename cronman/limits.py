@@ -28,16 +28,31 @@ from urllib.parse import urlsplit
 from cronman.errors import ValidationError
 
 MATCH_KINDS = ("host", "queue_url", "label", "namespace")
-LIMIT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+LIMIT_NAME_PATTERN = "^[a-z0-9][a-z0-9_.-]{0,62}$"
+LIMIT_NAME_RE = re.compile(LIMIT_NAME_PATTERN.replace("$", r"\Z"))
+# What each kind of match takes (the OpenAPI document states the same
+# patterns): a host without scheme, port, path or blanks; a label key:value;
+# a queue URL or namespace with something other than blanks.
+_BLANK = "\t\n\r \u0000"
+MATCH_PATTERNS = {
+    "host": f"^[^/{_BLANK}]*[^/.{_BLANK}][^/{_BLANK}]*$",
+    "queue_url": f"^[^\u0000]*[^{_BLANK}][^\u0000]*$",
+    "label": "^[^:\u0000]+:[^\u0000]*$",
+    "namespace": f"^[^\u0000]*[^{_BLANK}][^\u0000]*$",
+}
+_MATCH_RES = {kind: re.compile(p.replace("$", r"\Z")) for kind, p in MATCH_PATTERNS.items()}
+_MATCH_HINTS = {"host": "a host name or address (no scheme, port, path or blanks)",
+                "queue_url": "a queue URL", "label": "key:value (a job label)",
+                "namespace": "a namespace"}
 # The name a namespace's quota takes as a limit; user limits cannot have it
 # (their names have no ``:``).
 QUOTA_PREFIX = "quota:"
 MAX_RATE = 100_000.0
 MAX_CONCURRENCY = 1_000_000
 MAX_MATCH_VALUE = 2048
+MAX_JOBS_QUOTA = 10_000_000
 QUOTA_FIELDS = ("max_jobs", "fires_per_second", "burst", "concurrent_runs")
 LIMIT_FIELDS = ("name", "match", "rate", "burst", "concurrency")
-READ_ONLY = ("version", "created_at", "updated_at")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,17 +135,26 @@ def _positive_number(value: Any, field: str, hi: float) -> float:
     return float(value)
 
 
-def _positive_int(value: Any, field: str, hi: int) -> int:
+def _int(value: Any, field: str, lo: int, hi: int) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValidationError("must be an integer", field=field)
-    if value < 1 or value > hi:
-        raise ValidationError(f"must be between 1 and {hi}", field=field)
+    if value < lo or value > hi:
+        raise ValidationError(f"must be between {lo} and {hi}", field=field)
     return value
 
 
+def _positive_int(value: Any, field: str, hi: int) -> int:
+    return _int(value, field, 1, hi)
+
+
+_ABSENT = object()
+
+
 def _optional(obj: Mapping[str, Any], key: str) -> Any:
-    value = obj.get(key)
-    return None if value is None else value
+    """The value given for ``key`` (``_ABSENT`` when left out; null is a bad value)."""
+    return obj.get(key, _ABSENT)
 
 
 def parse_match(value: Any) -> tuple[str, str]:
@@ -138,27 +162,23 @@ def parse_match(value: Any) -> tuple[str, str]:
     if not isinstance(value, dict):
         raise ValidationError("must be an object with one of the keys "
                               + ", ".join(MATCH_KINDS), field="match")
+    for kind in value:
+        if kind not in MATCH_KINDS:
+            raise ValidationError(f"unknown key {kind!r}: one of " + ", ".join(MATCH_KINDS),
+                                  field=f"match.{kind}")
     if len(value) != 1:
         raise ValidationError("must have exactly one of the keys " + ", ".join(MATCH_KINDS),
                               field="match")
     ((kind, raw),) = value.items()
-    if kind not in MATCH_KINDS:
-        raise ValidationError(f"unknown key {kind!r}: one of " + ", ".join(MATCH_KINDS),
-                              field=f"match.{kind}")
     field = f"match.{kind}"
-    if not isinstance(raw, str) or not raw.strip():
-        raise ValidationError("must be a non-empty string", field=field)
+    if not isinstance(raw, str):
+        raise ValidationError("must be a string", field=field)
     if len(raw) > MAX_MATCH_VALUE:
         raise ValidationError(f"must be at most {MAX_MATCH_VALUE} characters", field=field)
+    if not _MATCH_RES[kind].match(raw):
+        raise ValidationError(f"must be {_MATCH_HINTS[kind]}", field=field)
     if kind == "host":
-        raw = raw.strip().lower().rstrip(".")
-        if "/" in raw or " " in raw or not raw:
-            raise ValidationError("must be a host name or address (no scheme, port or path)",
-                                  field=field)
-    elif kind == "label":
-        key, sep, label_value = raw.partition(":")
-        if not sep or not key:
-            raise ValidationError("must be key:value (a job label)", field=field)
+        raw = raw.lower().rstrip(".")
     return kind, raw
 
 
@@ -168,9 +188,7 @@ def parse_limit(body: Any, *, name: str | None = None, version: int = 1) -> Limi
     if not isinstance(body, dict):
         raise ValidationError("the request body must be a JSON object")
     for key in body:
-        if key in READ_ONLY:
-            continue
-        if key not in LIMIT_FIELDS:
+        if key not in LIMIT_FIELDS and not (key == "version" and name is not None):
             raise ValidationError(f"unknown field {key!r}", field=str(key))
     given = body.get("name", name)
     if name is not None and given != name:
@@ -184,9 +202,9 @@ def parse_limit(body: Any, *, name: str | None = None, version: int = 1) -> Limi
     rate = _optional(body, "rate")
     burst = _optional(body, "burst")
     concurrency = _optional(body, "concurrency")
-    rate_v = None if rate is None else _positive_number(rate, "rate", MAX_RATE)
-    burst_v = None if burst is None else _positive_int(burst, "burst", MAX_CONCURRENCY)
-    conc_v = (None if concurrency is None
+    rate_v = None if rate is _ABSENT else _positive_number(rate, "rate", MAX_RATE)
+    burst_v = None if burst is _ABSENT else _positive_int(burst, "burst", MAX_CONCURRENCY)
+    conc_v = (None if concurrency is _ABSENT
               else _positive_int(concurrency, "concurrency", MAX_CONCURRENCY))
     if rate_v is None and conc_v is None:
         raise ValidationError("a limit needs a rate, a concurrency, or both", field="rate")
@@ -210,17 +228,14 @@ def parse_quota(namespace: str, body: Any) -> Quota:
     fps = _optional(body, "fires_per_second")
     burst = _optional(body, "burst")
     conc = _optional(body, "concurrent_runs")
-    fps_v = None if fps is None else _positive_number(fps, "fires_per_second", MAX_RATE)
-    burst_v = None if burst is None else _positive_int(burst, "burst", MAX_CONCURRENCY)
+    fps_v = None if fps is _ABSENT else _positive_number(fps, "fires_per_second", MAX_RATE)
+    burst_v = None if burst is _ABSENT else _positive_int(burst, "burst", MAX_CONCURRENCY)
     if burst_v is not None and fps_v is None:
         raise ValidationError("a burst needs fires_per_second", field="burst")
-    if max_jobs is not None:
-        if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or not (
-                0 <= max_jobs <= 10_000_000):
-            raise ValidationError("must be an integer between 0 and 10000000", field="max_jobs")
-    return Quota(namespace=namespace, max_jobs=max_jobs, fires_per_second=fps_v, burst=burst_v,
-                 concurrent_runs=None if conc is None else _positive_int(
-                     conc, "concurrent_runs", MAX_CONCURRENCY))
+    jobs_v = None if max_jobs is _ABSENT else _int(max_jobs, "max_jobs", 0, MAX_JOBS_QUOTA)
+    conc_v = None if conc is _ABSENT else _positive_int(conc, "concurrent_runs", MAX_CONCURRENCY)
+    return Quota(namespace=namespace, max_jobs=jobs_v, fires_per_second=fps_v, burst=burst_v,
+                 concurrent_runs=conc_v)
 
 
 # -- matching -----------------------------------------------------------------

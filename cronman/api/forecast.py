@@ -35,14 +35,14 @@ TOP_MAX = 1000
 
 
 def _time(raw: str | None, field: str, *, now: datetime, default: datetime) -> datetime:
-    if raw is None or raw == "":
+    if raw is None:
         return default
     text = raw.strip()
     try:
         if text.startswith("+"):  # ahead of now: the relative form, mirrored
             return now + (now - parse_time_text("-" + text[1:], now=now))
         return parse_time_text(text, now=now)
-    except ValueError:
+    except (ValueError, OverflowError):
         raise ValidationError(f"must be {TIME_HINT} or +<n><unit> (ahead), not {raw!r}",
                               field=field) from None
 
@@ -54,7 +54,10 @@ class Forecast(ApiView):
         args = request.args
         now = utcnow()
         start = _time(args.get("from"), "from", now=now, default=now)
-        end = _time(args.get("to"), "to", now=now, default=start + DEFAULT_RANGE)
+        try:
+            end = _time(args.get("to"), "to", now=now, default=start + DEFAULT_RANGE)
+        except OverflowError:
+            raise ValidationError("the range must end before the year 10000", field="to") from None
         if end <= start:
             raise ValidationError("must be after 'from'", field="to")
         if end - start > MAX_RANGE:

@@ -20,6 +20,7 @@ from cronman.api.common import ApiView, json_response
 from cronman.api.openapi import (
     audit,
     host_policies,
+    limits,
     notifications,
     signing,
     tokens,
@@ -190,17 +191,19 @@ def openapi_document() -> dict[str, Any]:
                 "JSON Schema cannot state are listed in x-semantic-rules."),
         },
         "servers": [{"url": "/"}],
-        "x-semantic-rules": [*SEMANTIC_RULES, *workflows.SEMANTIC_RULES],
+        "x-semantic-rules": [*SEMANTIC_RULES, *workflows.SEMANTIC_RULES,
+                             *limits.SEMANTIC_RULES],
         "security": [{"bearer": []}],
         "paths": {**console_paths(paths()), **audit.paths(),
                   **notifications.paths(), **tokens.paths(),
                   **workflows.paths(), **signing.paths(),
-                  **host_policies.paths()},
+                  **host_policies.paths(), **limits.paths()},
         "components": _with_schemas(console_components(components()),
                                     {**audit.schemas(), **notifications.schemas(),
                                      **tokens.schemas(), **workflows.schemas(),
                                      **signing.schemas(),
-                                     **host_policies.schemas()}),
+                                     **host_policies.schemas(),
+                                     **limits.schemas()}),
     }
 
 
