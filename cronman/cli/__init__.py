@@ -11,6 +11,7 @@ from __future__ import annotations
 from cronman.cli import (  # noqa: F401  (imported for their commands)
     apply,  # cronman jobs apply
     jobs,  # cronman jobs ...
+    limits,  # cronman limits ..., cronman quotas ..., cronman forecast
     notifications,  # cronman notifications ...
     runs,  # cronman runs ..., cronman cluster
     signing,  # cronman signing-key show|rotate
