@@ -20,6 +20,15 @@ from typing import Protocol
 
 #: ``Answer.wait_ms`` when the limit's slots are all in flight: until one is released.
 UNTIL_RELEASED = -1
+#: ``Answer.used`` of a refusal while the counters' new epoch is in quarantine.
+QUARANTINED = -1
+#: ``Answer.used`` of a refusal while the counters do not answer (the caller's own).
+UNANSWERED = -2
+
+
+class CountersRestarted(Exception):
+    """The shared counters began a new epoch (Redis restarted empty) since the
+    caller last told them what it holds: ``restore``, then ask again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,21 +74,33 @@ class LimitCounters(Protocol):
         """Whether other processes count on the same counters (Redis)."""
 
     async def take(self, node_id: str, specs: Sequence[LimitSpec], asks: Sequence[Ask], *,
-                   lease_ms: int, margin_ms: int) -> list[Answer]:
+                   lease_ms: int, margin_ms: int, quarantine_ms: int = 0) -> list[Answer]:
         """Grant or refuse each ask, in order, in one round trip: an ask is
         granted when every one of its limits allows it, and then takes a
         start from each (and a slot, leased for ``lease_ms``); once a limit
         refused an ask, it refuses the later asks of the batch too (the order
         is the caller's priority order). Rate windows are ``margin_ms``
         longer than they say, for the spread of the deliveries' own times.
-        Raises ``CoordinatorUnavailable``."""
+        For ``quarantine_ms`` after the counters began anew, everything is
+        refused (``QUARANTINED``): the nodes tell them what they hold first.
+        Raises ``CountersRestarted`` (nothing taken) and
+        ``CoordinatorUnavailable``."""
 
     async def release(self, node_id: str, held: Sequence[tuple[str, str]]) -> None:
         """Give back the slots of (limit name, token). Raises ``CoordinatorUnavailable``."""
 
     async def renew(self, node_id: str, held: Sequence[tuple[str, str]], lease_ms: int
                     ) -> None:
-        """Extend the leases of slots still held. Raises ``CoordinatorUnavailable``."""
+        """Extend the leases of the slots held (a slot the counters lost is
+        held again). Raises ``CountersRestarted`` (the slots are held all the
+        same) and ``CoordinatorUnavailable``."""
+
+    async def restore(self, node_id: str, held: Sequence[tuple[str, str, str, int]],
+                      lease_ms: int) -> None:
+        """Tell the counters again what the node holds, after they were away
+        (they may have restarted empty): (``s``, limit, token, ms ago) per
+        recent start, (``c``, limit, token, 0) per slot; the caller is of
+        their epoch from then on. Raises ``CoordinatorUnavailable``."""
 
     def usage(self, names: Sequence[str], windows_ms: Sequence[int]) -> list[tuple[int, int]]:
         """Per limit name: (slots in flight, starts within its window), for

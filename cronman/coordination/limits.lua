@@ -1,48 +1,83 @@
 -- The limits' shared counters (coordination.redis_limits; cronman.limits).
 --
--- ARGV[1] = command, ARGV[2] = key prefix P. Keys, per limit name N:
+-- ARGV[1] = command, ARGV[2] = key prefix P, ARGV[3] = the epoch the caller
+-- knows ("" for none). Keys, per limit name N:
+--   P:limit:epoch     string      when these counters began (server ms): a Redis
+--                                 that restarted empty begins a new epoch
 --   P:limit:N:starts  sorted set  token -> start (server ms): the sliding log
 --                                 of starts; PEXPIRE window + margin
 --   P:limit:N:bucket  hash        tokens, at (server ms): the token bucket
 --   P:limit:N:slots   sorted set  "{node}|{token}" -> lease end (server ms)
 --
--- take: ARGV[3] node, [4] lease ms, [5] margin ms, [6] number of limits L,
---   then per limit: name, count, window ms, burst, tokens per ms, concurrency
---   (0: that bound off); then per ask: token, number of its limits, their
---   1-based indexes. Answers one entry per ask: 0 (granted) or
---   {limit index, used, wait ms (-1: until a slot is released)}. Once a
---   limit refused an ask, the later asks it holds are refused too.
--- release: ARGV[3] node, then pairs (name, token).
--- renew: ARGV[3] node, [4] lease ms, then pairs (name, token): only slots still held.
+-- Every command answers the epoch first. A caller whose epoch is not the
+-- current one must tell what it holds (restore) before it may take.
+--
+-- take: ARGV[4] node, [5] lease ms, [6] margin ms, [7] quarantine ms, [8]
+--   number of limits L, then per limit: name, count, window ms, burst, tokens
+--   per ms, concurrency (0: that bound off); then per ask: token, number of
+--   its limits, their 1-based indexes. Answers {epoch} alone (nothing taken)
+--   to a caller of another epoch; else {epoch, one entry per ask}: 0
+--   (granted) or {limit index, used, wait ms (-1: until a slot is released)}.
+--   Once a limit refused an ask, the later asks it holds are refused too.
+--   Within the quarantine of a new epoch everything is refused (used -1):
+--   the nodes have that long to tell what they hold.
+-- release: ARGV[4] node, then pairs (name, token).
+-- renew: ARGV[4] node, [5] lease ms, then pairs (name, token): the slots held
+--   (added again if Redis lost them).
+-- restore: ARGV[4] node, [5] lease ms, then quadruples (kind, name, token, ms):
+--   kind "s": a start made that many ms ago (kept if the log has it), "c": a
+--   slot held (leased again). What a node tells of a new epoch.
 -- usage: pairs (name, window ms): {in flight, starts in window} per name.
 
 local command = ARGV[1]
 local prefix = ARGV[2] .. ':limit:'
+local known = ARGV[3]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local epoch = redis.call('GET', prefix .. 'epoch')
+if not epoch then
+  epoch = tostring(now)
+  redis.call('SET', prefix .. 'epoch', epoch)
+end
 
 if command == 'release' then
-  local node = ARGV[3]
-  for i = 4, #ARGV - 1, 2 do
+  local node = ARGV[4]
+  for i = 5, #ARGV - 1, 2 do
     redis.call('ZREM', prefix .. ARGV[i] .. ':slots', node .. '|' .. ARGV[i + 1])
   end
-  return 1
+  return epoch
 end
 
 if command == 'renew' then
-  local node = ARGV[3]
-  local until_ms = now + tonumber(ARGV[4])
-  for i = 5, #ARGV - 1, 2 do
+  local node = ARGV[4]
+  local until_ms = now + tonumber(ARGV[5])
+  for i = 6, #ARGV - 1, 2 do
     local key = prefix .. ARGV[i] .. ':slots'
-    redis.call('ZADD', key, 'XX', until_ms, node .. '|' .. ARGV[i + 1])
-    redis.call('PEXPIRE', key, tonumber(ARGV[4]) * 2)
+    redis.call('ZADD', key, until_ms, node .. '|' .. ARGV[i + 1])
+    redis.call('PEXPIRE', key, tonumber(ARGV[5]) * 2)
   end
-  return 1
+  return epoch
+end
+
+if command == 'restore' then
+  local node = ARGV[4]
+  local lease = tonumber(ARGV[5])
+  for i = 6, #ARGV - 3, 4 do
+    local base = prefix .. ARGV[i + 1]
+    if ARGV[i] == 's' then
+      redis.call('ZADD', base .. ':starts', 'NX', now - tonumber(ARGV[i + 3]), ARGV[i + 2])
+      redis.call('PEXPIRE', base .. ':starts', 120000)
+    else
+      redis.call('ZADD', base .. ':slots', now + lease, node .. '|' .. ARGV[i + 2])
+      redis.call('PEXPIRE', base .. ':slots', lease * 2)
+    end
+  end
+  return epoch
 end
 
 if command == 'usage' then
   local out = {}
-  for i = 3, #ARGV - 1, 2 do
+  for i = 4, #ARGV - 1, 2 do
     local base = prefix .. ARGV[i]
     local window = tonumber(ARGV[i + 1])
     out[#out + 1] = redis.call('ZCOUNT', base .. ':slots', '(' .. now, '+inf')
@@ -55,12 +90,16 @@ if command ~= 'take' then
   return redis.error_reply('unknown command ' .. tostring(command))
 end
 
-local node = ARGV[3]
-local lease = tonumber(ARGV[4])
-local margin = tonumber(ARGV[5])
-local n = tonumber(ARGV[6])
+if known ~= epoch then
+  return {epoch}
+end
+local node = ARGV[4]
+local lease = tonumber(ARGV[5])
+local margin = tonumber(ARGV[6])
+local quarantine = tonumber(ARGV[7]) - (now - tonumber(epoch))
+local n = tonumber(ARGV[8])
 local limits = {}
-local i = 7
+local i = 9
 for k = 1, n do
   local lim = {name = ARGV[i], count = tonumber(ARGV[i + 1]), window = tonumber(ARGV[i + 2]),
                burst = tonumber(ARGV[i + 3]), per_ms = tonumber(ARGV[i + 4]),
@@ -96,6 +135,9 @@ local function refusal(k, lim, token, member)
   if lim.closed then
     return lim.closed
   end
+  if quarantine > 0 then
+    return {k, -1, quarantine}
+  end
   if lim.count > 0 and lim.started >= lim.count then
     -- the start that has to leave the window before another may come
     local nth = redis.call('ZRANGE', lim.starts_key, -lim.count, -lim.count, 'WITHSCORES')
@@ -115,7 +157,7 @@ local function refusal(k, lim, token, member)
   return nil
 end
 
-local out = {}
+local out = {epoch}
 while i <= #ARGV do
   local token = ARGV[i]
   local m = tonumber(ARGV[i + 1])

@@ -22,6 +22,9 @@ from cronman.coordination.limit_counters import (
     LimitSpec,
 )
 
+# Mirrored starts are kept this much longer than their window.
+_MIRROR_SLACK_MS = 1000
+
 
 def _wall_ms() -> int:
     return int(time.time() * 1000)
@@ -103,6 +106,42 @@ class LocalLimitCounters:
             return Answer(False, k, len(st.slots), UNTIL_RELEASED)
         return None
 
+    def record(self, node_id: str, specs: Sequence[LimitSpec], ask: Ask, *,
+               lease_ms: int) -> None:
+        """Count a grant made elsewhere (the shared counters) here too: a node
+        mirrors its own starts and slots, so that its fair share, once Redis
+        is away, starts from what it has in flight."""
+        with self._lock:
+            now = self._clock()
+            member = f"{node_id}|{ask.token}"
+            for k in ask.limits:
+                spec = specs[k]
+                st = self._states.setdefault(spec.name, _State())
+                if spec.count:
+                    horizon = now - spec.window_ms - _MIRROR_SLACK_MS
+                    while st.starts and st.starts[0][0] <= horizon:
+                        st.starts.popleft()
+                    st.starts.append((now, ask.token))
+                if spec.concurrency:
+                    if len(st.slots) > 2 * spec.concurrency:
+                        for gone in [m for m, end in st.slots.items() if end <= now]:
+                            del st.slots[gone]
+                    st.slots[member] = now + lease_ms
+
+    def held(self, node_id: str) -> list[tuple[str, str, str, int]]:
+        """What ``node_id`` holds here, to tell the shared counters again
+        (after a Redis restart): (``s``, limit, token, ms since the start) per
+        start still in a window, (``c``, limit, token, 0) per slot."""
+        with self._lock:
+            now = self._clock()
+            prefix = f"{node_id}|"
+            out = []
+            for name, st in self._states.items():
+                out += [("s", name, token, now - at) for at, token in st.starts]
+                out += [("c", name, member[len(prefix):], 0) for member, end in st.slots.items()
+                        if end > now and member.startswith(prefix)]
+            return out
+
     def release_now(self, node_id: str, held: Sequence[tuple[str, str]]) -> None:
         with self._lock:
             for name, token in held:
@@ -122,7 +161,7 @@ class LocalLimitCounters:
     # -- the contract -------------------------------------------------------
 
     async def take(self, node_id: str, specs: Sequence[LimitSpec], asks: Sequence[Ask], *,
-                   lease_ms: int, margin_ms: int) -> list[Answer]:
+                   lease_ms: int, margin_ms: int, quarantine_ms: int = 0) -> list[Answer]:
         return self.take_now(node_id, specs, asks, lease_ms=lease_ms, margin_ms=margin_ms)
 
     async def release(self, node_id: str, held: Sequence[tuple[str, str]]) -> None:
@@ -131,6 +170,10 @@ class LocalLimitCounters:
     async def renew(self, node_id: str, held: Sequence[tuple[str, str]], lease_ms: int
                     ) -> None:
         self.renew_now(node_id, held, lease_ms)
+
+    async def restore(self, node_id: str, held: Sequence[tuple[str, str, str, int]],
+                      lease_ms: int) -> None:
+        return None  # nothing was lost: these counters never went away
 
     def usage(self, names: Sequence[str], windows_ms: Sequence[int]) -> list[tuple[int, int]]:
         with self._lock:

@@ -18,7 +18,13 @@ import redis
 from redis.commands.core import AsyncScript
 
 from cronman.config import Settings
-from cronman.coordination.limit_counters import GRANTED, Answer, Ask, LimitSpec
+from cronman.coordination.limit_counters import (
+    GRANTED,
+    Answer,
+    Ask,
+    CountersRestarted,
+    LimitSpec,
+)
 from cronman.coordination.redis_scripts import script_source
 from cronman.coordination.redis_shards import Shard, build_shards
 from cronman.errors import CoordinatorUnavailable
@@ -44,6 +50,8 @@ class RedisLimitCounters:
         self._source = script_source("limits.lua")
         self._script = shard.client.register_script(self._source)
         self._async: tuple[Any, AsyncScript] | None = None
+        # The counters' epoch this caller told what it holds ("": none yet).
+        self.epoch = ""
 
     def _ascript(self) -> AsyncScript:
         client = self.shard.aclient()
@@ -64,19 +72,21 @@ class RedisLimitCounters:
         return reply
 
     async def take(self, node_id: str, specs: Sequence[LimitSpec], asks: Sequence[Ask], *,
-                   lease_ms: int, margin_ms: int) -> list[Answer]:
+                   lease_ms: int, margin_ms: int, quarantine_ms: int = 0) -> list[Answer]:
         if not asks:
             return []
-        args: list[Any] = ["take", self.prefix, node_id, int(lease_ms), int(margin_ms),
-                           len(specs)]
+        args: list[Any] = ["take", self.prefix, self.epoch, node_id, int(lease_ms),
+                           int(margin_ms), int(quarantine_ms), len(specs)]
         for s in specs:
             args += [s.name, s.count, s.window_ms, s.burst, repr(float(s.per_ms)),
                      s.concurrency]
         for ask in asks:
             args += [ask.token, len(ask.limits), *[k + 1 for k in ask.limits]]
         reply = await self._acall(args, "the limits")
+        if len(reply) == 1:
+            raise CountersRestarted(f"the limits' counters began anew at {reply[0]}")
         out = []
-        for entry in reply:
+        for entry in reply[1:]:
             if entry == 0:
                 out.append(GRANTED)
             else:
@@ -86,19 +96,28 @@ class RedisLimitCounters:
 
     async def release(self, node_id: str, held: Sequence[tuple[str, str]]) -> None:
         if held:
-            await self._acall(["release", self.prefix, node_id,
+            await self._acall(["release", self.prefix, self.epoch, node_id,
                                *[x for pair in held for x in pair]], "the limits' release")
 
     async def renew(self, node_id: str, held: Sequence[tuple[str, str]], lease_ms: int
                     ) -> None:
         if held:
-            await self._acall(["renew", self.prefix, node_id, int(lease_ms),
-                               *[x for pair in held for x in pair]], "the limits' renewal")
+            epoch = await self._acall(["renew", self.prefix, self.epoch, node_id,
+                                       int(lease_ms), *[x for pair in held for x in pair]],
+                                      "the limits' renewal")
+            if epoch != self.epoch:
+                raise CountersRestarted(f"the limits' counters began anew at {epoch}")
+
+    async def restore(self, node_id: str, held: Sequence[tuple[str, str, str, int]],
+                      lease_ms: int) -> None:
+        self.epoch = str(await self._acall(
+            ["restore", self.prefix, self.epoch, node_id, int(lease_ms),
+             *[x for entry in held for x in entry]], "the limits' restore"))
 
     def usage(self, names: Sequence[str], windows_ms: Sequence[int]) -> list[tuple[int, int]]:
         if not names:
             return []
-        args: list[Any] = ["usage", self.prefix]
+        args: list[Any] = ["usage", self.prefix, ""]
         for name, window in zip(names, windows_ms, strict=True):
             args += [name, int(window)]
         try:

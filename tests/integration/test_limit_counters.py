@@ -13,7 +13,13 @@ import pytest
 import redis
 
 from cronman.config import Settings
-from cronman.coordination.limit_counters import UNTIL_RELEASED, Ask, LimitSpec
+from cronman.coordination.limit_counters import (
+    QUARANTINED,
+    UNTIL_RELEASED,
+    Ask,
+    CountersRestarted,
+    LimitSpec,
+)
 from cronman.coordination.limits_memory import LocalLimitCounters
 from cronman.coordination.redis_limits import RedisLimitCounters
 from cronman.errors import CoordinatorUnavailable
@@ -36,6 +42,8 @@ def settings(redis_url) -> Iterator[Settings]:
 @pytest.fixture
 def pair(settings) -> Iterator[tuple[RedisLimitCounters, RedisLimitCounters]]:
     a, b = RedisLimitCounters(settings), RedisLimitCounters(settings)
+    for node, counters in (("n1", a), ("n2", b)):  # of the counters' epoch from now on
+        asyncio.run(counters.restore(node, [], LEASE))
     yield a, b
     a.close()
     b.close()
@@ -123,7 +131,6 @@ def test_the_slots_of_a_node_that_stops_renewing_are_given_back(pair):
 
     async def scenario():
         await a.take("dead", spec, asks("d", 2), lease_ms=300, margin_ms=0)
-        await a.take("live", spec, asks("l", 0), lease_ms=300, margin_ms=0)
         refused = await b.take("live", spec, asks("l", 1), lease_ms=LEASE, margin_ms=0)
         await asyncio.sleep(0.4)
         granted = await b.take("live", spec, asks("l", 1), lease_ms=LEASE, margin_ms=0)
@@ -145,6 +152,36 @@ def test_renewed_slots_outlive_their_first_lease(pair):
         return await b.take("n2", spec, asks("s", 1), lease_ms=LEASE, margin_ms=0)
 
     assert not run(scenario())[0].granted
+
+
+def test_a_restarted_redis_learns_what_the_nodes_hold_before_it_grants(pair, settings):
+    a, b = pair
+    spec = [LimitSpec("restart", count=50, window_ms=1000, concurrency=3)]
+    assert all(x.granted for x in run(take(a, "n1", spec, asks("a", 2))))
+    raw = redis.Redis.from_url(settings.redis_url)
+    for key in raw.scan_iter(match=f"{settings.redis_key_prefix}:*"):
+        raw.delete(key)  # what a restart without persistence leaves
+    raw.close()
+    with pytest.raises(CountersRestarted):
+        run(take(b, "n2", spec, asks("b", 1)))
+
+    async def scenario():
+        await b.restore("n2", [], LEASE)
+        quarantined = await b.take("n2", spec, asks("b", 1), lease_ms=LEASE, margin_ms=0,
+                                   quarantine_ms=300)
+        # n1 tells what it holds (its mirror): two slots, two starts.
+        await a.restore("n1", [("c", "restart", "a0/1", 0), ("c", "restart", "a1/1", 0),
+                               ("s", "restart", "a0/1", 100), ("s", "restart", "a1/1", 100)],
+                        LEASE)
+        await asyncio.sleep(0.35)
+        return quarantined, await b.take("n2", spec, asks("b", 2), lease_ms=LEASE,
+                                         margin_ms=0, quarantine_ms=300)
+
+    quarantined, after = run(scenario())
+    assert not quarantined[0].granted and quarantined[0].used == QUARANTINED
+    assert 1 <= quarantined[0].wait_ms <= 300
+    assert [x.granted for x in after] == [True, False]  # 2 + 1 of 3 slots
+    assert a.usage(["restart"], [1000]) == [(3, 3)]
 
 
 def test_an_unreachable_redis_raises_unavailable():

@@ -22,9 +22,15 @@ concurrency.
 - **Slots are leases** (``{node id}|{run id}/{attempt}``), released when the
   attempt ends and renewed every ``lease / 4`` while it runs: the slots of a
   node that died come back within a lease.
-- **Redis away**: the node counts on its fair share of each limit
+- **Redis away**: for ``FALLBACK_AFTER_MS`` the attempts wait (a restart, a
+  failover); then the node counts on its fair share of each limit
   (``limit_book.fair_share``: the whole over the live members it last saw)
-  in memory, never more than the whole; slots taken so are released there.
+  in memory, never more than the whole. Its own grants are mirrored there
+  all along, so its share starts from what it has started and holds. Once
+  Redis answers again, the node first tells it what it holds (``restore``),
+  then asks it again. A Redis that restarted empty begins a new epoch: every
+  node tells it what it holds (on its next ask or renewal), and it grants
+  nothing for ``quarantine_ms`` (a renewal interval and a second) meanwhile.
 """
 
 from __future__ import annotations
@@ -39,9 +45,13 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from cronman.coordination.limit_counters import (
+    GRANTED,
+    QUARANTINED,
+    UNANSWERED,
     UNTIL_RELEASED,
     Answer,
     Ask,
+    CountersRestarted,
     LimitCounters,
     LimitSpec,
 )
@@ -66,6 +76,11 @@ DELIVERY_SPREAD_MS = 25
 # Ask again this often while a limit's slots are all taken.
 RELEASE_POLL_MS = 20
 HEAD = 64  # asks per waiting queue per round trip
+# Counters that do not answer for this long: count on the fair share (before:
+# wait, asking again every AWAY_RETRY_MS).
+FALLBACK_AFTER_MS = 2000
+AWAY_RETRY_MS = 100
+QUARANTINE_SLACK_MS = 1000
 SWEEP_INTERVAL = 0.5  # seconds between looks at the waiting fires' grace
 
 
@@ -140,6 +155,11 @@ def reason(spec: LimitSpec, answer: Answer) -> str:
     name = spec.name
     what = (f"namespace {name[len(QUOTA_PREFIX):]}'s quota" if name.startswith(QUOTA_PREFIX)
             else f"limit {name}")
+    if answer.used == QUARANTINED:
+        return (f"waiting on {what}: its counters began anew (Redis restarted); the nodes "
+                "tell them what they hold")
+    if answer.used == UNANSWERED:
+        return f"waiting on {what}: its counters (Redis) do not answer"
     if answer.wait_ms == UNTIL_RELEASED:
         return f"waiting on {what}: {answer.used} of {spec.concurrency} in flight"
     if spec.count and answer.used >= spec.count:
@@ -174,6 +194,13 @@ class LimitGate:
         self._seq = itertools.count()
         self._busy = False
         self._scheduled = False
+        self._away_since: int | None = None  # since when the counters do not answer
+        # Tell the shared counters what this node holds before asking them
+        # again: at start, after a new epoch, after grants of the fair share.
+        self._tell = True
+        # After a new epoch, the nodes have this long to tell what they hold
+        # (their renewals, every lease / 4, tell it too).
+        self.quarantine_ms = lease_ms // 4 + QUARANTINE_SLACK_MS
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -200,10 +227,10 @@ class LimitGate:
         for name in hold.slots:
             self.metrics.in_flight.labels(name).dec()
         pairs = [(name, hold.token) for name in hold.slots]
-        if hold.local:
-            self._local.release_now(self.node_id, pairs)
-        else:
-            self._releases.extend(pairs)
+        # Counted in both (the mirror, or the fair share; a local slot is told
+        # to Redis by the renewals): given back in both.
+        self._local.release_now(self.node_id, pairs)
+        self._releases.extend(pairs)
         for name in hold.slots:
             q = self._queues.get(name)
             if q is not None and q.until_released:
@@ -286,18 +313,32 @@ class LimitGate:
             asks.append(Ask(token_of(ar), tuple(ks)))
         local = False
         try:
-            answers = await self._counters.take(self.node_id, specs, asks,
-                                                lease_ms=self.lease_ms, margin_ms=self.margin_ms)
+            answers = await self._shared_take(specs, asks)
+            if self._away_since is not None:
+                self._away_since = None
+                log.info("limits counted on the shared counters again")
             self._ratelog.clear("take")
+            for ask, answer in zip(asks, answers, strict=True):
+                if answer.granted:  # mirrored: a fair share starts from it
+                    self._local.record(self.node_id, specs, ask, lease_ms=self.lease_ms)
         except CoordinatorUnavailable as exc:
-            members = len(self._members.members)
-            self._ratelog.warning("take", "limits counted on this node's fair share (1/%d): %s",
-                                  max(1, members), exc)
-            self.metrics.fallbacks.inc()
-            local = True
-            answers = self._local.take_now(self.node_id, [fair_share(s, members) for s in specs],
-                                           asks, lease_ms=self.lease_ms,
-                                           margin_ms=self.margin_ms)
+            now = self._clock.now_ms()
+            if self._away_since is None:
+                self._away_since = now
+            if now - self._away_since < FALLBACK_AFTER_MS:
+                # Away only a moment (a restart, a failover): wait for it.
+                self._ratelog.warning("take", "the limits' counters do not answer: %s", exc)
+                answers = [Answer(False, ask.limits[0], UNANSWERED, AWAY_RETRY_MS)
+                           if ask.limits else GRANTED for ask in asks]
+            else:
+                members = len(self._members.members)
+                self._ratelog.warning("take", "limits counted on this node's fair share "
+                                              "(1/%d): %s", max(1, members), exc)
+                self.metrics.fallbacks.inc()
+                local = self._tell = True
+                answers = self._local.take_now(self.node_id,
+                                               [fair_share(s, members) for s in specs], asks,
+                                               lease_ms=self.lease_ms, margin_ms=self.margin_ms)
         now = self._clock.now_ms()
         for (ar, passage), ask, answer in zip(batch, asks, answers, strict=True):
             if answer.granted:
@@ -317,6 +358,26 @@ class LimitGate:
                 wait = (RELEASE_POLL_MS if answer.wait_ms == UNTIL_RELEASED
                         else answer.wait_ms)
                 self._requeue(ar, passage, (spec, answer), now + wait)
+
+    async def _shared_take(self, specs: list[LimitSpec], asks: list[Ask]) -> list[Answer]:
+        """``take`` on the shared counters, telling them first what this node
+        holds when they began anew (or did not hear of its fair share's grants)."""
+        for _ in range(3):
+            if self._tell:
+                await self._restore()
+            try:
+                return await self._counters.take(
+                    self.node_id, specs, asks, lease_ms=self.lease_ms,
+                    margin_ms=self.margin_ms, quarantine_ms=self.quarantine_ms)
+            except CountersRestarted as exc:
+                log.warning("%s: telling them what this node holds", exc)
+                self._tell = True
+        raise CoordinatorUnavailable("the limits' counters keep beginning anew")
+
+    async def _restore(self) -> None:
+        await self._counters.restore(self.node_id, self._local.held(self.node_id),
+                                     self.lease_ms)
+        self._tell = False
 
     def _passed(self, ar: ActiveRun, passage: LimitPassage, now: int) -> None:
         wait = self._waiting.pop(ar.run_id, None)
@@ -404,16 +465,18 @@ class LimitGate:
             if ar.done and not ar.in_attempt:
                 self.release(ar)  # it ended without an attempt's end (handed back)
                 continue
-            if not hold.local:
-                pairs.extend((name, token) for name in hold.slots)
-            else:
-                self._local.renew_now(self.node_id, [(n, token) for n in hold.slots],
-                                      self.lease_ms)
-        if not pairs:
-            return
+            pairs.extend((name, token) for name in hold.slots)
+        self._local.renew_now(self.node_id, pairs, self.lease_ms)
         try:
-            await self._counters.renew(self.node_id, pairs, self.lease_ms)
+            if self._tell:
+                await self._restore()
+            elif pairs:
+                await self._counters.renew(self.node_id, pairs, self.lease_ms)
             self._ratelog.clear("renew")
+        except CountersRestarted as exc:
+            log.warning("%s: telling them what this node holds", exc)
+            self._tell = True
+            await self.renew()
         except CoordinatorUnavailable as exc:
             self._ratelog.warning("renew", "limit slots not renewed: %s", exc)
 
@@ -421,6 +484,7 @@ class LimitGate:
         """Sweep the waiting fires and renew the slots until the node stops."""
         renew_every = max(SWEEP_INTERVAL, self.lease_ms / 4000.0)
         since_renew = 0.0
+        await self.renew()  # learns the counters' epoch (a fresh Redis begins one)
         while not await self._lifecycle.sleep(SWEEP_INTERVAL):
             self.sweep()
             since_renew += SWEEP_INTERVAL
