@@ -154,7 +154,7 @@ class SchedulerNode:
                                     poll_interval=s.sync_poll_interval)
         self.limit_gate = LimitGate(node_id, self.limit_counters, self.limit_book, clock=clock,
                                     members=self, lifecycle=life,
-                                    lease_ms=max(2000, int(s.heartbeat_ttl * 2000)),
+                                    lease_ms=max(2000, int(s.heartbeat_ttl * 1000)),
                                     registry=registry)
         self.dispatcher = Dispatcher(
             node_id=node_id, targets=targets, writer=self.writer, metrics=m, clock=clock,

@@ -20,8 +20,9 @@ concurrency.
   waiting fires): ``skip`` skips it, ``fire_once`` keeps the latest one
   waiting, ``fire_all`` keeps every one.
 - **Slots are leases** (``{node id}|{run id}/{attempt}``), released when the
-  attempt ends and renewed every ``lease / 4`` while it runs: the slots of a
-  node that died come back within a lease.
+  attempt ends and renewed every ``lease / 4`` (at most ``RENEW_MAX``) while
+  it runs: the slots of a node that died come back within a lease (the
+  node's heartbeat TTL).
 - **Redis away**: for ``FALLBACK_AFTER_MS`` the attempts wait (a restart, a
   failover); then the node counts on its fair share of each limit
   (``limit_book.fair_share``: the whole over the live members it last saw)
@@ -81,6 +82,7 @@ HEAD = 64  # asks per waiting queue per round trip
 FALLBACK_AFTER_MS = 2000
 AWAY_RETRY_MS = 100
 QUARANTINE_SLACK_MS = 1000
+RENEW_MAX = 2.0  # seconds between renewals of the slots, at most (lease / 4 below)
 SWEEP_INTERVAL = 0.5  # seconds between looks at the waiting fires' grace
 
 
@@ -200,7 +202,8 @@ class LimitGate:
         self._tell = True
         # After a new epoch, the nodes have this long to tell what they hold
         # (their renewals, every lease / 4, tell it too).
-        self.quarantine_ms = lease_ms // 4 + QUARANTINE_SLACK_MS
+        self.renew_every = max(SWEEP_INTERVAL, min(RENEW_MAX, lease_ms / 4000.0))
+        self.quarantine_ms = int(self.renew_every * 1000) + QUARANTINE_SLACK_MS
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -482,7 +485,7 @@ class LimitGate:
 
     async def run(self) -> None:
         """Sweep the waiting fires and renew the slots until the node stops."""
-        renew_every = max(SWEEP_INTERVAL, self.lease_ms / 4000.0)
+        renew_every = self.renew_every
         since_renew = 0.0
         await self.renew()  # learns the counters' epoch (a fresh Redis begins one)
         while not await self._lifecycle.sleep(SWEEP_INTERVAL):
