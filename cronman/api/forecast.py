@@ -21,7 +21,7 @@ from cronman.api.context import api_context
 from cronman.api.herd import TooManyFires, count_fires, forecast_json
 from cronman.errors import ValidationError
 from cronman.limits import LimitIndex
-from cronman.models import Job
+from cronman.models import JobRow
 from cronman.timeutil import TIME_HINT, parse_time_text, to_ms, utcnow
 
 bp = Blueprint("forecast", __name__, url_prefix="/v1")
@@ -70,28 +70,32 @@ class Forecast(ApiView):
             v.check_namespace(namespace)
             who.require(namespace, field="namespace")
         store = api_context().store
-        limits = LimitIndex(store.limits.all_limits())
+        all_limits = store.limits.all_limits()
+        limits = LimitIndex(all_limits)
+        labels = sorted({lim.value for lim in all_limits if lim.kind == "label"})
+        labelled = store.limits.labelled_jobs(labels) if labels else {}
         scanned = 0
         truncated = False
 
-        def jobs() -> list[Job]:
+        def rows() -> list[JobRow]:
             nonlocal scanned, truncated
-            out: list[Job] = []
-            for batch in store.jobs.iter_live_jobs(batch_size=10_000):
-                for job in batch:
-                    if namespace is not None and job.namespace != namespace:
+            out: list[JobRow] = []
+            for batch in store.jobs.iter_live_job_rows(batch_size=10_000):
+                for row in batch:
+                    if namespace is not None and row.namespace != namespace:
                         continue
-                    if not who.allows(job.namespace):
+                    if not who.allows(row.namespace):
                         continue
                     if scanned >= MAX_JOBS:
                         truncated = True
                         return out
                     scanned += 1
-                    out.append(job)
+                    out.append(row)
             return out
 
         try:
-            herd = count_fires(jobs(), limits, to_ms(start), to_ms(end), max_fires=MAX_FIRES)
+            herd = count_fires(rows(), limits, to_ms(start), to_ms(end), max_fires=MAX_FIRES,
+                               labelled=labelled)
         except TooManyFires:
             raise ValidationError(f"the range holds more than {MAX_FIRES} fires: narrow it "
                                   "(or give a namespace)", field="to") from None

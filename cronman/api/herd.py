@@ -4,7 +4,8 @@ the seconds where a limit's rate would hold fires back.
 
 Fire times are the nominal ones (no jitter, no exclusion calendar); jobs
 sharing a schedule (the top-of-the-hour herd: one cron expression, many
-jobs) have their times worked out once. A limit's rate is played second by
+jobs) have their times worked out once, and the jobs are read as lean rows
+(each distinct JSON text decoded once). A limit's rate is played second by
 second: fires beyond it wait for the next seconds (``waiting``). A
 concurrency cap depends on how long runs take, which a forecast cannot
 know: it is not played.
@@ -12,15 +13,16 @@ know: it is not played.
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from cronman.limits import Limit, LimitIndex, target_host
-from cronman.models import Job
-from cronman.schedules import job_times
+from cronman.models import JobRow
+from cronman.schedules import IntervalSchedule, JobTimes, parse_schedule
 from cronman.timeutil import format_rfc3339, from_ms
 
 TOP_BREAKDOWN = 5  # namespaces and hosts listed per second
@@ -32,61 +34,117 @@ class TooManyFires(Exception):
 
 @dataclass
 class Herd:
-    """Fires per second over a range."""
+    """Fires per second over a range (seconds as Unix seconds)."""
 
     from_ms: int
     to_ms: int
     jobs: int = 0
     fires: int = 0
     per_second: Counter[int] = field(default_factory=Counter)
-    by_namespace: dict[int, Counter[str]] = field(default_factory=dict)
-    by_host: dict[int, Counter[str]] = field(default_factory=dict)
+    by_namespace: Counter[tuple[int, str]] = field(default_factory=Counter)
+    by_host: Counter[tuple[int, str]] = field(default_factory=Counter)
     by_limit: dict[str, Counter[int]] = field(default_factory=dict)
-    namespaces: Counter[str] = field(default_factory=Counter)
-    hosts: Counter[str] = field(default_factory=Counter)
+
+    def breakdown(self, counts: Counter[tuple[int, str]], seconds: set[int]
+                  ) -> dict[int, Counter[str]]:
+        """Per second of ``seconds``: its counts by name."""
+        out: dict[int, Counter[str]] = {s: Counter() for s in seconds}
+        for (second, name), n in counts.items():
+            if second in out:
+                out[second][name] += n
+        return out
+
+    @staticmethod
+    def totals(counts: Counter[tuple[int, str]]) -> Counter[str]:
+        out: Counter[str] = Counter()
+        for (_, name), n in counts.items():
+            out[name] += n
+        return out
 
 
-def count_fires(jobs: Iterable[Job], limits: LimitIndex, from_ms: int, to_ms: int, *,
-                max_fires: int) -> Herd:
-    """Every fire time in ``[from_ms, to_ms)`` of the live, unpaused ``jobs``;
+_Member = tuple[str, str, tuple[str, ...]]  # (namespace, host, limit names)
+
+
+def _fire_seconds(times: JobTimes, from_ms: int, to_ms: int, budget: int) -> list[int]:
+    """The second of each fire time in ``[from_ms, to_ms)``, at most
+    ``budget`` + 1 of them."""
+    schedule = times.schedule
+    if (isinstance(schedule, IntervalSchedule) and times.start_at is None
+            and times.end_at is None):
+        first = schedule.next_ms_after(from_ms - 1)
+        if first is None or first >= to_ms:
+            return []
+        stop = min(to_ms, first + (budget + 1) * schedule.every_ms)
+        return [ms // 1000 for ms in range(first, stop, schedule.every_ms)]
+    out: list[int] = []
+    ms = times.next_fire_ms_after(from_ms - 1)
+    while ms is not None and ms < to_ms and len(out) <= budget:
+        out.append(ms // 1000)
+        ms = times.next_fire_ms_after(ms)
+    return out
+
+
+def count_fires(rows: Iterable[JobRow], limits: LimitIndex, from_ms: int, to_ms: int, *,
+                max_fires: int, labelled: Mapping[str, frozenset[str]] | None = None) -> Herd:
+    """Every fire time in ``[from_ms, to_ms)`` of the live, unpaused jobs
+    (lean rows: their JSON as text, each distinct text decoded once;
+    ``labelled``: the ids of the jobs carrying each label a limit matches);
     ``TooManyFires`` past ``max_fires``."""
     herd = Herd(from_ms, to_ms)
-    groups: dict[tuple[str, Any, Any], tuple[Job, Counter[tuple[str, str, tuple[str, ...]]]]] = {}
-    for job in jobs:
-        if job.paused or job.deleted_at is not None or job.schedule.get("kind") == "after":
+    groups: dict[tuple[str, Any, Any], tuple[JobRow, Counter[_Member]]] = {}
+    targets: dict[str, tuple[dict[str, Any], str]] = {}
+    matched: dict[tuple[str, str, tuple[str, ...]], tuple[str, ...]] = {}
+    labelled = labelled or {}
+    for row in rows:
+        if row.paused:
             continue
         herd.jobs += 1
-        key = (json.dumps(job.schedule, sort_keys=True), job.start_at, job.end_at)
-        if job.schedule.get("kind") == "interval" and "anchor" not in job.schedule:
-            key = (job.id, job.start_at, job.end_at)  # anchored at its creation
+        key = (row.schedule, row.start_at, row.end_at)
         group = groups.get(key)
         if group is None:
-            group = groups[key] = (job, Counter())
-        host = target_host(job.target) or "?"
-        names = tuple(lim.name for lim in limits.matching(job.namespace, job.target,
-                                                          job.labels))
-        group[1][(job.namespace, host, names)] += 1
+            group = groups[key] = (row, Counter())
+        target = targets.get(row.target)
+        if target is None:
+            decoded = json.loads(row.target)
+            target = targets[row.target] = (decoded, target_host(decoded) or "?")
+        labels = tuple(label for label, ids in labelled.items() if row.id in ids)
+        names = matched.get((row.namespace, row.target, labels))
+        if names is None:
+            names = matched[(row.namespace, row.target, labels)] = tuple(
+                lim.name for lim in limits.matching(
+                    row.namespace, target[0], dict(lbl.split(":", 1) for lbl in labels)))
+        group[1][(row.namespace, target[1], names)] += 1
     for first, members in groups.values():
-        times = job_times(first)
+        schedule = json.loads(first.schedule)
         weight = sum(members.values())
-        ms = times.next_fire_ms_after(from_ms - 1)
-        while ms is not None and ms < to_ms:
-            herd.fires += weight
-            if herd.fires > max_fires:
-                raise TooManyFires(f"more than {max_fires} fires in the range")
-            second = ms // 1000
-            herd.per_second[second] += weight
-            ns_counts = herd.by_namespace.setdefault(second, Counter())
-            host_counts = herd.by_host.setdefault(second, Counter())
+        if schedule.get("kind") == "after":  # fired by its upstreams, not by a time
+            herd.jobs -= weight
+            continue
+        times = JobTimes(parse_schedule(schedule, job_id=first.id, created_at=first.created_at),
+                         job_id=first.id, start_at=first.start_at, end_at=first.end_at,
+                         jitter=None)
+        seconds = _fire_seconds(times, from_ms, to_ms, (max_fires - herd.fires) // weight)
+        herd.fires += len(seconds) * weight
+        if herd.fires > max_fires:
+            raise TooManyFires(f"more than {max_fires} fires in the range")
+        if not seconds:
+            continue
+        if weight == 1:  # most jobs: counted element by element, in C
+            ((namespace, host, names),) = members
+            herd.per_second.update(seconds)
+            herd.by_namespace.update((s, namespace) for s in seconds)
+            herd.by_host.update((s, host) for s in seconds)
+            for name in names:
+                herd.by_limit.setdefault(name, Counter()).update(seconds)
+            continue
+        once = Counter(seconds)
+        for second, k in once.items():
+            herd.per_second[second] += k * weight
             for (namespace, host, names), n in members.items():
-                ns_counts[namespace] += n
-                host_counts[host] += n
+                herd.by_namespace[(second, namespace)] += k * n
+                herd.by_host[(second, host)] += k * n
                 for name in names:
-                    herd.by_limit.setdefault(name, Counter())[second] += n
-            ms = times.next_fire_ms_after(ms)
-    for second in herd.per_second:
-        herd.namespaces.update(herd.by_namespace[second])
-        herd.hosts.update(herd.by_host[second])
+                    herd.by_limit.setdefault(name, Counter())[second] += k * n
     return herd
 
 
@@ -129,10 +187,13 @@ def forecast_json(herd: Herd, limits: LimitIndex, *, top: int, max_held: int = 1
                   ) -> dict[str, Any]:
     """The forecast's answer: the busiest ``top`` seconds (with their
     namespaces and hosts), the totals, and the seconds limits hold fires back."""
-    busiest = sorted(herd.per_second.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+    busiest = heapq.nsmallest(top, herd.per_second.items(), key=lambda kv: (-kv[1], kv[0]))
+    chosen = {s for s, _ in busiest}
+    namespaces = herd.breakdown(herd.by_namespace, chosen)
+    hosts = herd.breakdown(herd.by_host, chosen)
     seconds = [{"at": format_rfc3339(from_ms(s * 1000)), "fires": n,
-                "namespaces": dict(herd.by_namespace[s].most_common(TOP_BREAKDOWN)),
-                "hosts": dict(herd.by_host[s].most_common(TOP_BREAKDOWN))}
+                "namespaces": dict(namespaces[s].most_common(TOP_BREAKDOWN)),
+                "hosts": dict(hosts[s].most_common(TOP_BREAKDOWN))}
                for s, n in busiest]
     held: list[dict[str, Any]] = []
     summary = []
@@ -156,8 +217,8 @@ def forecast_json(herd: Herd, limits: LimitIndex, *, top: int, max_held: int = 1
         "peak": None if peak is None else {"at": format_rfc3339(from_ms(peak[0] * 1000)),
                                            "fires": peak[1]},
         "seconds": seconds,
-        "namespaces": dict(herd.namespaces.most_common()),
-        "hosts": dict(herd.hosts.most_common(100)),
+        "namespaces": dict(herd.totals(herd.by_namespace).most_common()),
+        "hosts": dict(herd.totals(herd.by_host).most_common(100)),
         "limits": summary,
         "held": held[:max_held],
         "held_truncated": len(held) > max_held,
