@@ -7,18 +7,21 @@ admin tokens only (whatever the auth state, as ``/v1/tokens``).
   ``version`` in the body must be the stored one: 409 otherwise).
 
 Every scheduler node reads the limits each sync poll: a change holds the
-fires of the whole cluster within a poll (2 s by default).
+fires of the whole cluster within a poll (2 s by default). ``GET`` of one
+limit adds its ``usage`` now, from the shared counters (Redis; null without
+Redis or while it does not answer).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Response
+from flask import Blueprint, Response, current_app
 
 from cronman.api.common import ApiView, json_response, read_json, require_admin
 from cronman.api.context import api_context
-from cronman.errors import NotFound, ValidationError
+from cronman.coordination.limit_counters import LimitCounters
+from cronman.errors import CoordinatorUnavailable, NotFound, ValidationError
 from cronman.limits import LIMIT_NAME_RE, Limit, parse_limit
 
 bp = Blueprint("limits", __name__, url_prefix="/v1/limits")
@@ -28,6 +31,34 @@ ADMIN_ONLY = "managing limits"
 
 def limit_json(limit: Limit) -> dict[str, Any]:
     return {**limit.to_dict(), "version": limit.version}
+
+
+COUNTERS_KEY = "cronman_limit_counters"
+
+
+def _counters() -> LimitCounters | None:
+    """The shared counters (one per app, opened on first use); None without Redis."""
+    settings = api_context().settings
+    if not settings.redis_url:
+        return None
+    counters: LimitCounters | None = current_app.extensions.get(COUNTERS_KEY)
+    if counters is None:
+        from cronman.coordination.redis_limits import RedisLimitCounters
+
+        counters = current_app.extensions[COUNTERS_KEY] = RedisLimitCounters(settings)
+    return counters
+
+
+def usage(limit: Limit) -> dict[str, int] | None:
+    """Slots in flight and starts within the window now, cluster-wide."""
+    counters = _counters()
+    if counters is None:
+        return None
+    try:
+        [(in_flight, started)] = counters.usage([limit.name], [limit.window_ms or 1000])
+    except CoordinatorUnavailable:
+        return None
+    return {"in_flight": in_flight, "starts_in_window": started}
 
 
 def _name(name: str) -> str:
@@ -67,7 +98,7 @@ class LimitItem(ApiView):
         limit = api_context().store.limits.get_limit(_name(name))
         if limit is None:
             raise NotFound(f"no limit named {name!r}")
-        return json_response(limit_json(limit))
+        return json_response({**limit_json(limit), "usage": usage(limit)})
 
     def put(self, name: str) -> Response:
         who = require_admin(ADMIN_ONLY)

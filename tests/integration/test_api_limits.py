@@ -178,3 +178,33 @@ def test_the_forecast_shows_the_herd_and_where_a_limit_holds_it_back(client, tok
     assert err["field"] == "top"
     err = error_of(client.get("/v1/forecast?window=1", headers=admin), 400)
     assert err["field"] == "window"
+
+
+@pytest.mark.redis
+def test_a_limit_shows_its_usage_now_from_the_shared_counters(store, database_url, redis_url):
+    import asyncio
+    import uuid
+
+    from cronman.coordination.limit_counters import Ask
+    from cronman.coordination.redis_limits import RedisLimitCounters
+    from cronman.limits import parse_limit
+    from cronman.scheduler.dispatch.limit_book import spec_of
+
+    settings = Settings(database_url=database_url, auth="required", redis_url=redis_url,
+                        redis_key_prefix=f"cmu-{uuid.uuid4().hex[:10]}")
+    client = make_app(settings, store=store).test_client()
+    admin, _ = store.tokens.create_token("admin", None)
+    assert client.post("/v1/limits", json=BILLING, headers=auth(admin)).status_code == 201
+    node = RedisLimitCounters(settings)
+    try:
+        async def take():
+            await node.restore("n1", [], 5000)
+            return await node.take("n1", [spec_of(parse_limit(BILLING))],
+                                   [Ask("r1/1", (0,)), Ask("r2/1", (0,))],
+                                   lease_ms=5000, margin_ms=0)
+
+        assert all(a.granted for a in asyncio.run(take()))
+        got = client.get("/v1/limits/billing", headers=auth(admin)).get_json()
+        assert got["usage"] == {"in_flight": 2, "starts_in_window": 2}
+    finally:
+        node.close()

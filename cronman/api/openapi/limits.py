@@ -105,7 +105,14 @@ def schemas() -> dict[str, Any]:
     return {
         "LimitCreate": _limit_body(update=False),
         "LimitReplace": _limit_body(update=True),
-        "Limit": obj({**limit, "version": {"type": "integer"}}, ("name", "match", "version")),
+        "Limit": obj({**limit, "version": {"type": "integer"},
+                      "usage": nullable(obj({
+                          "in_flight": {"type": "integer"},
+                          "starts_in_window": {"type": "integer"}},
+                          ("in_flight", "starts_in_window"),
+                          description="now, cluster-wide (GET of one limit; null without "
+                                      "Redis or while it does not answer)"))},
+                     ("name", "match", "version")),
         "LimitList": obj({"items": {"type": "array", "items": ref("Limit")}}, ("items",)),
         "QuotaPut": quota_put,
         "Quota": obj({"namespace": NAMESPACE,
