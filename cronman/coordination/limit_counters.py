@@ -14,7 +14,7 @@ slots of a node that died are given back within a lease.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -24,6 +24,8 @@ UNTIL_RELEASED = -1
 QUARANTINED = -1
 #: ``Answer.used`` of a refusal while the counters do not answer (the caller's own).
 UNANSWERED = -2
+#: ``Answer.used`` of a refusal because another node's fires of a higher priority wait.
+OUTRANKED = -3
 
 
 class CountersRestarted(Exception):
@@ -51,6 +53,7 @@ class Ask:
 
     token: str
     limits: tuple[int, ...]
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +77,8 @@ class LimitCounters(Protocol):
         """Whether other processes count on the same counters (Redis)."""
 
     async def take(self, node_id: str, specs: Sequence[LimitSpec], asks: Sequence[Ask], *,
-                   lease_ms: int, margin_ms: int, quarantine_ms: int = 0) -> list[Answer]:
+                   lease_ms: int, margin_ms: int, quarantine_ms: int = 0,
+                   waiting: Mapping[str, int] | None = None) -> list[Answer]:
         """Grant or refuse each ask, in order, in one round trip: an ask is
         granted when every one of its limits allows it, and then takes a
         start from each (and a slot, leased for ``lease_ms``); once a limit
@@ -83,6 +87,10 @@ class LimitCounters(Protocol):
         longer than they say, for the spread of the deliveries' own times.
         For ``quarantine_ms`` after the counters began anew, everything is
         refused (``QUARANTINED``): the nodes tell them what they hold first.
+        ``waiting``: per limit name, the highest priority of the caller's
+        fires waiting on it; an ask of a lower priority than another node's
+        waiting fires is refused (``OUTRANKED``), so that priority holds
+        across the nodes.
         Raises ``CountersRestarted`` (nothing taken) and
         ``CoordinatorUnavailable``."""
 

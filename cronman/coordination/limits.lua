@@ -8,14 +8,20 @@
 --                                 of starts; PEXPIRE window + margin
 --   P:limit:N:bucket  hash        tokens, at (server ms): the token bucket
 --   P:limit:N:slots   sorted set  "{node}|{token}" -> lease end (server ms)
+--   P:limit:N:waiting hash        node -> "{priority}|{until ms}": the highest
+--                                 priority of the node's fires waiting on it
 --
 -- Every command answers the epoch first. A caller whose epoch is not the
 -- current one must tell what it holds (restore) before it may take.
 --
 -- take: ARGV[4] node, [5] lease ms, [6] margin ms, [7] quarantine ms, [8]
---   number of limits L, then per limit: name, count, window ms, burst, tokens
---   per ms, concurrency (0: that bound off); then per ask: token, number of
---   its limits, their 1-based indexes. Answers {epoch} alone (nothing taken)
+--   waiting ttl ms, [9] number of limits L, then per limit: name, count,
+--   window ms, burst, tokens per ms, concurrency (0: that bound off), the
+--   highest priority of the caller's fires waiting on it ("-": none); then
+--   per ask: token, priority, number of its limits, their 1-based indexes.
+--   An ask of a lower priority than fires another node waits with on one of
+--   its limits is refused (used -3): priority holds across the nodes.
+--   Answers {epoch} alone (nothing taken)
 --   to a caller of another epoch; else {epoch, one entry per ask}: 0
 --   (granted) or {limit index, used, wait ms (-1: until a slot is released)}.
 --   Once a limit refused an ask, the later asks it holds are refused too.
@@ -97,18 +103,42 @@ local node = ARGV[4]
 local lease = tonumber(ARGV[5])
 local margin = tonumber(ARGV[6])
 local quarantine = tonumber(ARGV[7]) - (now - tonumber(epoch))
-local n = tonumber(ARGV[8])
+local outranked_wait = 20
+local wait_ttl = tonumber(ARGV[8])
+local n = tonumber(ARGV[9])
 local limits = {}
-local i = 9
+local i = 10
 for k = 1, n do
   local lim = {name = ARGV[i], count = tonumber(ARGV[i + 1]), window = tonumber(ARGV[i + 2]),
                burst = tonumber(ARGV[i + 3]), per_ms = tonumber(ARGV[i + 4]),
                concurrency = tonumber(ARGV[i + 5])}
-  i = i + 6
+  local waiting = ARGV[i + 6]
+  i = i + 7
   local base = prefix .. lim.name
   lim.starts_key = base .. ':starts'
   lim.bucket_key = base .. ':bucket'
   lim.slots_key = base .. ':slots'
+  -- the highest priority other nodes' fires wait on it with; this node's
+  local wait_key = base .. ':waiting'
+  local entries = redis.call('HGETALL', wait_key)
+  for j = 1, #entries, 2 do
+    if entries[j] ~= node then
+      local p, until_ms = string.match(entries[j + 1], '^(%-?%d+)|(%d+)$')
+      if p and tonumber(until_ms) > now then
+        if lim.outranks == nil or tonumber(p) > lim.outranks then
+          lim.outranks = tonumber(p)
+        end
+      else
+        redis.call('HDEL', wait_key, entries[j])
+      end
+    end
+  end
+  if waiting ~= '-' then
+    redis.call('HSET', wait_key, node, waiting .. '|' .. (now + wait_ttl))
+    redis.call('PEXPIRE', wait_key, wait_ttl * 4)
+  elseif #entries > 0 then
+    redis.call('HDEL', wait_key, node)
+  end
   if lim.count > 0 then
     redis.call('ZREMRANGEBYSCORE', lim.starts_key, '-inf', now - lim.window - margin)
     lim.started = redis.call('ZCARD', lim.starts_key)
@@ -131,12 +161,15 @@ for k = 1, n do
   limits[k] = lim
 end
 
-local function refusal(k, lim, token, member)
+local function refusal(k, lim, token, member, priority)
   if lim.closed then
     return lim.closed
   end
   if quarantine > 0 then
     return {k, -1, quarantine}
+  end
+  if lim.outranks ~= nil and priority < lim.outranks then
+    return {k, -3, outranked_wait}
   end
   if lim.count > 0 and lim.started >= lim.count then
     -- the start that has to leave the window before another may come
@@ -160,16 +193,17 @@ end
 local out = {epoch}
 while i <= #ARGV do
   local token = ARGV[i]
-  local m = tonumber(ARGV[i + 1])
+  local priority = tonumber(ARGV[i + 1])
+  local m = tonumber(ARGV[i + 2])
   local member = node .. '|' .. token
   local mine = {}
   for j = 1, m do
-    mine[j] = tonumber(ARGV[i + 1 + j])
+    mine[j] = tonumber(ARGV[i + 2 + j])
   end
-  i = i + 2 + m
+  i = i + 3 + m
   local refused = nil
   for _, k in ipairs(mine) do
-    refused = refusal(k, limits[k], token, member)
+    refused = refusal(k, limits[k], token, member, priority)
     if refused then
       limits[k].closed = refused
       break

@@ -11,7 +11,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cronman.coordination.limit_counters import (
@@ -161,7 +161,9 @@ class LocalLimitCounters:
     # -- the contract -------------------------------------------------------
 
     async def take(self, node_id: str, specs: Sequence[LimitSpec], asks: Sequence[Ask], *,
-                   lease_ms: int, margin_ms: int, quarantine_ms: int = 0) -> list[Answer]:
+                   lease_ms: int, margin_ms: int, quarantine_ms: int = 0,
+                   waiting: Mapping[str, int] | None = None) -> list[Answer]:
+        # One process: its one queue per limit keeps the priorities.
         return self.take_now(node_id, specs, asks, lease_ms=lease_ms, margin_ms=margin_ms)
 
     async def release(self, node_id: str, held: Sequence[tuple[str, str]]) -> None:

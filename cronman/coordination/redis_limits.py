@@ -11,7 +11,7 @@ shard cannot answer, the caller counts on its fair share locally
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import redis
@@ -30,6 +30,9 @@ from cronman.coordination.redis_shards import Shard, build_shards
 from cronman.errors import CoordinatorUnavailable
 
 _ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+# How long a node's word that its fires wait on a limit holds (it says it
+# again with each ask, every 20 ms or so while they wait).
+WAITING_TTL_MS = 500
 
 
 class RedisLimitCounters:
@@ -72,16 +75,20 @@ class RedisLimitCounters:
         return reply
 
     async def take(self, node_id: str, specs: Sequence[LimitSpec], asks: Sequence[Ask], *,
-                   lease_ms: int, margin_ms: int, quarantine_ms: int = 0) -> list[Answer]:
+                   lease_ms: int, margin_ms: int, quarantine_ms: int = 0,
+                   waiting: Mapping[str, int] | None = None) -> list[Answer]:
         if not asks:
             return []
+        waiting = waiting or {}
         args: list[Any] = ["take", self.prefix, self.epoch, node_id, int(lease_ms),
-                           int(margin_ms), int(quarantine_ms), len(specs)]
+                           int(margin_ms), int(quarantine_ms), WAITING_TTL_MS, len(specs)]
         for s in specs:
+            top = waiting.get(s.name)
             args += [s.name, s.count, s.window_ms, s.burst, repr(float(s.per_ms)),
-                     s.concurrency]
+                     s.concurrency, "-" if top is None else int(top)]
         for ask in asks:
-            args += [ask.token, len(ask.limits), *[k + 1 for k in ask.limits]]
+            args += [ask.token, int(ask.priority), len(ask.limits),
+                     *[k + 1 for k in ask.limits]]
         reply = await self._acall(args, "the limits")
         if len(reply) == 1:
             raise CountersRestarted(f"the limits' counters began anew at {reply[0]}")

@@ -14,6 +14,7 @@ import redis
 
 from cronman.config import Settings
 from cronman.coordination.limit_counters import (
+    OUTRANKED,
     QUARANTINED,
     UNTIL_RELEASED,
     Ask,
@@ -123,6 +124,29 @@ def test_token_bucket_spreads_the_starts(pair):
     got = run(take(a, "n1", spec, asks("t", 4)))
     assert [x.granted for x in got] == [True, True, False, False]
     assert 1 <= got[2].wait_ms <= 10
+
+
+def test_a_lower_fire_gives_way_to_a_higher_one_waiting_on_another_node(pair):
+    a, b = pair
+    spec = [LimitSpec("prio", concurrency=1)]
+
+    async def scenario():
+        low = await b.take("n2", spec, [Ask("low/1", (0,), 0)], lease_ms=LEASE, margin_ms=0)
+        high = await a.take("n1", spec, [Ask("high/1", (0,), 5)], lease_ms=LEASE,
+                            margin_ms=0, waiting={"prio": 5})
+        await b.release("n2", [("prio", "low/1")])
+        # A slot is free, but n1's fire of priority 5 waits: n2's of 0 gives way.
+        outranked = await b.take("n2", spec, [Ask("low2/1", (0,), 0), Ask("same/1", (0,), 5)],
+                                 lease_ms=LEASE, margin_ms=0)
+        granted = await a.take("n1", spec, [Ask("high/1", (0,), 5)], lease_ms=LEASE,
+                               margin_ms=0)
+        return low, high, outranked, granted
+
+    low, high, outranked, granted = run(scenario())
+    assert low[0].granted and not high[0].granted
+    assert not outranked[0].granted and outranked[0].used == OUTRANKED
+    assert outranked[1].granted is False  # the batch's order: the limit closed at the first
+    assert granted[0].granted
 
 
 def test_the_slots_of_a_node_that_stops_renewing_are_given_back(pair):

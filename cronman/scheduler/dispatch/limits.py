@@ -6,7 +6,10 @@ concurrency.
 - **One round trip per batch**: the attempts that reach the gate in a loop
   turn, and the heads of the waiting queues whose time has come, go to the
   counters together (``LimitCounters.take``: one ``limits.lua`` call),
-  highest priority first, then earliest due.
+  highest priority first, then earliest due. Each call also says, per
+  limit, the highest priority this node's fires wait on it with: another
+  node's fires of a lower priority are refused meanwhile, so that priority
+  holds across the nodes (for as long as the node keeps saying it).
 - **Waiting**: an attempt refused waits in the queue of the limit that
   refused it, by priority then due time, marked started (no replica takes it
   over), out of the node's progress watermark (``ActiveRun.waiting``), its
@@ -47,6 +50,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from cronman.coordination.limit_counters import (
     GRANTED,
+    OUTRANKED,
     QUARANTINED,
     UNANSWERED,
     UNTIL_RELEASED,
@@ -160,6 +164,8 @@ def reason(spec: LimitSpec, answer: Answer) -> str:
     if answer.used == QUARANTINED:
         return (f"waiting on {what}: its counters began anew (Redis restarted); the nodes "
                 "tell them what they hold")
+    if answer.used == OUTRANKED:
+        return f"waiting on {what}: fires of a higher priority wait on it on other nodes"
     if answer.used == UNANSWERED:
         return f"waiting on {what}: its counters (Redis) do not answer"
     if answer.wait_ms == UNTIL_RELEASED:
@@ -264,6 +270,9 @@ class LimitGate:
         now = self._clock.now_ms()
         batch = [(ar, p) for ar, p in self._new if not ar.done]
         self._new = []
+        # What this node's fires wait on, with the highest priority waiting:
+        # the other nodes' lower fires give way (priority across the nodes).
+        waiting = {name: -q.heap[0][0] for name, q in self._queues.items() if q.heap}
         for q in self._queues.values():
             if q.heap and q.next_try_ms <= now:
                 for _ in range(min(HEAD, len(q.heap))):
@@ -277,12 +286,12 @@ class LimitGate:
             return
         batch.sort(key=lambda e: (-e[0].job.priority, e[0].due_ms))
         self._busy = True
-        task = asyncio.get_running_loop().create_task(self._ask(batch, releases))
+        task = asyncio.get_running_loop().create_task(self._ask(batch, releases, waiting))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _ask(self, batch: list[tuple[ActiveRun, LimitPassage]],
-                   releases: list[tuple[str, str]]) -> None:
+                   releases: list[tuple[str, str]], waiting: dict[str, int]) -> None:
         try:
             if releases:
                 try:
@@ -290,7 +299,7 @@ class LimitGate:
                 except CoordinatorUnavailable as exc:  # their leases run out
                     self._ratelog.warning("release", "limit slots not released: %s", exc)
             if batch:
-                await self._take(batch)
+                await self._take(batch, waiting)
         except Exception:  # a bug must not keep fires waiting without a word
             log.exception("asking for the limits of %d attempts failed", len(batch))
             now = self._clock.now_ms()
@@ -301,7 +310,8 @@ class LimitGate:
             self._busy = False
             self._kick()
 
-    async def _take(self, batch: list[tuple[ActiveRun, LimitPassage]]) -> None:
+    async def _take(self, batch: list[tuple[ActiveRun, LimitPassage]],
+                    waiting: dict[str, int]) -> None:
         specs: list[LimitSpec] = []
         index: dict[str, int] = {}
         asks = []
@@ -313,10 +323,10 @@ class LimitGate:
                     k = index[lim.name] = len(specs)
                     specs.append(self.book.spec(lim.name) or spec_of(lim))
                 ks.append(k)
-            asks.append(Ask(token_of(ar), tuple(ks)))
+            asks.append(Ask(token_of(ar), tuple(ks), ar.job.priority))
         local = False
         try:
-            answers = await self._shared_take(specs, asks)
+            answers = await self._shared_take(specs, asks, waiting)
             if self._away_since is not None:
                 self._away_since = None
                 log.info("limits counted on the shared counters again")
@@ -362,7 +372,8 @@ class LimitGate:
                         else answer.wait_ms)
                 self._requeue(ar, passage, (spec, answer), now + wait)
 
-    async def _shared_take(self, specs: list[LimitSpec], asks: list[Ask]) -> list[Answer]:
+    async def _shared_take(self, specs: list[LimitSpec], asks: list[Ask],
+                           waiting: dict[str, int]) -> list[Answer]:
         """``take`` on the shared counters, telling them first what this node
         holds when they began anew (or did not hear of its fair share's grants)."""
         for _ in range(3):
@@ -371,7 +382,8 @@ class LimitGate:
             try:
                 return await self._counters.take(
                     self.node_id, specs, asks, lease_ms=self.lease_ms,
-                    margin_ms=self.margin_ms, quarantine_ms=self.quarantine_ms)
+                    margin_ms=self.margin_ms, quarantine_ms=self.quarantine_ms,
+                    waiting=waiting)
             except CountersRestarted as exc:
                 log.warning("%s: telling them what this node holds", exc)
                 self._tell = True
