@@ -29,7 +29,7 @@ bp = Blueprint("forecast", __name__, url_prefix="/v1")
 MAX_RANGE = timedelta(hours=24)
 DEFAULT_RANGE = timedelta(hours=1)
 MAX_JOBS = 100_000
-MAX_FIRES = 2_000_000
+MAX_FIRES = 1_000_000
 TOP_DEFAULT = 20
 TOP_MAX = 1000
 

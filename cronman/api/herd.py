@@ -41,25 +41,37 @@ class Herd:
     jobs: int = 0
     fires: int = 0
     per_second: Counter[int] = field(default_factory=Counter)
-    by_namespace: Counter[tuple[int, str]] = field(default_factory=Counter)
-    by_host: Counter[tuple[int, str]] = field(default_factory=Counter)
+    # Fires per second of each namespace, of each host, of each limit.
+    by_namespace: dict[str, Counter[int]] = field(default_factory=dict)
+    by_host: dict[str, Counter[int]] = field(default_factory=dict)
     by_limit: dict[str, Counter[int]] = field(default_factory=dict)
 
-    def breakdown(self, counts: Counter[tuple[int, str]], seconds: set[int]
+    @staticmethod
+    def breakdown(counts: dict[str, Counter[int]], seconds: set[int]
                   ) -> dict[int, Counter[str]]:
         """Per second of ``seconds``: its counts by name."""
         out: dict[int, Counter[str]] = {s: Counter() for s in seconds}
-        for (second, name), n in counts.items():
-            if second in out:
-                out[second][name] += n
+        for name, per_second in counts.items():
+            for second in seconds:
+                n = per_second.get(second)
+                if n:
+                    out[second][name] = n
         return out
 
     @staticmethod
-    def totals(counts: Counter[tuple[int, str]]) -> Counter[str]:
-        out: Counter[str] = Counter()
-        for (_, name), n in counts.items():
-            out[name] += n
-        return out
+    def totals(counts: dict[str, Counter[int]]) -> Counter[str]:
+        return Counter({name: sum(c.values()) for name, c in counts.items()})
+
+    def add(self, seconds: list[int] | Counter[int], namespace: str, host: str,
+            names: tuple[str, ...]) -> None:
+        """Count ``seconds`` (a fire each, or a count each) for one kind of job."""
+        for counts, key in ((self.by_namespace, namespace), (self.by_host, host)):
+            got = counts.get(key)
+            if got is None:
+                got = counts[key] = Counter()
+            got.update(seconds)
+        for name in names:
+            self.by_limit.setdefault(name, Counter()).update(seconds)
 
 
 _Member = tuple[str, str, tuple[str, ...]]  # (namespace, host, limit names)
@@ -114,6 +126,7 @@ def count_fires(rows: Iterable[JobRow], limits: LimitIndex, from_ms: int, to_ms:
                 lim.name for lim in limits.matching(
                     row.namespace, target[0], dict(lbl.split(":", 1) for lbl in labels)))
         group[1][(row.namespace, target[1], names)] += 1
+    _refuse_early(groups, from_ms, to_ms, max_fires)
     for first, members in groups.values():
         schedule = json.loads(first.schedule)
         weight = sum(members.values())
@@ -132,20 +145,31 @@ def count_fires(rows: Iterable[JobRow], limits: LimitIndex, from_ms: int, to_ms:
         if weight == 1:  # most jobs: counted element by element, in C
             ((namespace, host, names),) = members
             herd.per_second.update(seconds)
-            herd.by_namespace.update((s, namespace) for s in seconds)
-            herd.by_host.update((s, host) for s in seconds)
-            for name in names:
-                herd.by_limit.setdefault(name, Counter()).update(seconds)
+            herd.add(seconds, namespace, host, names)
             continue
         once = Counter(seconds)
-        for second, k in once.items():
-            herd.per_second[second] += k * weight
-            for (namespace, host, names), n in members.items():
-                herd.by_namespace[(second, namespace)] += k * n
-                herd.by_host[(second, host)] += k * n
-                for name in names:
-                    herd.by_limit.setdefault(name, Counter())[second] += k * n
+        herd.per_second.update(Counter({s: k * weight for s, k in once.items()}))
+        for (namespace, host, names), n in members.items():
+            herd.add(once if n == 1 else Counter({s: k * n for s, k in once.items()}),
+                     namespace, host, names)
     return herd
+
+
+def _refuse_early(groups: Mapping[Any, tuple[JobRow, Counter[_Member]]], from_ms: int,
+                  to_ms: int, max_fires: int) -> None:
+    """``TooManyFires`` at once when the plain interval jobs alone hold more
+    than ``max_fires`` fire times (counted arithmetically, none listed)."""
+    total = 0
+    for first, members in groups.values():
+        if first.start_at is not None or first.end_at is not None:
+            continue
+        schedule = json.loads(first.schedule)
+        if schedule.get("kind") != "interval":
+            continue
+        every_ms = int(round(float(schedule["every"]) * 1000))
+        total += sum(members.values()) * max(0, (to_ms - from_ms) // max(1, every_ms))
+        if total > max_fires:
+            raise TooManyFires(f"more than {max_fires} fires in the range")
 
 
 def hold_back(limit: Limit, arrivals: Counter[int], to_second: int) -> list[dict[str, Any]]:

@@ -72,7 +72,7 @@ def test_the_forecast_counts_each_fire_and_plays_the_rate():
     top = int(T0.timestamp())
     assert herd.jobs == 253 and herd.fires == 250 + 3 * 6
     assert herd.per_second[top] == 250
-    assert herd.by_host[(top, "billing.internal")] == 250
+    assert herd.by_host["billing.internal"][top] == 250
     assert herd.per_second[top + 10] == 3
     held = hold_back(limits.limits[0], herd.by_limit["billing"], top + 100)
     assert [(r["arriving"], r["waiting"]) for r in held] == [(250, 150), (0, 50)]

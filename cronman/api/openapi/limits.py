@@ -52,7 +52,7 @@ SEMANTIC_RULES: list[dict[str, str]] = [
     {"field": "to", "message": "the range must be at most",
      "rule": "a forecast covers at most 24 h"},
     {"field": "to", "message": "the range holds more than",
-     "rule": "a forecast counts at most 2,000,000 fire times"},
+     "rule": "a forecast counts at most 1,000,000 fire times"},
 ]
 
 
