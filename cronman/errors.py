@@ -82,3 +82,10 @@ class StaleLease(Conflict):
     run was re-queued or completed): nothing was changed."""
 
     code = "stale_lease"
+
+
+class QuotaExceeded(CronmanError):
+    """A namespace's quota refuses the request (its message names the quota)."""
+
+    code = "quota_exceeded"
+    http_status = 403

@@ -20,12 +20,15 @@ from cronman.api import (
     calendars,
     cluster,
     dashboard,
+    forecast,
     health,
     history,
     host_policies,
     jobs,
+    limits,
     metrics,
     notifications,
+    quotas,
     request_ids,
     runs,
     signing_keys,
@@ -77,7 +80,7 @@ def create_app(settings: Settings, *, store: Store | None = None,
     request_ids.install(app)
     for bp in (jobs.bp, runs.bp, history.bp, audit.bp, cluster.bp, health.bp, metrics.bp,
                openapi.bp, dashboard.bp, notifications.bp, tokens.bp, calendars.bp,
-               signing_keys.bp, host_policies.bp, work.bp):
+               signing_keys.bp, host_policies.bp, work.bp, limits.bp, quotas.bp, forecast.bp):
         app.register_blueprint(bp)
     for bp in CONSOLE_BLUEPRINTS:
         app.register_blueprint(bp)

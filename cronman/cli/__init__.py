@@ -11,6 +11,7 @@ from __future__ import annotations
 from cronman.cli import (  # noqa: F401  (imported for their commands)
     apply,  # cronman jobs apply
     jobs,  # cronman jobs ...
+    limits,  # cronman limits ..., cronman quotas ..., cronman forecast
     notifications,  # cronman notifications ...
     queues,  # cronman queues, cronman runs cancel
     runs,  # cronman runs ..., cronman cluster

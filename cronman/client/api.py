@@ -29,6 +29,7 @@ from typing import Any, cast
 
 from cronman.client.errors import ApiError, BulkCreateError
 from cronman.client.job_refs import resolve_job
+from cronman.client.limits import LimitCalls
 from cronman.client.notifications import NotificationCalls
 from cronman.client.queues import QueueCalls
 from cronman.client.signing import SigningCalls
@@ -67,7 +68,8 @@ Labels = Mapping[str, str] | Iterable[str]
 _JOBS_INDEX = re.compile(r"^jobs\[(\d+)\]")
 
 
-class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls, SigningCalls, QueueCalls):
+class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls, SigningCalls, QueueCalls,
+                    LimitCalls):
     """A synchronous client of the cronman API; safe to share between threads.
 
     The notification calls (rules, what was sent) come from ``NotificationCalls``,

@@ -1,11 +1,13 @@
 """Coordinator implementations: Redis (shards or Sentinel) and in-process;
-the agent directory (worker agents and container hand-overs) beside it."""
+the agent directory (worker agents and container hand-overs) and the
+limits' shared counters beside it."""
 
 from __future__ import annotations
 
 from cronman.config import Settings
 from cronman.coordination.agents_redis import RedisAgentDirectory
 from cronman.coordination.base import Coordinator
+from cronman.coordination.limit_counters import LimitCounters
 
 
 def make_coordinator(settings: Settings) -> Coordinator:
@@ -30,3 +32,15 @@ def make_agent_directory(settings: Settings) -> RedisAgentDirectory | None:
     if not settings.redis_url:
         return None
     return RedisAgentDirectory(settings)
+
+
+def make_limit_counters(settings: Settings) -> LimitCounters:
+    """The limits' counters on Redis when ``settings.redis_url`` is set, else
+    in this process (``cronman standalone``)."""
+    if settings.redis_url:
+        from cronman.coordination.redis_limits import RedisLimitCounters
+
+        return RedisLimitCounters(settings)
+    from cronman.coordination.limits_memory import LocalLimitCounters
+
+    return LocalLimitCounters()

@@ -121,6 +121,8 @@ class ActiveRun:
     gate_passed: bool = False  # its depends_on was satisfied: no second wait
     trace: RunTrace | None = None  # its spans here, when tracing is on
     held_checked: int = 0  # the attempt before which this node found it still held the run
+    # What the limits' gate granted the attempt under way (``dispatch.limits.Hold``).
+    limits: Any = None
 
     @property
     def key(self) -> tuple[str, datetime]:

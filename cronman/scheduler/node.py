@@ -37,6 +37,11 @@ caller's module) instead, and nothing is wired after construction:
   runs the API asked for (and runs an upstream's success made),
   ``PartitionUpkeep`` keeps the daily run partitions: each calls the
   dispatcher and the writer below it, nothing calls them back;
+- the dispatcher's ``LimitGate`` holds attempts to their limits (the
+  ``LimitBook``'s, read each sync poll) on the cluster's ``LimitCounters``,
+  asking the node for the live members (``LiveMembers``) when it counts on
+  its fair share; it tells the dispatcher when an attempt may start
+  (``LimitPassage``);
 - the dispatcher's ``FireGates`` skip fires an exclusion calendar holds (the
   ``CalendarBook``) and hold fires whose upstream jobs are not fresh until
   an upstream's success is heard on the feed.
@@ -65,7 +70,9 @@ from cronman import eventloop
 from cronman.callbacks import TargetRegistry
 from cronman.callbacks.worker import WorkerTarget
 from cronman.config import Settings
+from cronman.coordination import make_limit_counters
 from cronman.coordination.base import OVERLOADED_BEHIND_MS, Coordinator
+from cronman.coordination.limit_counters import LimitCounters
 from cronman.observability import tracing
 from cronman.observability.gc_pauses import GcPauseWatch
 from cronman.scheduler.claim.claimer import CLAIM_INTERVAL, CLAIM_LEAD, Claimer
@@ -73,6 +80,8 @@ from cronman.scheduler.claim.pulse import PULSE_INTERVAL, Progress, Pulser, Stal
 from cronman.scheduler.claim.standby import TAKEOVER_AFTER, Standby
 from cronman.scheduler.dispatch.dispatcher import Dispatcher
 from cronman.scheduler.dispatch.gates import FireGates, route_signal
+from cronman.scheduler.dispatch.limit_book import LimitBook
+from cronman.scheduler.dispatch.limits import LimitGate
 from cronman.scheduler.dispatch.signing_book import SigningKeyBook
 from cronman.scheduler.dispatch.start_marks import StartMarks
 from cronman.scheduler.jobs.calendar_book import CalendarBook
@@ -115,7 +124,8 @@ class SchedulerNode:
                  metrics: NodeMetrics | None = None, address: str = "",
                  claim_lead: float = CLAIM_LEAD, claim_interval: float = CLAIM_INTERVAL,
                  sweep_interval: float | None = None, requested_poll: float = 1.5,
-                 run_maintenance: bool = True, takeover_after: float = TAKEOVER_AFTER) -> None:
+                 run_maintenance: bool = True, takeover_after: float = TAKEOVER_AFTER,
+                 limit_counters: LimitCounters | None = None) -> None:
         s = settings
         self.settings = settings
         self.node_id = s.node_id
@@ -147,14 +157,21 @@ class SchedulerNode:
                                            lifecycle=life, poll_interval=s.sync_poll_interval)
         self.gates = FireGates(self.calendars, store.dependencies, reader, clock=clock,
                                pool=pools.misc)
+        self.limit_counters = limit_counters or make_limit_counters(s)
+        self.limit_book = LimitBook(store.limits, pool=pools.misc, lifecycle=life,
+                                    poll_interval=s.sync_poll_interval)
+        self.limit_gate = LimitGate(node_id, self.limit_counters, self.limit_book, clock=clock,
+                                    members=self, lifecycle=life,
+                                    lease_ms=max(2000, int(s.heartbeat_ttl * 1000)),
+                                    registry=registry)
         marks = StartMarks(node_id, coordinator, store.runs, lease_seconds=lease, clock=clock,
                            pool=pools.start, metrics=m)
         self.dispatcher = Dispatcher(
             node_id=node_id, targets=targets, writer=self.writer, metrics=m, clock=clock,
             max_in_flight=s.max_in_flight, dispatch_tick_ms=s.dispatch_tick_ms,
-            lease_seconds=lease, jobs=self.table, start_marker=marks,
-            outcomes=self.outcome_marks, gates=self.gates, traces=traces,
-            still_held=marks.still_held)
+            lease_seconds=lease, jobs=self.table,
+            start_marker=marks, outcomes=self.outcome_marks, gates=self.gates, traces=traces,
+            still_held=marks.still_held, limits=self.limit_gate)
         self.sync = JobSync(self.table, store.jobs, store.feed,
                             poll_interval=s.sync_poll_interval, clock=clock, pool=pools.misc,
                             lifecycle=life, metrics=m, events=self)
@@ -254,12 +271,15 @@ class SchedulerNode:
                 start("maintenance", self.upkeep.run)
             await self.calendars.load()
             await self.signing_keys.load()
+            await self.limit_book.load()
             await self.sync.initial_load()
             if life.stopping:
                 return
             self.sync.start_feed()
             start("calendars", self.calendars.run)
             start("signing keys", self.signing_keys.run)
+            start("limits", self.limit_book.run)
+            start("limit gate", self.limit_gate.run)
             start("sync", self.sync.run)
             start("leases", self.leases.run)
             start("sweeper", self.sweeper.run)
@@ -297,6 +317,9 @@ class SchedulerNode:
                 await self.targets.close()
             with contextlib.suppress(Exception):
                 await self.coordinator.aclose()
+            with contextlib.suppress(Exception):
+                await self.limit_counters.aclose()
+            self.limit_counters.close()
             self.pools.shutdown()
             self.outcome_marks.close()
             self.stopped.set()

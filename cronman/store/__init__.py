@@ -24,6 +24,7 @@ from cronman.store.dependencies import SqlDependencyStore
 from cronman.store.engine import PG_POOL_SIZE, Database
 from cronman.store.history import SqlJobHistory
 from cronman.store.host_policies import SqlHostPolicies
+from cronman.store.limits import SqlLimitStore
 from cronman.store.notify_history import SqlNotificationHistory
 from cronman.store.notify_outbox import SqlNotificationOutbox
 from cronman.store.notify_rules import SqlNotificationRules
@@ -65,6 +66,7 @@ class SqlStore:
         self.dependencies = SqlDependencyStore(db)
         self.calendars = SqlCalendarStore(db)
         self.host_policies = SqlHostPolicies(db)
+        self.limits = SqlLimitStore(db)
         self.tokens = SqlTokenStore(db)
         self.signing_keys = SqlSigningKeyStore(db)
         self.history = SqlJobHistory(db)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from cronman.limits import Limit, Quota
 from cronman.models import (
     Job,
     JobFilter,
@@ -455,6 +456,39 @@ class WorkQueueStore(Protocol):
         ``timeout``) passed, whichever is first."""
 
 
+class LimitStore(Protocol):
+    """Named limits and namespace quotas (``cronman.limits``)."""
+
+    def list_limits(self) -> list[Limit]: ...
+
+    def get_limit(self, name: str) -> Limit | None: ...
+
+    def create_limit(self, limit: Limit, *, by: str | None) -> Limit:
+        """``Conflict`` naming ``name`` when one of that name exists."""
+
+    def update_limit(self, limit: Limit, *, version: int | None, by: str | None) -> Limit:
+        """Replace it; ``version``: the one read (``Conflict`` when stale, None: any)."""
+
+    def delete_limit(self, name: str) -> bool: ...
+
+    def get_quota(self, namespace: str) -> Quota | None: ...
+
+    def list_quotas(self) -> list[Quota]: ...
+
+    def put_quota(self, quota: Quota, *, by: str | None) -> Quota: ...
+
+    def delete_quota(self, namespace: str) -> bool: ...
+
+    def live_jobs(self, namespace: str) -> int:
+        """The namespace's live jobs (what ``max_jobs`` bounds)."""
+
+    def all_limits(self) -> list[Limit]:
+        """Every limit, and every quota that bounds fires as a limit (a node's read)."""
+
+    def labelled_jobs(self, labels: list[str]) -> dict[str, frozenset[str]]:
+        """Per label (``key:value``), the ids of the live jobs that carry it."""
+
+
 class Store(Protocol):
     """One database: its jobs, runs, tokens and partitions, and its change feed."""
 
@@ -487,6 +521,7 @@ class Store(Protocol):
 
     @property
     def work(self) -> WorkQueueStore: ...
+    def limits(self) -> LimitStore: ...
 
     def feed(self) -> ChangeFeed:
         """A new subscription to announcements, for one consumer (close it when done)."""

@@ -553,3 +553,33 @@ work_workers = Table(
     PrimaryKeyConstraint("namespace", "queue", "worker_id", name="pk_work_workers"),
 )
 Index("ix_work_workers_last_seen", work_workers.c.last_seen)
+
+# Named limits per destination (cronman.limits): what they match and allow;
+# every node reads them all each sync poll.
+limits = Table(
+    "limits",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("match_kind", String(16), nullable=False),
+    Column("match_value", String(2048), nullable=False),
+    Column("rate", Float),
+    Column("burst", Integer),
+    Column("concurrency", Integer),
+    Column("version", Integer, nullable=False, server_default=text("1")),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    Column("updated_by", String(36)),
+)
+
+# Each namespace's quota (cronman.limits.Quota): NULL bounds nothing.
+namespace_quotas = Table(
+    "namespace_quotas",
+    metadata,
+    Column("namespace", String(128), primary_key=True),
+    Column("max_jobs", Integer),
+    Column("fires_per_second", Float),
+    Column("burst", Integer),
+    Column("concurrent_runs", Integer),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    Column("updated_by", String(36)),
+)

@@ -93,9 +93,13 @@ class _Handler(BaseHTTPRequestHandler):
             arrived_monotonic=arrived_mono,
             client=self.client_address[:2],
         )
-        reply = self.server.receiver._record(request)
-        if reply.delay:
-            time.sleep(reply.delay)
+        receiver = self.server.receiver
+        reply = receiver._record(request)
+        try:
+            if reply.delay:
+                time.sleep(reply.delay)
+        finally:
+            receiver._answered(parts.path)  # no longer in flight: the answer goes out now
         try:
             self.send_response(reply.status)
             for key, value in reply.headers.items():
@@ -138,6 +142,11 @@ class Receiver:
         self._replies: dict[str, Reply] = {}
         self._requests: list[ReceivedRequest] = []
         self._cond = threading.Condition()
+        # Requests between their arrival and their answer: now, and at most so far.
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._path_in_flight: dict[str, int] = {}
+        self._path_max: dict[str, int] = {}
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -203,8 +212,34 @@ class Receiver:
     def _record(self, request: ReceivedRequest) -> Reply:
         with self._cond:
             self._requests.append(request)
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            path = request.path
+            self._path_in_flight[path] = now = self._path_in_flight.get(path, 0) + 1
+            self._path_max[path] = max(self._path_max.get(path, 0), now)
             self._cond.notify_all()
             return self._replies.get(request.path, self._default)
+
+    def _answered(self, path: str) -> None:
+        with self._cond:
+            self.in_flight -= 1
+            self._path_in_flight[path] -= 1
+
+    def max_in_flight_for(self, path: str) -> int:
+        """The most requests to ``path`` in flight at once so far."""
+        with self._cond:
+            return self._path_max.get(path, 0)
+
+    def max_per_second(self, path: str | None = None) -> int:
+        """The most requests (to ``path``, or any) that arrived within one
+        second of the wall clock (any one-second window, not only whole seconds)."""
+        times = sorted(r.arrived_at for r in self.requests if path is None or r.path == path)
+        best, lo = 0, 0
+        for hi, t in enumerate(times):
+            while times[lo] <= t - 1.0:
+                lo += 1
+            best = max(best, hi - lo + 1)
+        return best
 
     @property
     def requests(self) -> list[ReceivedRequest]:

@@ -68,7 +68,7 @@ class FlakyStore:
         self.inner = store
         self.switch = Switch()
         for part in ("jobs", "runs", "partitions", "tokens", "dependencies", "calendars",
-                     "signing_keys", "work"):
+                     "signing_keys", "work", "limits"):
             setattr(self, part, FlakyPart(getattr(store, part), self.switch))
 
     def feed(self):

@@ -20,6 +20,9 @@ exclusion calendar holds is recorded ``skipped``; one whose upstream jobs
 are not fresh waits for them (holding its lease, marked started) or is
 skipped when its wait runs out.
 
+An attempt held to limits (per destination, the namespaces' quotas) starts
+once the cluster's counters grant it (``limits``), waiting meanwhile.
+
 A fire claimed under a coordinator lock is marked started in the coordinator
 right before its first attempt (``start_marks``, batched per loop turn); a
 fire found taken over is dropped here without a write.
@@ -46,6 +49,7 @@ from cronman.scheduler.dispatch.deadlines import timeout_of
 from cronman.scheduler.dispatch.duequeue import DueQueue
 from cronman.scheduler.dispatch.finisher import OutcomeSink, RunFinisher
 from cronman.scheduler.dispatch.gates import GateKeeper, GateVerdict
+from cronman.scheduler.dispatch.limits import LimitGate
 from cronman.scheduler.dispatch.start_marks import StartMarkBatcher, StartMarker, StillHeld
 from cronman.scheduler.dispatch.waitqueue import FairQueue
 from cronman.scheduler.fires import ActiveRun
@@ -79,12 +83,14 @@ class Dispatcher:
                  jobs: HeldJobs, start_marker: StartMarker | None = None,
                  outcomes: OutcomeSink | None = None,
                  gates: GateKeeper | None = None, traces: RunTraces | None = None,
-                 still_held: StillHeld | None = None) -> None:
+                 still_held: StillHeld | None = None,
+                 limits: LimitGate | None = None) -> None:
         self.node_id = node_id
         self._traces = traces  # None: tracing is off (the one check per fire)
         # Asked before each retry made here: a sweeper may have taken the run
         # while this node was slow (and sends the retry itself).
         self._still_held = still_held
+        self.limits = limits
         self.clock = clock
         self.gates = gates
         self.targets = targets
@@ -247,6 +253,8 @@ class Dispatcher:
             self.start_marks.add(ar)
 
     def _go(self, ar: ActiveRun) -> None:
+        if self.limits is not None and self.limits.hold(ar, self):
+            return  # ``limit_passed`` follows, or ``limit_skipped``
         if self.running >= self.max_in_flight:
             self.waiting.push(ar.job.priority, ar.due_ms, ar, ar.job.namespace)
             return
@@ -287,9 +295,22 @@ class Dispatcher:
             return
         self._go(ar)
 
+    def limit_passed(self, ar: ActiveRun) -> None:
+        """Its limits granted the attempt (``LimitPassage``): start it."""
+        if ar.done:
+            return
+        if ar.check_job and ar.started_at is None and not self._still_wanted(ar):
+            return  # it may have waited long
+        self._go(ar)
+
+    def limit_skipped(self, ar: ActiveRun, error: str) -> None:
+        """It waited on a limit past its grace (``LimitPassage``)."""
+        if not ar.done:
+            self._finish(ar, RunStatus.SKIPPED, error=error)
+
     def note_waiting(self, ar: ActiveRun, gate: dict[str, Any]) -> None:
-        """The run waits for upstream jobs (``WaitNotes``): say so in its row
-        (the API shows why)."""
+        """The run waits for upstream jobs or on a limit (``WaitNotes``,
+        ``LimitPassage``): say so in its row (the API shows why)."""
         ar.gate = gate
         self.writer.update(RunUpdate(id=ar.run_id, scheduled_for=ar.scheduled_for,
                                      status=ar.status, gate=gate))
@@ -437,6 +458,8 @@ class Dispatcher:
         ar.task = None
         ar.timed_out = False
         self.running -= 1
+        if ar.limits is not None and self.limits is not None:
+            self.limits.release(ar)
         while self.waiting and self.running < self.max_in_flight:
             nxt = self.waiting.pop()
             if not nxt.done:
@@ -503,6 +526,8 @@ class Dispatcher:
         whose lease must be expired so that a sweeper takes them over."""
         keys = []
         self.waiting.drain()
+        if self.limits is not None:
+            self.limits.stop()
         self.targets.hand_back()  # work that outlives the node (containers) stays
         for ar in list(self.active.values()):
             ar.done = True
