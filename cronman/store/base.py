@@ -521,6 +521,8 @@ class Store(Protocol):
 
     @property
     def work(self) -> WorkQueueStore: ...
+
+    @property
     def limits(self) -> LimitStore: ...
 
     def feed(self) -> ChangeFeed:

@@ -1,7 +1,7 @@
 """Limits per destination and quotas per namespace.
 
 Revision ID: 0012
-Revises: 0010
+Revises: 0011
 Create Date: 2026-12-02 00:00:00
 
 ``limits``: named limits (what they match, rate, burst, concurrency) every
