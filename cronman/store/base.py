@@ -187,6 +187,10 @@ class RunStore(Protocol):
     def in_flight_runs(self, job_ids: Sequence[str]) -> dict[str, list[Run]]:
         """Runs still claimed/running/retrying, per job (concurrency policies)."""
 
+    def count_buffered(self, job_id: str) -> int:
+        """How many fires of the job a buffer holds (``buffer_one``, ``buffer_all``):
+        ``claimed`` rows whose error starts with ``vocabulary.BUFFERED_PREFIX``."""
+
     def request_trigger(self, job: Job, at: datetime,
                         change: ChangeContext | None = None) -> Run:
         """Store a manual fire of ``job`` at ``at`` for a scheduler to carry out."""
