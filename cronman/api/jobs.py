@@ -16,7 +16,7 @@ from typing import Any
 from flask import Blueprint, Response, request
 from werkzeug.routing import BaseConverter
 
-from cronman.api import host_policies, job_search, references
+from cronman.api import host_policies, job_policies, job_search, references
 from cronman.api import validation as v
 from cronman.api.changes import change
 from cronman.api.common import (
@@ -45,7 +45,7 @@ from cronman.redaction import restore_redacted, restore_redacted_notify
 from cronman.schedules import Schedule, job_times
 from cronman.store.dag import DependentsExist, dependents_message
 from cronman.timeutil import format_rfc3339, utcnow
-from cronman.vocabulary import RUN_STATUSES, JobAction
+from cronman.vocabulary import BUFFERED_POLICIES, RUN_STATUSES, JobAction
 
 bp = Blueprint("jobs", __name__, url_prefix="/v1/jobs")
 
@@ -194,7 +194,8 @@ def _replacement(job: Job, body: Any, *, merge: bool
                 previous={"schedule": job.schedule, "retry": job.retry})
     host_policies.enforce(spec, principal())
     references.resolve(_store(), [references.Pending(job.id, spec)], principal())
-    changes = {key: spec[key] for key in named} if merge else spec
+    changes = {key: spec[key] for key in named} if merge else dict(spec)
+    changes.update(job_policies.replacement_changes(job, spec))
     return spec, schedule, changes
 
 
@@ -204,7 +205,10 @@ class JobItem(ApiView):
     def get(self, job_id: str) -> Response:
         job = load_job(job_id)
         last = _store().runs.last_runs([job.id]).get(job.id)
-        return json_response(job_json(job, now=utcnow(), last_run=last, with_last_run=True))
+        buffered = (_store().runs.count_buffered(job.id)
+                    if job.concurrency in BUFFERED_POLICIES else 0)
+        return json_response(job_json(job, now=utcnow(), last_run=last, with_last_run=True,
+                                      buffered=buffered))
 
     def put(self, job_id: str) -> Response:
         return self._replace(job_id, merge=False)
@@ -254,13 +258,18 @@ class JobItem(ApiView):
 
 
 class JobPause(ApiView):
+    """Pause or resume, with an optional ``{"note"}`` (``job_policies``)."""
+
     paused = True
 
     def post(self, job_id: str) -> Response:
+        note = job_policies.read_note(read_json(max_bytes=MAX_BODY_BYTES, required=False))
         job = load_job(job_id)
-        if job.paused != self.paused:
-            job = _store().jobs.update_job(job.id, {"paused": self.paused}, change=change(
-                JobAction.PAUSE if self.paused else JobAction.RESUME))
+        changes = (job_policies.pause_changes(note) if self.paused
+                   else job_policies.resume_changes(job, note))
+        if job.paused != self.paused or any(getattr(job, k) != val for k, val in changes.items()):
+            job = _store().jobs.update_job(job.id, changes, change=change(
+                JobAction.PAUSE if self.paused else JobAction.RESUME, note=note))
         return json_response(job_json(job, now=utcnow()))
 
 
