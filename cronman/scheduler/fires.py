@@ -116,8 +116,9 @@ class ActiveRun:
     # What gated the run (``Run.gate``: upstream runs consumed or found fresh,
     # waits, a calendar), written with its outcome.
     gate: dict[str, Any] | None = None
-    waiting: bool = False  # waiting for upstream jobs (``depends_on``), marked started
+    waiting: bool = False  # waiting for upstream jobs or in a buffer, marked started
     gate_passed: bool = False  # its depends_on was satisfied: no second wait
+    buffer_passed: bool = False  # let through its job's buffer (``dispatch.buffers``)
 
     @property
     def key(self) -> tuple[str, datetime]:

@@ -57,6 +57,7 @@ import signal
 import sys
 import threading
 import time
+from functools import partial
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry
@@ -65,6 +66,7 @@ from cronman import eventloop
 from cronman.callbacks import TargetRegistry
 from cronman.config import Settings
 from cronman.coordination.base import OVERLOADED_BEHIND_MS, Coordinator
+from cronman.models import Run
 from cronman.observability.gc_pauses import GcPauseWatch
 from cronman.scheduler.claim.claimer import CLAIM_INTERVAL, CLAIM_LEAD, Claimer
 from cronman.scheduler.claim.pulse import PULSE_INTERVAL, Progress, Pulser, StallWatch
@@ -86,9 +88,9 @@ from cronman.scheduler.recovery.requested import RequestedRuns
 from cronman.scheduler.recovery.sweeper import Sweeper
 from cronman.scheduler.runtime.clock import DatabaseClockProbe, ReferenceClock
 from cronman.scheduler.runtime.heap_trim import release_free_memory
-from cronman.scheduler.runtime.lifecycle import Lifecycle, Pools
+from cronman.scheduler.runtime.lifecycle import Lifecycle, Pool, Pools
 from cronman.scheduler.runtime.metrics import NodeMetrics
-from cronman.store.base import Store
+from cronman.store.base import RunStore, Store
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +147,8 @@ class SchedulerNode:
             lease_seconds=lease, jobs=self.table,
             start_marker=StartMarks(node_id, coordinator, store.runs, lease_seconds=lease,
                                     clock=clock, pool=pools.start, metrics=m),
-            outcomes=self.outcome_marks, gates=self.gates)
+            outcomes=self.outcome_marks, gates=self.gates,
+            remote_runs=partial(_in_flight_of, store.runs, pools.misc))
         self.sync = JobSync(self.table, store.jobs, store.feed,
                             poll_interval=s.sync_poll_interval, clock=clock, pool=pools.misc,
                             lifecycle=life, metrics=m, events=self)
@@ -429,3 +432,10 @@ class SchedulerNode:
         await self.writer.drain(begun + STOP_BUDGET - 3.5)
         await self.leases.hand_back(keys, 3.0)
         await self.dispatcher.wait_side_tasks(max(0.0, begun + STOP_BUDGET - time.monotonic()))
+
+
+async def _in_flight_of(runs: RunStore, pool: Pool, job_id: str) -> list[Run]:
+    """The runs of ``job_id`` in flight, read on ``pool`` (the overlap buffers'
+    look at runs held by other nodes)."""
+    found = await pool(runs.in_flight_runs, [job_id])
+    return found.get(job_id, [])
