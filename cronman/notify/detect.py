@@ -8,6 +8,9 @@
 - A job with a rule listening to ``recovered`` enters the failing set with
   its failure; its first ``succeeded`` run scheduled at or after its latest
   failure is the recovery event, and takes it out of the set.
+- A job that paused itself after failed runs (``pause_after_failures``: its
+  change shows ``paused`` with a ``pause_reason``) is a ``paused`` event for
+  every rule of its job that listens to it, once per such change (its version).
 """
 
 from __future__ import annotations
@@ -111,3 +114,22 @@ def recoveries(failing: Mapping[str, FailingJob], successes: Mapping[str, Finish
                       for rule in rules_of(job, namespace_rules)
                       if rule.wants(NotifyEvent.RECOVERED))
     return events, done
+
+
+def self_paused(changed: Sequence[Job], namespace_rules: Mapping[str, Sequence[Rule]], *,
+                now: datetime, max_age: timedelta) -> list[Event]:
+    """``paused`` events of the jobs among ``changed`` that paused themselves."""
+    events: list[Event] = []
+    for job in changed:
+        if (job.deleted_at is not None or not job.paused or job.pause_reason is None
+                or now - job.updated_at > max_age):
+            continue
+        detail: dict[str, object] = {"reason": job.pause_reason,
+                                     "failure_streak": job.failure_streak,
+                                     "pause_after_failures": job.pause_after_failures}
+        key = f"{NotifyEvent.PAUSED.value}:{job.id}:{job.version}"
+        events.extend(_event(rule, NotifyEvent.PAUSED.value, key, job, job.updated_at, None,
+                             detail)
+                      for rule in rules_of(job, namespace_rules)
+                      if rule.wants(NotifyEvent.PAUSED))
+    return events
