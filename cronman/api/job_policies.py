@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from cronman.callbacks.target_fields import NO_NUL
 from cronman.errors import Conflict
 from cronman.fieldspec import Obj, Str
 from cronman.models import Job
 
 NOTE_MAX = 1024
-NOTE_BODY = Obj({"note": Str(max_len=NOTE_MAX, nullable=True)}, name="PauseNote")
+NOTE_BODY = Obj({"note": Str(max_len=NOTE_MAX, nullable=True, extra=NO_NUL)}, name="PauseNote")
 
 
 def read_note(body: Any) -> str | None:

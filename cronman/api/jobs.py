@@ -29,6 +29,7 @@ from cronman.api.common import (
     reject_bad_strings,
 )
 from cronman.api.context import api_context
+from cronman.api.idempotency import idempotent
 from cronman.api.names import ID_PATTERN, ID_RE
 from cronman.api.schedule_floor import check_floor
 from cronman.api.serialize import (
@@ -116,6 +117,7 @@ class JobCollection(ApiView):
                         labels=labels, paused=paused)
         return job_search.list_answer(_store(), flt, limit, cursor)
 
+    @idempotent(MAX_BODY_BYTES)
     def post(self) -> Response:
         body = read_json(max_bytes=MAX_BODY_BYTES)
         now = utcnow()
@@ -132,6 +134,7 @@ class JobCollection(ApiView):
 
 
 class JobBulk(ApiView):
+    @idempotent(MAX_BULK_BODY_BYTES)
     def post(self) -> Response:
         body = read_json(max_bytes=MAX_BULK_BODY_BYTES)
         items = v.validate_bulk(body)
@@ -278,6 +281,7 @@ class JobResume(JobPause):
 
 
 class JobTrigger(ApiView):
+    @idempotent(MAX_BODY_BYTES)
     def post(self, job_id: str) -> Response:
         job = load_job(job_id)
         try:
@@ -343,6 +347,7 @@ class JobRuns(ApiView):
 
 
 class JobBackfill(ApiView):
+    @idempotent(MAX_BODY_BYTES)
     def post(self, job_id: str) -> Response:
         body = read_json(max_bytes=MAX_BODY_BYTES)
         job = load_job(job_id)

@@ -20,6 +20,7 @@ from cronman.api.common import ApiView, json_response
 from cronman.api.openapi import (
     audit,
     host_policies,
+    job_policies,
     notifications,
     signing,
     tokens,
@@ -192,7 +193,7 @@ def openapi_document() -> dict[str, Any]:
         "servers": [{"url": "/"}],
         "x-semantic-rules": [*SEMANTIC_RULES, *workflows.SEMANTIC_RULES],
         "security": [{"bearer": []}],
-        "paths": {**console_paths(paths()), **audit.paths(),
+        "paths": {**console_paths(job_policies.decorate(paths())), **audit.paths(),
                   **notifications.paths(), **tokens.paths(),
                   **workflows.paths(), **signing.paths(),
                   **host_policies.paths()},
@@ -200,7 +201,8 @@ def openapi_document() -> dict[str, Any]:
                                     {**audit.schemas(), **notifications.schemas(),
                                      **tokens.schemas(), **workflows.schemas(),
                                      **signing.schemas(),
-                                     **host_policies.schemas()}),
+                                     **host_policies.schemas(),
+                                     **job_policies.schemas()}),
     }
 
 
