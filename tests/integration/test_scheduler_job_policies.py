@@ -158,3 +158,48 @@ def test_max_runs_ends_the_job_after_its_runs(env):
     time.sleep(4.5)
     assert len(env.arrivals("limited")) == 3
     assert [r["status"] for r in env.runs("limited")] == ["succeeded"] * 3
+
+
+def test_a_buffered_fire_outlives_its_node(tmp_path):
+    """A node SIGKILLed while a fire waits in its job's buffer: the node that
+    takes the runs over holds the fire again behind the run it re-sends, and
+    ends it (run, or replaced by a newer fire), never leaving it waiting."""
+    env = {"CRONMAN_LEASE_SECONDS": "3"}
+    with migrated_pg_database() as url, Receiver() as rx, Processes(tmp_path) as procs:
+        rx.reply("/held", status=204, delay=6.0)
+        app = make_app(Settings(database_url=url, allow_private_targets=True))
+        client = app.test_client()
+        job = client.post("/v1/jobs", json={
+            "name": "held", "schedule": {"kind": "interval", "every": 2},
+            "concurrency": "buffer_one", "misfire": {"policy": "skip", "grace": 1},
+            "target": {"kind": "http", "url": rx.url("/held"), "timeout": 30}}).get_json()
+        a = procs.scheduler(url, "holder", env=env)
+
+        def runs():
+            got = client.get(f"/v1/jobs/{job['id']}/runs?limit=1000").get_json()["items"]
+            return list(reversed(got))
+
+        rx.wait_for(1, timeout=10, path="/held")
+        wait_for(lambda: client.get(f"/v1/jobs/{job['id']}").get_json()["buffered"] == 1, 5,
+                 "a fire in the buffer")
+        (held,) = [r for r in runs() if r["status"] == "claimed"]
+        assert held["node_id"] == "holder" and held["error"].startswith(BUFFERED_PREFIX)
+        a.kill()
+        killed = time.monotonic()
+        rx.reply("/held", status=204, delay=1.0)
+        b = procs.scheduler(url, "taker", env=env)
+        wait_for(lambda: next(r for r in runs() if r["id"] == held["id"])["status"]
+                 in ("succeeded", "skipped"), 20, "the buffered fire to end")
+        after = next(r for r in runs() if r["id"] == held["id"])
+        assert after["node_id"] == "taker"
+        if after["status"] == "skipped":
+            assert "replaced in the buffer by the fire of" in after["error"]
+        # The taker's requests never overlap: each after the one before it ended.
+        wait_for(lambda: len([r for r in rx.requests_for("/held")
+                              if r.arrived_monotonic > killed]) >= 3, 15, "the taker's runs")
+        taker = [r for r in rx.requests_for("/held") if r.arrived_monotonic > killed]
+        _no_overlap(taker, 1.0)
+        # The run in flight at the kill was sent again, first.
+        first = rx.requests_for("/held")[0]
+        assert taker[0].header("Cronman-Run-Id") == first.header("Cronman-Run-Id")
+        assert b.stop() == 0
