@@ -60,6 +60,7 @@ class Job:
     done_at: datetime | None = None
     pause_reason: str | None = None
     pause_note: str | None = None
+    paused_at: datetime | None = None
 
     @property
     def counts_runs(self) -> bool:

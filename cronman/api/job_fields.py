@@ -72,7 +72,7 @@ TARGET_BODY_MAX = MAX_HTTP_BODY_BYTES
 # What the service keeps for a job's policies (cronman.store.run_policies,
 # the dispatch's buffers): shown with the job, never written by a client.
 POLICY_STATE_KEYS = ("state", "pause_reason", "pause_note", "failure_streak", "runs_done",
-                     "runs_left", "done_at", "buffered")
+                     "runs_left", "done_at", "paused_at", "buffered")
 READ_ONLY_KEYS = ("id", "version", "created_at", "updated_at", "next_fire_at", "last_run",
                   *POLICY_STATE_KEYS)
 

@@ -14,6 +14,7 @@ keeps for a job's policies (``cronman.store.run_policies``).
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from cronman.callbacks.target_fields import NO_NUL
@@ -40,9 +41,12 @@ def is_done(job: Job) -> bool:
             and job.runs_done >= job.max_runs)
 
 
-def pause_changes(note: str | None) -> dict[str, Any]:
+def pause_changes(job: Job, note: str | None, now: datetime) -> dict[str, Any]:
     """The changes of an operator's pause."""
-    return {"paused": True, "pause_note": note}
+    changes: dict[str, Any] = {"paused": True, "pause_note": note}
+    if not job.paused:
+        changes["paused_at"] = now
+    return changes
 
 
 def resume_changes(job: Job, note: str | None) -> dict[str, Any]:
@@ -51,12 +55,14 @@ def resume_changes(job: Job, note: str | None) -> dict[str, Any]:
         raise Conflict(f"the job is done: it ran {job.runs_done} times, its max_runs; raise "
                        "or remove max_runs (PUT or PATCH) to fire it again", field="max_runs")
     return {"paused": False, "pause_reason": None, "failure_streak": 0, "done_at": None,
-            "pause_note": note}
+            "pause_note": note, "paused_at": None}
 
 
-def replacement_changes(job: Job, spec: dict[str, Any]) -> dict[str, Any]:
+def replacement_changes(job: Job, spec: dict[str, Any], now: datetime) -> dict[str, Any]:
     """What a new definition (``spec``, validated) changes beyond itself."""
     extra: dict[str, Any] = {}
+    if not job.paused and spec.get("paused"):
+        extra["paused_at"] = now
     if job.done_at is not None:
         max_runs = spec.get("max_runs", job.max_runs)
         if max_runs is not None and job.runs_done >= max_runs:
@@ -64,5 +70,5 @@ def replacement_changes(job: Job, spec: dict[str, Any]) -> dict[str, Any]:
             return extra
         extra["done_at"] = None
     if job.paused and not spec.get("paused", job.paused):
-        extra.update(pause_reason=None, failure_streak=0)
+        extra.update(pause_reason=None, failure_streak=0, paused_at=None)
     return extra

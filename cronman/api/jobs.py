@@ -198,7 +198,7 @@ def _replacement(job: Job, body: Any, *, merge: bool
     host_policies.enforce(spec, principal())
     references.resolve(_store(), [references.Pending(job.id, spec)], principal())
     changes = {key: spec[key] for key in named} if merge else dict(spec)
-    changes.update(job_policies.replacement_changes(job, spec))
+    changes.update(job_policies.replacement_changes(job, spec, now))
     return spec, schedule, changes
 
 
@@ -268,7 +268,7 @@ class JobPause(ApiView):
     def post(self, job_id: str) -> Response:
         note = job_policies.read_note(read_json(max_bytes=MAX_BODY_BYTES, required=False))
         job = load_job(job_id)
-        changes = (job_policies.pause_changes(note) if self.paused
+        changes = (job_policies.pause_changes(job, note, utcnow()) if self.paused
                    else job_policies.resume_changes(job, note))
         if job.paused != self.paused or any(getattr(job, k) != val for k, val in changes.items()):
             job = _store().jobs.update_job(job.id, changes, change=change(

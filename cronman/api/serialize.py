@@ -63,6 +63,7 @@ def policy_state(job: Job) -> dict[str, Any]:
         "runs_done": job.runs_done,
         "runs_left": None if job.max_runs is None else max(0, job.max_runs - job.runs_done),
         "done_at": format_rfc3339(job.done_at),
+        "paused_at": format_rfc3339(job.paused_at),
     }
 
 

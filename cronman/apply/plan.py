@@ -27,7 +27,7 @@ REDACTED_CHANGE = "a redacted value"
 # Keys the API assigns; a definition exported from the API may carry them.
 SERVER_KEYS = ("id", "version", "created_at", "updated_at", "next_fire_at", "last_run",
                "state", "pause_reason", "pause_note", "failure_streak", "runs_done",
-               "runs_left", "done_at", "buffered")
+               "runs_left", "done_at", "paused_at", "buffered")
 # The definition keys the API shows (SPEC §3), in the API's order.
 DEFINITION_KEYS = ("name", "namespace", "schedule", "target", "retry", "misfire", "delivery",
                    "concurrency", "priority", "start_at", "end_at", "jitter", "paused",

@@ -47,7 +47,7 @@ from cronman.vocabulary import RUN_STATUSES
 # Keys the API assigns; dropped from a definition read back for an update.
 SERVER_KEYS = ("id", "version", "created_at", "updated_at", "next_fire_at", "last_run",
                "state", "pause_reason", "pause_note", "failure_streak", "runs_done",
-               "runs_left", "done_at", "buffered")
+               "runs_left", "done_at", "paused_at", "buffered")
 
 
 @cli.group("jobs")

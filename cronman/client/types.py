@@ -106,6 +106,7 @@ class Job(TypedDict):
     runs_done: NotRequired[int]
     runs_left: NotRequired[int | None]
     done_at: NotRequired[str | None]
+    paused_at: NotRequired[str | None]
     buffered: NotRequired[int]
     version: int
     created_at: str

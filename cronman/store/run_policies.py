@@ -99,11 +99,14 @@ def count_ends(tx: Tx, ends: Sequence[RunEnd]) -> None:
         entry: tuple[JobAction, dict[str, object]] | None = None
         if row.max_runs is not None and done >= row.max_runs and row.done_at is None:
             values.update(done_at=utcnow(), paused=True)
+            if not row.paused:
+                values["paused_at"] = utcnow()
             entry = (JobAction.DONE, {"max_runs": row.max_runs, "runs_done": done})
         elif (row.pause_after_failures is not None and streak >= row.pause_after_failures
               and not row.paused and row.done_at is None):
             reason = pause_reason(streak, last_error)
-            values.update(paused=True, pause_reason=reason, pause_note=None)
+            values.update(paused=True, pause_reason=reason, pause_note=None,
+                          paused_at=utcnow())
             entry = (JobAction.PAUSE, {"reason": reason, "failure_streak": streak})
         if entry is not None:
             (seq,) = next_change_seqs(tx, 1)

@@ -42,7 +42,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
 # What the store keeps for a job's policies (cronman.store.run_policies), as a new job has it.
 STATE_DEFAULTS: dict[str, Any] = {
     "failure_streak": 0, "runs_done": 0, "done_at": None, "pause_reason": None,
-    "pause_note": None,
+    "pause_note": None, "paused_at": None,
 }
 # Changes after which a job's edges in the job graph are looked at again.
 GRAPH_FIELDS = frozenset({"depends_on", "schedule"})
@@ -312,5 +312,7 @@ def _row_from_spec(spec: dict[str, Any], now: datetime, new_ids: Iterator[str]
     row["id"] = spec.get("id") or next(new_ids)
     row["labels"] = dict(row["labels"] or {})
     row["paused"] = bool(row["paused"])
+    if row["paused"] and row["paused_at"] is None:
+        row["paused_at"] = now
     row.update(version=1, created_at=now, updated_at=now, deleted_at=None, change_seq=0)
     return row

@@ -130,6 +130,9 @@ jobs = Table(
     Column("done_at", UTCDateTime()),
     Column("pause_reason", Text),
     Column("pause_note", Text),
+    # When the job was paused (by an operator, its breaker or its run limit);
+    # NULL while it is not.
+    Column("paused_at", UTCDateTime()),
     # Room on each page for the cursor updates of every claim to stay heap-only
     # (migration 0008).
     postgresql_with={"fillfactor": 80},

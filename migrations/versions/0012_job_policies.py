@@ -8,8 +8,9 @@ Create Date: 2026-12-02 00:00:00
 and ``max_runs``, and the state the store keeps for them: ``failure_streak``
 (consecutive failed or lost runs), ``runs_done`` (runs that ended, skipped
 ones left out), ``done_at`` (``max_runs`` reached), ``pause_reason`` (why the
-job paused itself) and ``pause_note`` (the operator's note of a pause or a
-resume). ``idempotency_keys`` holds the first answer of each keyed call
+job paused itself), ``pause_note`` (the operator's note of a pause or a
+resume) and ``paused_at`` (when it was paused: the key of its ``paused``
+notification). ``idempotency_keys`` holds the first answer of each keyed call
 until it expires.
 """
 
@@ -36,6 +37,7 @@ def upgrade() -> None:
     op.add_column("jobs", sa.Column("done_at", sa.DateTime(timezone=True), nullable=True))
     op.add_column("jobs", sa.Column("pause_reason", sa.Text, nullable=True))
     op.add_column("jobs", sa.Column("pause_note", sa.Text, nullable=True))
+    op.add_column("jobs", sa.Column("paused_at", sa.DateTime(timezone=True), nullable=True))
     op.create_table(
         "idempotency_keys",
         sa.Column("scope", sa.String(300), nullable=False),
@@ -53,6 +55,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_idempotency_keys_expires_at", table_name="idempotency_keys")
     op.drop_table("idempotency_keys")
-    for name in ("pause_note", "pause_reason", "done_at", "runs_done", "failure_streak",
+    for name in ("paused_at", "pause_note", "pause_reason", "done_at", "runs_done", "failure_streak",
                  "max_runs", "pause_after_failures", "buffer_limit"):
         op.drop_column("jobs", name)

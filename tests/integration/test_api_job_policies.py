@@ -94,7 +94,10 @@ def test_pause_and_resume_take_a_note(client):
     assert resp.status_code == 200
     paused = resp.get_json()
     assert paused["paused"] and paused["state"] == "paused"
-    assert paused["pause_note"] == "billing migration"
+    assert paused["pause_note"] == "billing migration" and paused["paused_at"]
+    # Paused again, it keeps the time it was first paused at.
+    again = client.post(f"/v1/jobs/{job['id']}/pause", json={"note": "still"}).get_json()
+    assert again["paused_at"] == paused["paused_at"] and again["pause_note"] == "still"
     error_of(client.post(f"/v1/jobs/{job['id']}/resume", json={"note": "x" * 1025}), 400,
              "note")
     error_of(client.post(f"/v1/jobs/{job['id']}/resume", json={"nope": 1}), 400, "nope")
@@ -103,7 +106,7 @@ def test_pause_and_resume_take_a_note(client):
     # No body at all, as before.
     assert client.post(f"/v1/jobs/{job['id']}/pause").get_json()["pause_note"] is None
     items = client.get(f"/v1/jobs/{job['id']}/history").get_json()["items"]
-    assert [e["action"] for e in items][:3] == ["pause", "resume", "pause"]
+    assert [e["action"] for e in items][:4] == ["pause", "resume", "pause", "pause"]
     assert items[1]["details"] == {"note": "done"}
 
 
@@ -114,12 +117,12 @@ def test_the_breaker_pauses_and_resume_clears_it(client, store):
     assert got["paused"] and got["state"] == "paused" and got["failure_streak"] == 2
     assert got["pause_reason"] == ("paused after 2 consecutive failed runs; last error: "
                                    "HTTP 500 (lost)")
-    assert got["next_fire_at"] is None
+    assert got["next_fire_at"] is None and got["paused_at"]
     entry = client.get(f"/v1/jobs/{job['id']}/history").get_json()["items"][0]
     assert entry["action"] == "pause" and entry["actor"]["name"] == "scheduler"
     resumed = client.post(f"/v1/jobs/{job['id']}/resume").get_json()
-    assert (resumed["paused"], resumed["pause_reason"], resumed["failure_streak"]) == (
-        False, None, 0)
+    assert (resumed["paused"], resumed["pause_reason"], resumed["failure_streak"],
+            resumed["paused_at"]) == (False, None, 0, None)
     # The count starts again: one more failure does not pause it.
     end_runs(store, job["id"], ["failed"], start=10)
     assert client.get(f"/v1/jobs/{job['id']}").get_json()["paused"] is False

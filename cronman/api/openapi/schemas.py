@@ -120,6 +120,8 @@ def _policy_state_props() -> dict[str, Any]:
         "runs_left": {"type": ["integer", "null"], "minimum": 0,
                       "description": "max_runs less runs_done; null without max_runs"},
         "done_at": nullable(TIME),
+        "paused_at": {**nullable(TIME), "description": "when the job was paused; null while "
+                                                       "it is not"},
         "buffered": {**count, "description": (
             "fires the buffer holds (buffer_one, buffer_all); GET /v1/jobs/{id} only")},
     }
