@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import and_, delete, exists, func, select, type_coerce, update
+from sqlalchemy import and_, delete, func, select, update
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.engine import Connection, Row
+from sqlalchemy.engine import Row
 from sqlalchemy.sql.elements import ColumnElement
 
 from cronman.errors import Conflict, NotFound
@@ -23,6 +22,7 @@ from cronman.models import Page
 from cronman.schedules.calendars import ExclusionCalendar
 from cronman.store.base import CALENDARS_CHANGED, CalendarRecord
 from cronman.store.codec import decode_job_cursor, encode_job_cursor
+from cronman.store.dialect import json_array_has
 from cronman.store.engine import Database, Tx
 from cronman.store.tables import calendars, jobs
 from cronman.timeutil import utcnow
@@ -102,7 +102,7 @@ class SqlCalendarStore:
                 raise Conflict(f"the calendar is at version {current.version}, not {version}: "
                                "it changed since it was read", field="version")
             if (current.namespace, current.name) != (namespace, calendar.name):
-                users = _referencing(tx.conn, current.namespace, current.name)
+                users = _referencing(tx, current.namespace, current.name)
                 if users:
                     raise Conflict(f"jobs name this calendar ({_shown(users)}): it keeps its "
                                    "namespace and name while they do", field="name")
@@ -126,7 +126,7 @@ class SqlCalendarStore:
                                       .where(cal.c.id == calendar_id)).first()
             if current is None:
                 return False
-            users = _referencing(tx.conn, current.namespace, current.name)
+            users = _referencing(tx, current.namespace, current.name)
             if users and not force:
                 raise Conflict(f"jobs name this calendar: {_shown(users)}; take it out of "
                                "them first, or force the delete (they then fire on "
@@ -152,20 +152,14 @@ def _shown(users: list[tuple[str, str]]) -> str:
     return ", ".join(f"{ns}/{name}" for ns, name in users[:10]) + more
 
 
-def _referencing(conn: Connection, namespace: str, name: str) -> list[tuple[str, str]]:
+def _referencing(tx: Tx, namespace: str, name: str) -> list[tuple[str, str]]:
     """(namespace, name) of the live jobs naming the calendar: by its name in
     its own namespace, or as namespace/name from another."""
     full = f"{namespace}/{name}"
-    if conn.dialect.name == "postgresql":
-        refs = type_coerce(jobs.c.calendars, JSONB)
-        named = (jobs.c.namespace == namespace) & refs.contains([name])
-        cond = named | refs.contains([full])
-    else:
-        each = func.json_each(jobs.c.calendars).table_valued("value")
-        cond = (((jobs.c.namespace == namespace)
-                 & exists(select(1).select_from(each).where(each.c.value == name)))
-                | exists(select(1).select_from(each).where(each.c.value == full)))
+    refs = jobs.c.calendars
+    cond = (((jobs.c.namespace == namespace) & json_array_has(refs, name, tx.dialect))
+            | json_array_has(refs, full, tx.dialect))
     stmt = (select(jobs.c.namespace, jobs.c.name)
             .where(jobs.c.deleted_at.is_(None), jobs.c.calendars.is_not(None), cond)
             .order_by(jobs.c.namespace, jobs.c.name).limit(11))
-    return [(ns, n) for ns, n in conn.execute(stmt)]
+    return [(ns, n) for ns, n in tx.conn.execute(stmt)]

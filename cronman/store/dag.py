@@ -29,6 +29,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select
 
 from cronman.errors import Conflict, ValidationError
+from cronman.store.dialect import advisory_xact_lock, for_share
 from cronman.store.engine import Tx
 from cronman.store.tables import job_edges, jobs
 from cronman.store.triggers import forget_downstream
@@ -157,16 +158,11 @@ def record_deleted(tx: Tx, job_id: str, *, force: bool) -> None:
     forget_downstream(tx, job_id)
 
 
-def _lock_graph(tx: Tx) -> None:
-    if tx.dialect == "postgresql":
-        tx.conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({DAG_LOCK_KEY})")
-
-
 def _add(tx: Tx, wanted: dict[str, tuple[list[Link], str]], *, check: bool = True) -> None:
     """Insert the links of each job (``prefix`` in front of error fields);
     with ``check``, after checking their upstreams and the graph's shape."""
     if check:
-        _lock_graph(tx)
+        advisory_xact_lock(tx.conn, DAG_LOCK_KEY)
         ups = sorted({up for links, _ in wanted.values() for up, _, _ in links})
         live = _live(tx, ups)
         for job_id, (links, prefix) in wanted.items():
@@ -191,9 +187,7 @@ def _live(tx: Tx, ids: Sequence[str]) -> set[str]:
     for start in range(0, len(ids), _CHUNK):
         stmt = select(jobs.c.id).where(jobs.c.id.in_(list(ids[start:start + _CHUNK])),
                                        jobs.c.deleted_at.is_(None)).order_by(jobs.c.id)
-        if tx.dialect == "postgresql":
-            stmt = stmt.with_for_update(read=True)
-        found.update(tx.conn.execute(stmt).scalars())
+        found.update(tx.conn.execute(for_share(stmt, tx.dialect)).scalars())
     return found
 
 

@@ -1,12 +1,16 @@
-"""Where PostgreSQL and SQLite differ, for the job and run stores.
+"""Where PostgreSQL and SQLite differ, for the whole store.
 
-The stores (``sql_jobs``, ``sql_runs`` and its ``run_*`` parts, ``job_search``)
-are written once. Each place where the two databases need different SQL is
-one function, and only those functions look at the dialect:
+The stores are written once. Each place where the two databases need
+different SQL is one function, and only those functions look at the dialect:
 
-- here: row locking for takers (``FOR UPDATE SKIP LOCKED``), the label
-  filter (JSON containment), the name prefix filter (``LIKE`` vs.
-  ``substr``), the partitioned run history's recent window;
+- here: row locks (``FOR UPDATE``, ``FOR SHARE``, ``FOR UPDATE SKIP
+  LOCKED``: PostgreSQL only, SQLite's writers are serialised), transaction
+  advisory locks, ``INSERT ... ON CONFLICT`` (``insert_ignoring_conflicts``,
+  ``upsert``: each dialect's own ``insert``), JSON (the label filter and
+  array membership: containment vs. ``json_each``; a field's text), the name
+  prefix filter (``LIKE`` vs. ``substr``), and what the run history's
+  daily partitions change (``partitioned_history``, ``recent_runs_start``)
+  and PostgreSQL's percentiles (``sql_percentiles``);
 - ``change_seq``: drawing change_seq values (a sequence under an advisory
   lock vs. max + 1) and settling writers before a watermark read;
 - ``run_bulk``: inserting runs (``INSERT ... ON CONFLICT DO NOTHING``
@@ -17,11 +21,17 @@ one function, and only those functions look at the dialect:
   statements inside, on PostgreSQL only);
 - ``job_bulk``: inserting jobs (one statement from a JSON array vs. a name
   check and an executemany), streaming live jobs (server-side cursor vs.
-  keyset pages), reading live jobs by id (driver tuples vs. ``IN`` chunks).
+  keyset pages), reading live jobs by id (driver tuples vs. ``IN`` chunks);
+- ``outbox_bulk``: the notification outbox's batches (runs marked read and
+  events assigned with ``UPDATE ... FROM (VALUES ...)`` vs. an executemany,
+  each job's first success with ``LATERAL`` vs. one query per chunk of jobs).
 
-Elsewhere in ``cronman.store``: the engine's clocks and SQLite's serialised
-writers (``engine``), the change feed (``changes``) and partition upkeep
-(``partitions``).
+The rest is set-up, picking a backend once rather than a statement: the
+engine's clocks and SQLite's serialised writers (``engine``, ``connect``);
+in ``__init__`` the change channel (NOTIFY vs. an in-process hub), partition
+upkeep (daily partitions vs. row expiry) and the database member (a
+PostgreSQL server's); the partitions made after an upgrade (``migrate``);
+``tables``' time type, naive UTC on SQLite.
 """
 
 from __future__ import annotations
@@ -30,8 +40,13 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import exists, func, select, type_coerce
+from sqlalchemy import Table, exists, func, select, type_coerce
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import Insert as PgInsert
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -41,12 +56,59 @@ POSTGRESQL = "postgresql"
 # How far back "recent" run history reaches from today's 00:00 UTC.
 RECENT_WINDOW = timedelta(days=1)
 
+# An INSERT with each dialect's ON CONFLICT clauses.
+ConflictInsert = PgInsert | SqliteInsert
+
+
+# -- locks ----------------------------------------------------------------------
+
+def for_update(stmt: Select[Any], dialect: str) -> Select[Any]:
+    """``stmt`` locking the rows it reads until the commit (PostgreSQL); as is
+    on SQLite, whose writers are serialised."""
+    return stmt.with_for_update() if dialect == POSTGRESQL else stmt
+
+
+def for_share(stmt: Select[Any], dialect: str) -> Select[Any]:
+    """``stmt`` locking the rows it reads against changes until the commit
+    (``FOR SHARE``, PostgreSQL); as is on SQLite."""
+    return stmt.with_for_update(read=True) if dialect == POSTGRESQL else stmt
+
 
 def for_update_skip_locked(stmt: Select[Any], dialect: str) -> Select[Any]:
     """``stmt`` locking the rows it reads, skipping rows another transaction
     has locked (PostgreSQL); as is on SQLite, whose writers are serialised."""
     return stmt.with_for_update(skip_locked=True) if dialect == POSTGRESQL else stmt
 
+
+def advisory_xact_lock(conn: Connection, key: int) -> None:
+    """Wait for the cluster-wide advisory lock ``key``, held until the
+    transaction ends (PostgreSQL); nothing on SQLite, whose writers are
+    serialised."""
+    if conn.dialect.name == POSTGRESQL:
+        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({int(key)})")
+
+
+# -- INSERT ... ON CONFLICT -------------------------------------------------------
+
+def conflict_insert(table: Table, dialect: str) -> ConflictInsert:
+    """An INSERT into ``table`` that can take an ``ON CONFLICT`` clause."""
+    return pg_insert(table) if dialect == POSTGRESQL else sqlite_insert(table)
+
+
+def insert_ignoring_conflicts(table: Table, dialect: str) -> ConflictInsert:
+    """``INSERT ... ON CONFLICT DO NOTHING`` into ``table`` (any unique key)."""
+    return conflict_insert(table, dialect).on_conflict_do_nothing()
+
+
+def upsert(table: Table, key: Sequence[str], dialect: str) -> ConflictInsert:
+    """``INSERT ... ON CONFLICT (key) DO UPDATE``: a row whose ``key`` is taken
+    replaces every other column of the row there."""
+    ins = conflict_insert(table, dialect)
+    changed = {c.name: ins.excluded[c.name] for c in table.c if c.name not in key}
+    return ins.on_conflict_do_update(index_elements=list(key), set_=changed)
+
+
+# -- JSON -------------------------------------------------------------------------
 
 def labels_match(labels: Sequence[tuple[str, str]], dialect: str) -> list[ColumnElement[bool]]:
     """Conditions for jobs whose labels hold every (key, value) of ``labels``."""
@@ -64,12 +126,46 @@ def labels_match(labels: Sequence[tuple[str, str]], dialect: str) -> list[Column
     return conds
 
 
+def json_array_has(column: ColumnElement[Any], value: str, dialect: str
+                   ) -> ColumnElement[bool]:
+    """Whether the JSON array in ``column`` holds the string ``value``."""
+    if dialect == POSTGRESQL:
+        return type_coerce(column, JSONB).contains([value])
+    each = func.json_each(column).table_valued("value")
+    return exists(select(1).select_from(each).where(each.c.value == value))
+
+
+def json_field_text(column: ColumnElement[Any], key: str, dialect: str) -> ColumnElement[Any]:
+    """The text of the JSON object's top-level ``key`` (a plain name) in ``column``."""
+    if dialect == POSTGRESQL:
+        text: ColumnElement[Any] = type_coerce(column, JSONB)[key].astext
+        return text
+    return func.json_extract(column, f"$.{key}")
+
+
+# -- text -------------------------------------------------------------------------
+
 def name_starts_with(prefix: str, dialect: str) -> ColumnElement[bool]:
     """Jobs whose name starts with ``prefix``, case-sensitive on both
     (SQLite's LIKE ignores case; PostgreSQL's ``LIKE`` escapes wildcards)."""
     if dialect == POSTGRESQL:
         return jobs.c.name.startswith(prefix, autoescape=True)
     return func.substr(jobs.c.name, 1, len(prefix)) == prefix
+
+
+# -- the run history ------------------------------------------------------------
+
+def partitioned_history(dialect: str) -> bool:
+    """Whether the run history is split into daily partitions (PostgreSQL;
+    SQLite keeps one table): reads by time across jobs then go a few days at
+    a time, newest first, so that the planner prunes to those days."""
+    return dialect == POSTGRESQL
+
+
+def sql_percentiles(dialect: str) -> bool:
+    """Whether the database computes percentiles (``percentile_disc``,
+    PostgreSQL); SQLite has none, its rows are summed up in Python."""
+    return dialect == POSTGRESQL
 
 
 def recent_runs_start(dialect: str, now: datetime) -> datetime | None:
@@ -81,6 +177,6 @@ def recent_runs_start(dialect: str, now: datetime) -> datetime | None:
     job's newest runs) lie in the last day, so the run store asks the recent
     partitions first and the older ones only for what is missing.
     """
-    if dialect != POSTGRESQL:
+    if not partitioned_history(dialect):
         return None
     return datetime(now.year, now.month, now.day, tzinfo=UTC) - RECENT_WINDOW

@@ -34,6 +34,7 @@ from sqlalchemy import insert, select
 from cronman.errors import ValidationError
 from cronman.models import Job, Page
 from cronman.store.codec import JOB_FIELDS, job_from_row
+from cronman.store.dialect import for_update
 from cronman.store.engine import Database, Tx
 from cronman.store.records import ChangeContext
 from cronman.store.tables import job_history, jobs
@@ -92,9 +93,8 @@ def before_change(tx: Tx, change: ChangeContext | None, job_id: str) -> Job | No
     (None without a context: nothing is recorded, nothing locked)."""
     if change is None:
         return None
-    stmt = select(jobs).where(jobs.c.id == job_id, jobs.c.deleted_at.is_(None))
-    if tx.dialect == "postgresql":
-        stmt = stmt.with_for_update()
+    stmt = for_update(select(jobs).where(jobs.c.id == job_id, jobs.c.deleted_at.is_(None)),
+                      tx.dialect)
     row = tx.conn.execute(stmt).first()
     return None if row is None else job_from_row(row)
 

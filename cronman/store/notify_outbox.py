@@ -25,18 +25,14 @@ from typing import Any
 from sqlalchemy import (
     Table,
     and_,
-    bindparam,
     delete,
     func,
     insert,
     or_,
     select,
-    text,
     tuple_,
     update,
 )
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Row
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -52,9 +48,16 @@ from cronman.outbox.records import (
     PassResult,
     group_key,
 )
+from cronman.store import outbox_bulk
 from cronman.store.codec import job_from_row
+from cronman.store.dialect import (
+    for_update,
+    for_update_skip_locked,
+    insert_ignoring_conflicts,
+    upsert,
+)
 from cronman.store.engine import Database, Tx
-from cronman.store.pgsql import execute_rendered, render_literal, render_values
+from cronman.store.outbox_bulk import RUN_COLUMNS, chunks
 from cronman.store.tables import (
     UNNOTIFIED_RUNS,
     jobs,
@@ -65,40 +68,14 @@ from cronman.store.tables import (
     notifier_cursors,
     scheduled_jobs,
 )
-from cronman.vocabulary import NotificationStatus, RunStatus
+from cronman.vocabulary import NotificationStatus
 
 sj = scheduled_jobs
 nt = notifications
 ne = notification_events
-CHUNK = 500
 LATE_CURSOR = "late"
 _OPEN = (NotificationStatus.PENDING.value, NotificationStatus.SENDING.value)
 _DONE = (NotificationStatus.SENT.value, NotificationStatus.FAILED.value)
-_RUN_COLUMNS = (sj.c.id, sj.c.job_id, sj.c.scheduled_for, sj.c.status, sj.c.attempt,
-                sj.c.finished_at, sj.c.error, sj.c.node_id)
-# Failed/lost runs read by the notifier (the attempt read; a newer one stays unread).
-_PG_MARK_READ = """
-UPDATE scheduled_jobs AS t SET notified_attempt = v.attempt
-FROM (VALUES {values}) AS v(id, scheduled_for, attempt)
-WHERE t.id = v.id AND t.scheduled_for = v.scheduled_for AND t.attempt = v.attempt
-  AND t.scheduled_for BETWEEN {lo}::timestamptz AND {hi}::timestamptz
-"""
-_PG_ASSIGN = """
-UPDATE notification_events AS t SET notification_id = v.note
-FROM (VALUES {values}) AS v(id, note) WHERE t.id = v.id
-"""
-# Per job, its first success at or after a time: one index probe per job (the
-# (job_id, scheduled_for) index, partitions before the time pruned at run time).
-_PG_FIRST_SUCCESSES = text("""
-SELECT r.* FROM unnest(CAST(:ids AS text[]), CAST(:since AS timestamptz[])) AS j(id, since)
-CROSS JOIN LATERAL (
-  SELECT s.id, s.job_id, s.scheduled_for, s.status, s.attempt, s.finished_at, s.error,
-         s.node_id
-  FROM scheduled_jobs s
-  WHERE s.job_id = j.id AND s.scheduled_for >= j.since AND s.status = 'succeeded'
-  ORDER BY s.scheduled_for LIMIT 1
-) AS r
-""").columns(*_RUN_COLUMNS)
 
 
 def notification_from_row(row: Row[Any]) -> Notification:
@@ -111,10 +88,6 @@ def event_from_row(row: Row[Any]) -> EventRecord:
     return EventRecord(**{name: m[name] for name in EventRecord.__dataclass_fields__})
 
 
-def _chunks(items: Sequence[Any], size: int = CHUNK) -> list[Sequence[Any]]:
-    return [items[i:i + size] for i in range(0, len(items), size)]
-
-
 class SqlNotificationOutbox:
     """The notifier's reads and writes (``cronman.notify.model.Outbox``)."""
 
@@ -124,7 +97,7 @@ class SqlNotificationOutbox:
     # -- reads ------------------------------------------------------------------
 
     def unnotified_runs(self, limit: int) -> list[FinishedRun]:
-        stmt = (select(*_RUN_COLUMNS).where(UNNOTIFIED_RUNS)
+        stmt = (select(*RUN_COLUMNS).where(UNNOTIFIED_RUNS)
                 .order_by(sj.c.scheduled_for).limit(limit))
         with self._db.read() as conn:
             return [FinishedRun(*row) for row in conn.execute(stmt)]
@@ -136,35 +109,14 @@ class SqlNotificationOutbox:
                            r.since) for r in rows]
 
     def first_successes(self, since: Mapping[str, datetime]) -> dict[str, FinishedRun]:
-        # Chunks of jobs with close times, so each query's range stays narrow.
-        order = sorted(since, key=lambda job_id: since[job_id])
-        found: dict[str, FinishedRun] = {}
         with self._db.read() as conn:
-            if self._db.is_postgres:
-                for chunk in _chunks(order):
-                    rows = conn.execute(_PG_FIRST_SUCCESSES, {
-                        "ids": list(chunk), "since": [since[j] for j in chunk]})
-                    found.update((row.job_id, FinishedRun(*row)) for row in rows)
-                return found
-            for chunk in _chunks(order):
-                lo = min(since[j] for j in chunk)
-                stmt = (select(*_RUN_COLUMNS)
-                        .where(sj.c.job_id.in_(list(chunk)), sj.c.scheduled_for >= lo,
-                               sj.c.status == RunStatus.SUCCEEDED.value))
-                for row in conn.execute(stmt):
-                    run = FinishedRun(*row)
-                    if run.scheduled_for < since[run.job_id]:
-                        continue
-                    best = found.get(run.job_id)
-                    if best is None or run.scheduled_for < best.scheduled_for:
-                        found[run.job_id] = run
-        return found
+            return outbox_bulk.first_successes(conn, since)
 
     def run_starts(self, keys: Sequence[tuple[str, datetime]]
                    ) -> dict[tuple[str, datetime], tuple[str, datetime | None, str]]:
         out: dict[tuple[str, datetime], tuple[str, datetime | None, str]] = {}
         with self._db.read() as conn:
-            for chunk in _chunks(sorted(set(keys), key=lambda k: (k[1], k[0]))):
+            for chunk in chunks(sorted(set(keys), key=lambda k: (k[1], k[0]))):
                 times = sorted({t for _, t in chunk})
                 stmt = (select(sj.c.job_id, sj.c.scheduled_for, sj.c.status, sj.c.started_at,
                                sj.c.origin)
@@ -213,7 +165,7 @@ class SqlNotificationOutbox:
 
     def write_pass(self, result: PassResult, *, now: datetime, node_id: str) -> int:
         def fn(tx: Tx) -> int:
-            self._mark_read(tx, result.seen_runs)
+            outbox_bulk.mark_read(tx, result.seen_runs)
             self._failing(tx, result.failing, result.recovered)
             made = self._store_events(tx, result.events, now) if result.events else 0
             if result.late_through is not None:
@@ -224,28 +176,10 @@ class SqlNotificationOutbox:
 
         return self._db.write(fn)
 
-    def _mark_read(self, tx: Tx, runs: Sequence[tuple[str, datetime, int]]) -> None:
-        if not runs:
-            return
-        if tx.dialect == "postgresql":  # one statement per chunk, not one per run
-            for chunk in _chunks(runs):
-                values = render_values(tx.conn, "(%s, %s::timestamptz, %s::int)", chunk)
-                lo, hi = min(t for _, t, _ in chunk), max(t for _, t, _ in chunk)
-                execute_rendered(tx.conn, _PG_MARK_READ.format(
-                    values=values, lo=render_literal(tx.conn, lo),
-                    hi=render_literal(tx.conn, hi)))
-            return
-        stmt = (update(sj)
-                .where(sj.c.id == bindparam("r_id"), sj.c.scheduled_for == bindparam("r_at"),
-                       sj.c.attempt == bindparam("r_attempt"))
-                .values(notified_attempt=bindparam("r_attempt")))
-        for chunk in _chunks(runs):
-            tx.conn.execute(stmt, [{"r_id": i, "r_at": t, "r_attempt": a} for i, t, a in chunk])
-
     def _failing(self, tx: Tx, failing: Sequence[FailingJob], recovered: Sequence[str]) -> None:
         table = notification_failing_jobs
         if recovered:
-            for chunk in _chunks(list(recovered)):
+            for chunk in chunks(list(recovered)):
                 tx.conn.execute(delete(table).where(table.c.job_id.in_(list(chunk))))
         if failing:
             self._upsert(tx, table, [
@@ -268,24 +202,13 @@ class SqlNotificationOutbox:
         for digest_id, added in placed.folded.items():
             tx.conn.execute(update(nt).where(nt.c.id == digest_id).values(
                 event_count=nt.c.event_count + added, updated_at=now))
-        self._assign(tx, [(row_id, note) for (_, row_id), note in
-                          zip(new, placed.assigned, strict=True)])
+        outbox_bulk.assign_events(tx, [(row_id, note) for (_, row_id), note in
+                                       zip(new, placed.assigned, strict=True)])
         self._upsert(tx, notification_groups, [
             {"group_key": key, "latest_id": s.latest_id, "latest_due_at": s.latest_due_at,
              "open_digest_id": s.open_digest_id} for key, s in placed.groups.items()],
             ("group_key",))
         return len(placed.messages)
-
-    def _assign(self, tx: Tx, pairs: list[tuple[int, str]]) -> None:
-        """Each stored event (row id) to its message."""
-        if tx.dialect == "postgresql":
-            for chunk in _chunks(pairs):
-                values = render_values(tx.conn, "(%s::bigint, %s)", chunk)
-                execute_rendered(tx.conn, _PG_ASSIGN.format(values=values))
-            return
-        stmt = (update(ne).where(ne.c.id == bindparam("e_id"))
-                .values(notification_id=bindparam("e_note")))
-        tx.conn.execute(stmt, [{"e_id": i, "e_note": n} for i, n in pairs])
 
     def _insert_events(self, tx: Tx, events: Sequence[Event], now: datetime
                        ) -> list[tuple[int, int]]:
@@ -296,9 +219,9 @@ class SqlNotificationOutbox:
                  "detail": dict(e.detail), "created_at": now} for e in events]
         index = {(e.rule.key, e.event_key): i for i, e in enumerate(events)}
         fresh: list[tuple[int, int]] = []
-        ins = pg_insert(ne) if tx.dialect == "postgresql" else sqlite_insert(ne)
-        stmt = ins.on_conflict_do_nothing().returning(ne.c.id, ne.c.rule_key, ne.c.event_key)
-        for chunk in _chunks(rows):
+        stmt = insert_ignoring_conflicts(ne, tx.dialect).returning(
+            ne.c.id, ne.c.rule_key, ne.c.event_key)
+        for chunk in chunks(rows):
             for row_id, rule_key, event_key in tx.conn.execute(stmt, list(chunk)):
                 fresh.append((index[(rule_key, event_key)], row_id))
         fresh.sort()
@@ -307,20 +230,15 @@ class SqlNotificationOutbox:
     def _group_states(self, tx: Tx, keys: list[str]) -> dict[str, GroupState]:
         groups = notification_groups
         states: dict[str, GroupState] = {}
-        lock = tx.dialect == "postgresql"
-        for chunk in _chunks(keys):
+        for chunk in chunks(keys):
             stmt = select(groups).where(groups.c.group_key.in_(list(chunk)))
-            if lock:
-                stmt = stmt.with_for_update()
-            for r in tx.conn.execute(stmt):
+            for r in tx.conn.execute(for_update(stmt, tx.dialect)):
                 states[r.group_key] = GroupState(r.latest_id, r.latest_due_at, r.open_digest_id)
         digests = [s.open_digest_id for s in states.values() if s.open_digest_id]
         pending: set[str] = set()
-        for chunk in _chunks(digests):
+        for chunk in chunks(digests):
             stmt = select(nt.c.id, nt.c.status).where(nt.c.id.in_(list(chunk)))
-            if lock:
-                stmt = stmt.with_for_update()
-            pending.update(i for i, status in tx.conn.execute(stmt)
+            pending.update(i for i, status in tx.conn.execute(for_update(stmt, tx.dialect))
                            if status == NotificationStatus.PENDING)
         return {k: s if s.open_digest_id in pending else
                 GroupState(s.latest_id, s.latest_due_at, None) for k, s in states.items()}
@@ -341,21 +259,18 @@ class SqlNotificationOutbox:
                 key: tuple[str, ...]) -> None:
         if not rows:
             return
-        ins = pg_insert(table) if tx.dialect == "postgresql" else sqlite_insert(table)
-        changed = {c.name: ins.excluded[c.name] for c in table.c if c.name not in key}
-        stmt = ins.on_conflict_do_update(index_elements=list(key), set_=changed)
-        for chunk in _chunks(rows):
+        stmt = upsert(table, key, tx.dialect)
+        for chunk in chunks(rows):
             tx.conn.execute(stmt, list(chunk))
 
     # -- sending ----------------------------------------------------------------
 
     def claim_due(self, now: datetime, lease_until: datetime, limit: int) -> list[Notification]:
         due = (select(nt.c.id).where(nt.c.status.in_(_OPEN), nt.c.next_attempt_at <= now)
-               .order_by(nt.c.next_attempt_at).limit(limit)
-               .with_for_update(skip_locked=True))
+               .order_by(nt.c.next_attempt_at).limit(limit))
 
         def fn(tx: Tx) -> list[Notification]:
-            ids = list(tx.conn.execute(due).scalars())
+            ids = list(tx.conn.execute(for_update_skip_locked(due, tx.dialect)).scalars())
             if not ids:
                 return []
             stmt = (update(nt).where(nt.c.id.in_(ids), nt.c.status.in_(_OPEN))

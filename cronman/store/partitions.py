@@ -28,10 +28,9 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, date, datetime, time, timedelta
 
 from sqlalchemy import delete, select, text
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from cronman.store.base import MaintenanceReport
+from cronman.store.dialect import upsert
 from cronman.store.engine import Database, Tx
 from cronman.store.tables import maintenance, scheduled_jobs
 from cronman.timeutil import utcnow
@@ -190,11 +189,8 @@ def _drop(tx: Tx, name: str) -> None:
 
 
 def _record(db: Database, node_id: str) -> None:
-    insert_fn = pg_insert if db.is_postgres else sqlite_insert
-    stmt = insert_fn(maintenance).values(name=MAINTENANCE_TASK, node_id=node_id, ran_at=utcnow())
-    stmt = stmt.on_conflict_do_update(index_elements=[maintenance.c.name],
-                                      set_={"node_id": stmt.excluded.node_id,
-                                            "ran_at": stmt.excluded.ran_at})
+    stmt = upsert(maintenance, ("name",), db.dialect).values(
+        name=MAINTENANCE_TASK, node_id=node_id, ran_at=utcnow())
     db.write(lambda tx: tx.conn.execute(stmt))
 
 

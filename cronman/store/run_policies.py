@@ -36,6 +36,7 @@ from sqlalchemy import select, update
 
 from cronman.store import history
 from cronman.store.change_seq import next_change_seqs
+from cronman.store.dialect import for_update
 from cronman.store.engine import Tx
 from cronman.store.tables import jobs
 from cronman.timeutil import utcnow
@@ -82,10 +83,8 @@ def count_ends(tx: Tx, ends: Sequence[RunEnd]) -> None:
                    jobs.c.runs_done, jobs.c.done_at)
             .where(jobs.c.id.in_(sorted(by_job)), jobs.c.deleted_at.is_(None))
             .order_by(jobs.c.id))
-    if tx.dialect == "postgresql":
-        stmt = stmt.with_for_update()
     changed: list[str] = []
-    for row in tx.conn.execute(stmt).all():
+    for row in tx.conn.execute(for_update(stmt, tx.dialect)).all():
         streak, done = int(row.failure_streak), int(row.runs_done)
         last_error: str | None = None
         for e in sorted(by_job[row.id], key=lambda e: e.scheduled_for):

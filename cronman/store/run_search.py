@@ -27,14 +27,14 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, func, select, text, tuple_, type_coerce, union_all
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import bindparam, select, text, tuple_, union_all
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import ColumnElement
 
 from cronman.models import Page, RunSearch, RunStatsBucket, RunStatsQuery
 from cronman.store.codec import decode_search_cursor, encode_search_cursor, run_from_row
+from cronman.store.dialect import json_field_text, partitioned_history, sql_percentiles
 from cronman.store.engine import Database
 from cronman.store.tables import UTCDateTime, jobs, scheduled_jobs
 from cronman.timeutil import utcnow
@@ -103,11 +103,7 @@ def _scope_conditions(db: Database, query: RunSearch | RunStatsQuery
         conds.append(jobs.c.namespace.in_(list(query.namespaces)))
     kinds = getattr(query, "target_kinds", ())
     if kinds:
-        if db.is_postgres:
-            kind: Any = type_coerce(jobs.c.target, JSONB)["kind"].astext
-        else:
-            kind = func.json_extract(jobs.c.target, "$.kind")
-        conds.append(kind.in_(list(kinds)))
+        conds.append(json_field_text(jobs.c.target, "kind", db.dialect).in_(list(kinds)))
     return conds
 
 
@@ -154,7 +150,7 @@ def search_runs(db: Database, query: RunSearch, limit: int, cursor: str | None, 
     statuses = list(query.statuses) or [s.value for s in RUN_STATUSES]
     rows: list[Any] = []
     with db.read() as conn:
-        if not db.is_postgres:
+        if not partitioned_history(db.dialect):
             rows = list(conn.execute(_newest_first(select(sj).where(*conds), limit + 1)))
         else:
             for lo, top in search_windows(query.since, hi, now):
@@ -194,7 +190,7 @@ def run_stats(db: Database, query: RunStatsQuery) -> list[RunStatsBucket]:
     if step <= 0:
         raise ValueError("step_seconds must be > 0")
     with db.read() as conn:
-        if db.is_postgres:
+        if sql_percentiles(db.dialect):
             return _pg_stats(conn, db, query, step)
         return _sqlite_stats(conn, db, query, step)
 

@@ -46,13 +46,12 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import and_, delete, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from cronman.ids import run_id_for
 from cronman.models import Run
 from cronman.store.base import RUNS_REQUESTED, UPSTREAM_SUCCEEDED
 from cronman.store.codec import run_values
+from cronman.store.dialect import for_update, insert_ignoring_conflicts
 from cronman.store.engine import Tx
 from cronman.store.tables import job_edges, jobs, scheduled_jobs, trigger_events
 from cronman.timeutil import format_rfc3339, from_ms, now_ms, to_ms
@@ -128,8 +127,7 @@ def _lock_downstream(tx: Tx, ids: list[str]) -> dict[str, dict[str, Any]]:
     """The live downstream jobs, their rows locked until the commit."""
     stmt = (select(jobs.c.id, jobs.c.schedule, jobs.c.paused, jobs.c.start_at, jobs.c.end_at)
             .where(jobs.c.id.in_(ids), jobs.c.deleted_at.is_(None)).order_by(jobs.c.id))
-    if tx.dialect == "postgresql":
-        stmt = stmt.with_for_update()
+    stmt = for_update(stmt, tx.dialect)
     return {row.id: {"schedule": row.schedule, "paused": row.paused,
                      "start_at": row.start_at, "end_at": row.end_at}
             for row in tx.conn.execute(stmt)}
@@ -144,8 +142,7 @@ def _in_window(job: dict[str, Any], at_ms: int) -> bool:
 
 def _insert(tx: Tx, table: Any, values: dict[str, Any]) -> bool:
     """INSERT ... ON CONFLICT DO NOTHING; whether the row went in."""
-    make = pg_insert if tx.dialect == "postgresql" else sqlite_insert
-    stmt = make(table).values(**values).on_conflict_do_nothing()
+    stmt = insert_ignoring_conflicts(table, tx.dialect).values(**values)
     return bool(tx.conn.execute(stmt).rowcount)
 
 

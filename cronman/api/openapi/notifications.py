@@ -14,6 +14,7 @@ from cronman.api.openapi.parts import (
     NAMESPACE_QUERY,
     STRING,
     TIME,
+    collection_paths,
     nullable,
     obj,
     ok,
@@ -133,25 +134,13 @@ def _list_pattern(words: list[str]) -> str:
 
 
 def paths() -> dict[str, Any]:
-    rule = [path_param("rule_id")]
     return {
-        "/v1/notification-rules": {
-            "get": op("listNotificationRules", "Namespace-wide notification rules",
-                       ok("200", "NotificationRuleList", "a page of rules"), "400 403",
-                       [NAMESPACE_QUERY, LIMIT, query("cursor", JOB_CURSOR, CURSOR_TEXT)]),
-            "post": op("createNotificationRule", "A rule for every job of a namespace",
-                        ok("201", "NotificationRule", "the rule"), "400 403 409 413",
-                        body="NotificationRuleCreate"),
-        },
-        "/v1/notification-rules/{rule_id}": {
-            "get": op("getNotificationRule", "A namespace rule",
-                       ok("200", "NotificationRule", "the rule"), "403 404", rule),
-            "put": op("replaceNotificationRule", "Replace a namespace rule",
-                       ok("200", "NotificationRule", "the rule"), "400 403 404 409 413",
-                       rule, body="NotificationRuleReplace"),
-            "delete": op("deleteNotificationRule", "Delete a namespace rule",
-                          ok("204", None, "deleted"), "403 404", rule),
-        },
+        **collection_paths(
+            "/v1/notification-rules", "rule_id", "NotificationRule", noun="rule",
+            plural="rules", list_summary="Namespace-wide notification rules",
+            create_summary="A rule for every job of a namespace",
+            get_summary="A namespace rule", replace_summary="Replace a namespace rule",
+            delete_summary="Delete a namespace rule"),
         "/v1/notifications": {
             "get": op("listNotifications",
                        "Notifications sent, waiting or failed, newest first",

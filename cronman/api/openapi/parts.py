@@ -5,6 +5,7 @@ of this package), which ``document`` assembles."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from cronman.api.names import ID_PATTERN, NAMESPACE_MAX, NAMESPACE_RE
@@ -116,3 +117,33 @@ NAMESPACE = {"type": "string", "pattern": NAMESPACE_RE.pattern, "maxLength": NAM
 NAMESPACE_QUERY = query("namespace", NAMESPACE, "only this namespace")
 CURSOR_TEXT = ("the next_cursor of the previous page: a position, any of this form is "
                "valid (empty: the first page); anything else is a 400")
+
+
+def collection_paths(path: str, item_param: str, schema: str, *, noun: str, plural: str,
+                     list_summary: str, create_summary: str, get_summary: str,
+                     replace_summary: str, delete_summary: str,
+                     delete_errors: str = "403 404",
+                     delete_params: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """The paths of a collection of ``schema`` objects kept by id: ``path``
+    lists them (a page of a namespace's: ``<schema>List``) and creates one
+    (``<schema>Create``); ``path/{item_param}`` reads, replaces
+    (``<schema>Replace``) and deletes one. ``noun`` and ``plural`` name them
+    in the responses' descriptions."""
+    item = [path_param(item_param)]
+    the = f"the {noun}"
+    return {
+        path: {
+            "get": op(f"list{schema}s", list_summary,
+                       ok("200", f"{schema}List", f"a page of {plural}"), "400 403",
+                       [NAMESPACE_QUERY, LIMIT, query("cursor", JOB_CURSOR, CURSOR_TEXT)]),
+            "post": op(f"create{schema}", create_summary, ok("201", schema, the),
+                        "400 403 409 413", body=f"{schema}Create"),
+        },
+        f"{path}/{{{item_param}}}": {
+            "get": op(f"get{schema}", get_summary, ok("200", schema, the), "403 404", item),
+            "put": op(f"replace{schema}", replace_summary, ok("200", schema, the),
+                       "400 403 404 409 413", item, body=f"{schema}Replace"),
+            "delete": op(f"delete{schema}", delete_summary, ok("204", None, "deleted"),
+                          delete_errors, [*item, *delete_params]),
+        },
+    }
