@@ -256,3 +256,36 @@ def test_a_key_in_progress_answers_409_and_an_expired_one_is_taken_anew(client, 
                                    long_ago + timedelta(hours=24), long_ago) is None
     store.idempotency.keep("anonymous", "old-1", 201, '{"headers": {}, "body": "{}"}')
     assert store.idempotency.purge(now) == 1
+
+
+def test_concurrent_calls_with_one_key_make_one_job(client, store):
+    """Eight calls at once with one key: one runs; each other one gets its
+    answer or a 409 ``idempotency_in_progress``; one job is made."""
+    import threading
+
+    body = job_spec(name="herd")
+    answers: list[tuple[int, dict, bool]] = []
+    start = threading.Barrier(8)
+
+    def call() -> None:
+        c = client.application.test_client()
+        start.wait()
+        resp = keyed(c, "/v1/jobs", "herd-1", body)
+        answers.append((resp.status_code, resp.get_json(),
+                        resp.headers.get("Idempotent-Replayed") == "true"))
+
+    threads = [threading.Thread(target=call) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(answers) == 8
+    made = [a for a in answers if a[0] == 201 and not a[2]]
+    assert len(made) == 1
+    for status, answer, _replayed in answers:
+        if status == 201:
+            assert answer == made[0][1]
+        else:
+            assert status == 409 and answer["error"]["code"] == "idempotency_in_progress"
+    names = [j["name"] for j in client.get("/v1/jobs").get_json()["items"]]
+    assert names.count("herd") == 1

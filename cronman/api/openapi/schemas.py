@@ -102,7 +102,7 @@ def _sent_back_props() -> dict[str, Any]:
         "next_fire_at": {**nullable(TIME), "description": "ignored"},
         "last_run": {"type": ["object", "null"], "propertyNames": TEXT,
                      "additionalProperties": ref("PlainJson"), "description": "ignored"},
-        **{key: {"description": "ignored"} for key in POLICY_STATE_KEYS},
+        **{key: {**ref("PlainJson"), "description": "ignored"} for key in POLICY_STATE_KEYS},
     }
 
 
