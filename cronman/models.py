@@ -47,6 +47,25 @@ class Job:
     # Named exclusion calendars whose dates skip a fire: names in the job's
     # namespace or namespace/name, None for none.
     calendars: list[str] | None = None
+    # ``buffer_all``'s bound (None: ``DEFAULT_BUFFER_LIMIT``); the circuit
+    # breaker's ``pause_after_failures``; ``max_runs`` (None: no limit).
+    buffer_limit: int | None = None
+    pause_after_failures: int | None = None
+    max_runs: int | None = None
+    # What the store keeps for those policies (cronman.store.run_policies):
+    # failed or lost runs in a row, runs ended (skipped ones left out), when
+    # ``max_runs`` was reached; why the job paused itself, the operator's note.
+    failure_streak: int = 0
+    runs_done: int = 0
+    done_at: datetime | None = None
+    pause_reason: str | None = None
+    pause_note: str | None = None
+    paused_at: datetime | None = None
+
+    @property
+    def counts_runs(self) -> bool:
+        """Whether the ends of the job's runs are counted (a breaker or a run limit)."""
+        return self.pause_after_failures is not None or self.max_runs is not None
 
 
 class JobRow(NamedTuple):
@@ -76,6 +95,9 @@ class JobRow(NamedTuple):
     skipped_pending: int
     depends_on: str | None = None
     calendars: str | None = None
+    buffer_limit: int | None = None
+    pause_after_failures: int | None = None
+    max_runs: int | None = None
 
     @classmethod
     def of_job(cls, job: Job) -> JobRow:
@@ -86,7 +108,8 @@ class JobRow(NamedTuple):
                    job.paused, None if job.dead_letter is None else _dumps(job.dead_letter),
                    job.created_at, job.change_seq, job.last_fire_at, job.skipped_pending,
                    None if job.depends_on is None else _dumps(job.depends_on),
-                   None if job.calendars is None else _dumps(job.calendars))
+                   None if job.calendars is None else _dumps(job.calendars),
+                   job.buffer_limit, job.pause_after_failures, job.max_runs)
 
 
 def _dumps(value: Any) -> str:
@@ -215,6 +238,10 @@ class RunUpdate:
     next_attempt_at: datetime | None = None
     gate: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # The run's job, when the job counts the ends of its runs (a breaker, a
+    # run limit: ``Job.counts_runs``): a final status is then counted once,
+    # in the transaction that writes it (cronman.store.run_policies).
+    counted_job: str | None = None
 
     def absorb(self, newer: RunUpdate) -> None:
         """Apply ``newer`` (a later change of the same run) on top of this one:
@@ -229,6 +256,8 @@ class RunUpdate:
                 setattr(self, name, value)
         if newer.extra:
             self.extra = {**self.extra, **newer.extra}
+        if newer.counted_job is not None:
+            self.counted_job = newer.counted_job
 
     def copy(self) -> RunUpdate:
         return replace(self, extra=dict(self.extra))

@@ -71,6 +71,8 @@ class ConcurrencyPolicy(StrEnum):
     ALLOW = "allow"
     FORBID = "forbid"
     REPLACE = "replace"
+    BUFFER_ONE = "buffer_one"  # keep the latest fire while a run is in flight
+    BUFFER_ALL = "buffer_all"  # keep every fire, in order, up to ``buffer_limit``
 
 
 class DeliveryMode(StrEnum):
@@ -138,6 +140,18 @@ DEFAULT_TRIGGER_MODE: Final = TriggerMode.ALL
 # How long a fire waits for a stale upstream of ``depends_on`` before it is
 # recorded ``skipped`` (seconds after its due time), when the entry says not.
 DEFAULT_DEPENDENCY_WAIT: Final = 600
+# ``buffer_all``: how many fires a job keeps while a run of it is in flight.
+DEFAULT_BUFFER_LIMIT: Final = 100
+BUFFER_LIMIT_MAX: Final = 1000
+BUFFERED_POLICIES: Final = (ConcurrencyPolicy.BUFFER_ONE, ConcurrencyPolicy.BUFFER_ALL)
+# The ``error`` of a run row a buffer holds (status ``claimed``) starts with
+# this; its ``gate`` says behind which run (cronman.scheduler.dispatch.buffers).
+BUFFERED_PREFIX: Final = "buffered: "
+# The circuit breaker's and the run limit's bounds.
+PAUSE_AFTER_FAILURES_MAX: Final = 1000
+MAX_RUNS_MAX: Final = 10**9
+# Run statuses ``max_runs`` counts (a skipped fire is no run of the target).
+COUNTED_STATUSES: Final = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.LOST)
 
 
 def default_retry() -> dict[str, Any]:
@@ -163,6 +177,7 @@ class JobAction(StrEnum):
     REPLAY = "replay"
     BACKFILL = "backfill"
     DELETE = "delete"
+    DONE = "done"  # ``max_runs`` reached (recorded by the store, not asked for)
 
 
 JOB_ACTIONS: Final = tuple(JobAction)
@@ -181,6 +196,9 @@ TOKEN_ACTIONS: Final = tuple(TokenAction)
 # The actor of a token change made with database access (``cronman tokens
 # create|revoke``), not through the API: there is no token to name.
 DATABASE_ACTOR: Final = "database"
+# The actor of a change the service made itself: a job that paused itself
+# after failures (``pause_after_failures``) or reached its ``max_runs``.
+SCHEDULER_ACTOR: Final = "scheduler"
 
 
 # --- notifications (cronman.notify) --------------------------------------------
@@ -192,6 +210,7 @@ class NotifyEvent(StrEnum):
     LOST = "lost"  # a run ended lost
     RECOVERED = "recovered"  # the first success of a job after failures
     LATE = "late"  # a fire not started within late_after seconds of its time
+    PAUSED = "paused"  # the job paused itself after failed runs (pause_after_failures)
 
 
 class ChannelKind(StrEnum):

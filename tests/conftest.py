@@ -74,7 +74,7 @@ def _truncate_pg(url: str) -> None:
 
     engine = create_engine(url)
     with engine.begin() as conn:
-        conn.execute(text("TRUNCATE jobs, scheduled_jobs, api_tokens, token_history, maintenance, job_history, notification_rules, notifications, notification_events, notification_groups, notification_failing_jobs, notifier_cursors, job_edges, trigger_events, calendars, signing_keys, host_policies, work_items, work_workers, limits, namespace_quotas"))
+        conn.execute(text("TRUNCATE jobs, scheduled_jobs, api_tokens, token_history, maintenance, job_history, notification_rules, notifications, notification_events, notification_groups, notification_failing_jobs, notifier_cursors, job_edges, trigger_events, calendars, signing_keys, host_policies, work_items, work_workers, limits, namespace_quotas, idempotency_keys"))
     engine.dispose()
 
 

@@ -15,8 +15,11 @@ from cronman.store.records import ChangeContext
 from cronman.timeutil import utcnow
 from cronman.vocabulary import ANONYMOUS_ACTOR, JobAction
 
-# Keys of the API's job answer that describe the moment, not the definition.
-_NOT_DEFINITION = ("next_fire_at", "last_run")
+# Keys of the API's job answer that describe the moment, not the definition
+# (the policies' counts move with every run, unrecorded; ``state`` and
+# ``paused_at`` follow ``paused`` and ``done_at``).
+_NOT_DEFINITION = ("next_fire_at", "last_run", "state", "failure_streak", "runs_done",
+                   "runs_left", "paused_at", "buffered")
 
 
 def recorded_definition(job: Job) -> dict[str, Any]:

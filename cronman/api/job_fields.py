@@ -45,12 +45,16 @@ from cronman.fieldspec import (
 from cronman.notify.rules import validate_job_notify
 from cronman.schedules import Schedule, parse_schedule
 from cronman.vocabulary import (
+    BUFFER_LIMIT_MAX,
     CONCURRENCY_POLICIES,
+    DEFAULT_BUFFER_LIMIT,
     DEFAULT_CONCURRENCY,
     DEFAULT_DELIVERY,
     DEFAULT_NAMESPACE,
     DELIVERY_MODES,
+    MAX_RUNS_MAX,
     MISFIRE_POLICIES,
+    PAUSE_AFTER_FAILURES_MAX,
     default_misfire,
     default_retry,
 )
@@ -65,7 +69,12 @@ JITTER_MAX = 86_400
 PRIORITY_MIN = -1_000_000
 PRIORITY_MAX = 1_000_000
 TARGET_BODY_MAX = MAX_HTTP_BODY_BYTES
-READ_ONLY_KEYS = ("id", "version", "created_at", "updated_at", "next_fire_at", "last_run")
+# What the service keeps for a job's policies (cronman.store.run_policies,
+# the dispatch's buffers): shown with the job, never written by a client.
+POLICY_STATE_KEYS = ("state", "pause_reason", "pause_note", "failure_streak", "runs_done",
+                     "runs_left", "done_at", "paused_at", "buffered")
+READ_ONLY_KEYS = ("id", "version", "created_at", "updated_at", "next_fire_at", "last_run",
+                  *POLICY_STATE_KEYS)
 
 
 @dataclass(slots=True)
@@ -205,6 +214,14 @@ JOB = Obj({
                          lambda: _workflow_schema("depends_on")),
     "calendars": Custom(lambda v, k, o, c: check_calendar_refs(v, k, o["namespace"]),
                         lambda: _workflow_schema("calendars")),
+    "buffer_limit": Int(lo=1, hi=BUFFER_LIMIT_MAX, nullable=True, description=(
+        f"buffer_all: how many fires wait while a run is in flight (null: "
+        f"{DEFAULT_BUFFER_LIMIT}); a fire beyond it is skipped")),
+    "pause_after_failures": Int(lo=1, hi=PAUSE_AFTER_FAILURES_MAX, nullable=True, description=(
+        "after this many failed (or lost) runs in a row the job pauses itself")),
+    "max_runs": Int(lo=1, hi=MAX_RUNS_MAX, nullable=True, description=(
+        "after this many runs (skipped fires not counted) the job is done: kept, no more "
+        "fires")),
 }, special=dict.fromkeys(READ_ONLY_KEYS, "{key!r} is read-only; it is assigned by the server"),
     required_first=True, after={"end_at": _end_after_start})
 # A replacement may send read-only keys back (check_read_only checks them).

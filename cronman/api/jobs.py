@@ -16,7 +16,7 @@ from typing import Any
 from flask import Blueprint, Response, request
 from werkzeug.routing import BaseConverter
 
-from cronman.api import host_policies, job_search, quotas, references
+from cronman.api import host_policies, job_policies, job_search, quotas, references
 from cronman.api import validation as v
 from cronman.api.changes import change
 from cronman.api.common import (
@@ -29,6 +29,7 @@ from cronman.api.common import (
     reject_bad_strings,
 )
 from cronman.api.context import api_context
+from cronman.api.idempotency import idempotent
 from cronman.api.names import ID_PATTERN, ID_RE
 from cronman.api.runs import work_items
 from cronman.api.schedule_floor import check_floor
@@ -47,7 +48,7 @@ from cronman.redaction import restore_redacted, restore_redacted_notify
 from cronman.schedules import Schedule, job_times
 from cronman.store.dag import DependentsExist, dependents_message
 from cronman.timeutil import format_rfc3339, utcnow
-from cronman.vocabulary import RUN_STATUSES, JobAction
+from cronman.vocabulary import BUFFERED_POLICIES, RUN_STATUSES, JobAction
 
 bp = Blueprint("jobs", __name__, url_prefix="/v1/jobs")
 
@@ -118,6 +119,7 @@ class JobCollection(ApiView):
                         labels=labels, paused=paused)
         return job_search.list_answer(_store(), flt, limit, cursor)
 
+    @idempotent(MAX_BODY_BYTES)
     def post(self) -> Response:
         body = read_json(max_bytes=MAX_BODY_BYTES)
         now = utcnow()
@@ -135,6 +137,7 @@ class JobCollection(ApiView):
 
 
 class JobBulk(ApiView):
+    @idempotent(MAX_BULK_BODY_BYTES)
     def post(self) -> Response:
         body = read_json(max_bytes=MAX_BULK_BODY_BYTES)
         items = v.validate_bulk(body)
@@ -198,7 +201,8 @@ def _replacement(job: Job, body: Any, *, merge: bool
                 previous={"schedule": job.schedule, "retry": job.retry})
     host_policies.enforce(spec, principal())
     references.resolve(_store(), [references.Pending(job.id, spec)], principal())
-    changes = {key: spec[key] for key in named} if merge else spec
+    changes = {key: spec[key] for key in named} if merge else dict(spec)
+    changes.update(job_policies.replacement_changes(job, spec, now))
     return spec, schedule, changes
 
 
@@ -208,7 +212,10 @@ class JobItem(ApiView):
     def get(self, job_id: str) -> Response:
         job = load_job(job_id)
         last = _store().runs.last_runs([job.id]).get(job.id)
-        return json_response(job_json(job, now=utcnow(), last_run=last, with_last_run=True))
+        buffered = (_store().runs.count_buffered(job.id)
+                    if job.concurrency in BUFFERED_POLICIES else 0)
+        return json_response(job_json(job, now=utcnow(), last_run=last, with_last_run=True,
+                                      buffered=buffered))
 
     def put(self, job_id: str) -> Response:
         return self._replace(job_id, merge=False)
@@ -258,13 +265,18 @@ class JobItem(ApiView):
 
 
 class JobPause(ApiView):
+    """Pause or resume, with an optional ``{"note"}`` (``job_policies``)."""
+
     paused = True
 
     def post(self, job_id: str) -> Response:
+        note = job_policies.read_note(read_json(max_bytes=MAX_BODY_BYTES, required=False))
         job = load_job(job_id)
-        if job.paused != self.paused:
-            job = _store().jobs.update_job(job.id, {"paused": self.paused}, change=change(
-                JobAction.PAUSE if self.paused else JobAction.RESUME))
+        changes = (job_policies.pause_changes(job, note, utcnow()) if self.paused
+                   else job_policies.resume_changes(job, note))
+        if job.paused != self.paused or any(getattr(job, k) != val for k, val in changes.items()):
+            job = _store().jobs.update_job(job.id, changes, change=change(
+                JobAction.PAUSE if self.paused else JobAction.RESUME, note=note))
         return json_response(job_json(job, now=utcnow()))
 
 
@@ -275,6 +287,7 @@ class JobResume(JobPause):
 class JobTrigger(ApiView):
     route = "/v1/jobs/{job_id}/trigger"
 
+    @idempotent(MAX_BODY_BYTES)
     def post(self, job_id: str) -> Response:
         traces = tracing.active()
         started_ns = time.time_ns() if traces is not None else 0
@@ -350,6 +363,7 @@ class JobRuns(ApiView):
 
 
 class JobBackfill(ApiView):
+    @idempotent(MAX_BODY_BYTES)
     def post(self, job_id: str) -> Response:
         body = read_json(max_bytes=MAX_BODY_BYTES)
         job = load_job(job_id)

@@ -7,8 +7,9 @@ from __future__ import annotations
 from flask import Blueprint, Response
 
 from cronman.api.changes import change
-from cronman.api.common import ApiView, json_response, principal
+from cronman.api.common import MAX_BODY_BYTES, ApiView, json_response, principal
 from cronman.api.context import api_context
+from cronman.api.idempotency import idempotent
 from cronman.api.names import ID_RE
 from cronman.api.serialize import run_json
 from cronman.errors import Conflict, NotFound
@@ -51,6 +52,7 @@ class RunItem(ApiView):
 
 
 class RunReplay(ApiView):
+    @idempotent(MAX_BODY_BYTES)
     def post(self, run_id: str) -> Response:
         _, job = load_run(run_id)
         if job is None or job.deleted_at is not None:

@@ -41,6 +41,30 @@ def job_definition(job: Job) -> dict[str, Any]:
         "notify": job.notify,
         "depends_on": job.depends_on,
         "calendars": job.calendars,
+        "buffer_limit": job.buffer_limit,
+        "pause_after_failures": job.pause_after_failures,
+        "max_runs": job.max_runs,
+    }
+
+
+def job_state(job: Job) -> str:
+    """``done`` (its ``max_runs`` reached), ``paused`` or ``active``."""
+    if job.done_at is not None:
+        return "done"
+    return "paused" if job.paused else "active"
+
+
+def policy_state(job: Job) -> dict[str, Any]:
+    """What the service keeps for the job's policies, as the job shows it."""
+    return {
+        "state": job_state(job),
+        "pause_reason": job.pause_reason,
+        "pause_note": job.pause_note,
+        "failure_streak": job.failure_streak,
+        "runs_done": job.runs_done,
+        "runs_left": None if job.max_runs is None else max(0, job.max_runs - job.runs_done),
+        "done_at": format_rfc3339(job.done_at),
+        "paused_at": format_rfc3339(job.paused_at),
     }
 
 
@@ -65,7 +89,9 @@ def next_fire_at(job: Job, now: datetime, schedule: Schedule | None = None) -> d
 
 
 def job_json(job: Job, *, now: datetime, last_run: Run | None = None,
-             with_last_run: bool = False, schedule: Schedule | None = None) -> dict[str, Any]:
+             with_last_run: bool = False, schedule: Schedule | None = None,
+             buffered: int | None = None) -> dict[str, Any]:
+    """The job as API JSON; ``buffered`` (the fires its buffer holds) when counted."""
     out: dict[str, Any] = {"id": job.id, **job_definition(job)}
     out["target"] = redact_target(job.target)
     out["dead_letter"] = redact_target(job.dead_letter)
@@ -74,6 +100,9 @@ def job_json(job: Job, *, now: datetime, last_run: Run | None = None,
     out["created_at"] = format_rfc3339(job.created_at)
     out["updated_at"] = format_rfc3339(job.updated_at)
     out["next_fire_at"] = format_rfc3339(next_fire_at(job, now, schedule))
+    out.update(policy_state(job))
+    if buffered is not None:
+        out["buffered"] = buffered
     if with_last_run:
         out["last_run"] = None if last_run is None else run_json(last_run)
     return out

@@ -25,11 +25,14 @@ _Dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 # What an update changes when only the digest shows it (a secret value).
 REDACTED_CHANGE = "a redacted value"
 # Keys the API assigns; a definition exported from the API may carry them.
-SERVER_KEYS = ("id", "version", "created_at", "updated_at", "next_fire_at", "last_run")
+SERVER_KEYS = ("id", "version", "created_at", "updated_at", "next_fire_at", "last_run",
+               "state", "pause_reason", "pause_note", "failure_streak", "runs_done",
+               "runs_left", "done_at", "paused_at", "buffered")
 # The definition keys the API shows (SPEC §3), in the API's order.
 DEFINITION_KEYS = ("name", "namespace", "schedule", "target", "retry", "misfire", "delivery",
                    "concurrency", "priority", "start_at", "end_at", "jitter", "paused",
-                   "labels", "dead_letter", "notify", "depends_on", "calendars")
+                   "labels", "dead_letter", "notify", "depends_on", "calendars",
+                   "buffer_limit", "pause_after_failures", "max_runs")
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,9 @@ from cronman.client import (
 from cronman.vocabulary import RUN_STATUSES
 
 # Keys the API assigns; dropped from a definition read back for an update.
-SERVER_KEYS = ("id", "version", "created_at", "updated_at", "next_fire_at", "last_run")
+SERVER_KEYS = ("id", "version", "created_at", "updated_at", "next_fire_at", "last_run",
+               "state", "pause_reason", "pause_note", "failure_streak", "runs_done",
+               "runs_left", "done_at", "paused_at", "buffered")
 
 
 @cli.group("jobs")
@@ -200,15 +202,19 @@ def _job_action(name: str, help_text: str) -> None:
     @jobs.command(name, help=help_text, epilog=JOB_HELP)
     @click.argument("job")
     @job_namespace
+    @click.option("--note", default=None, help="shown with the job (pause_note; at most "
+                                              "1024 characters)")
     @client_command
-    def command(client: CronmanClient, fmt: str, job: str, namespace: str | None) -> None:
+    def command(client: CronmanClient, fmt: str, job: str, namespace: str | None,
+                note: str | None) -> None:
         act = client.pause_job if name == "pause" else client.resume_job
-        done = act(job, namespace=namespace)
+        done = act(job, namespace=namespace, note=note)
         emit(fmt, done, lambda: jobs_table([done]), lambda: jobs_wide([done]))
 
 
 _job_action("pause", "Pause a job (it keeps its schedule; no fires until resumed).")
-_job_action("resume", "Resume a paused job.")
+_job_action("resume", "Resume a paused job (a job its breaker paused starts its count "
+                      "again; a done job stays done until its max_runs is raised).")
 
 
 @jobs.command("trigger", epilog=JOB_HELP)

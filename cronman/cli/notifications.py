@@ -22,7 +22,7 @@ from cronman.cli.output import _short, emit, format_table
 from cronman.client import PAGE_MAX, CronmanClient
 
 STATUSES = ("pending", "sending", "sent", "failed")
-EVENTS = ("failed", "lost", "recovered", "late", "digest")
+EVENTS = ("failed", "lost", "recovered", "late", "paused", "digest")
 RULE_SERVER_KEYS = ("id", "created_at", "updated_at")
 
 

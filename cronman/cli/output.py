@@ -117,12 +117,14 @@ def jobs_table(jobs: Sequence[Mapping[str, Any]]) -> str:
 def jobs_wide(jobs: Sequence[Mapping[str, Any]]) -> str:
     return format_table(
         ("ID", "NAMESPACE", "NAME", "SCHEDULE", "TARGET", "PAUSED", "NEXT FIRE", "VERSION",
-         "RETRY", "MISFIRE", "DELIVERY", "CONCURRENCY", "PRIORITY", "UPDATED", "LABELS"),
+         "RETRY", "MISFIRE", "DELIVERY", "CONCURRENCY", "PRIORITY", "UPDATED", "LABELS",
+         "STATE", "RUNS LEFT", "PAUSE REASON"),
         [(j["id"], j["namespace"], j["name"], schedule_text(j["schedule"]),
           target_text(j["target"]), j["paused"], j.get("next_fire_at"), j.get("version"),
           _retry_text(j.get("retry")), _misfire_text(j.get("misfire")), j.get("delivery"),
           j.get("concurrency"), j.get("priority"), j.get("updated_at"),
-          labels_text(j.get("labels"))) for j in jobs])
+          labels_text(j.get("labels")), j.get("state"), j.get("runs_left"),
+          j.get("pause_reason") or j.get("pause_note")) for j in jobs])
 
 
 def _retry_text(retry: Mapping[str, Any] | None) -> str | None:
@@ -160,6 +162,8 @@ def gate_text(gate: Mapping[str, Any] | None) -> str | None:
         parts.append(f"waiting for {len(gate['waiting_for'])} upstream job(s)")
     if gate.get("waited_ms") is not None:
         parts.append(f"waited {gate['waited_ms'] / 1000:.1f} s")
+    if gate.get("buffered"):
+        parts.append(f"buffered behind {len(gate['buffered'].get('behind') or ())} run(s)")
     if gate.get("stale"):
         parts.append(f"stale: {len(gate['stale'])} upstream job(s)")
     elif gate.get("depends_on"):

@@ -104,19 +104,21 @@ class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls, SigningCalls, 
 
     def request(self, method: str, path: str, body: Any = None, *,
                 query: Query | None = None, timeout: float | None = None,
-                retry: RetryPolicy | None = None) -> Any:
+                retry: RetryPolicy | None = None, keyed: bool = False) -> Any:
         """One raw call (``path`` from the root, e.g. ``/v1/jobs``): the decoded JSON answer.
 
         ``timeout`` (seconds) and ``retry`` replace the client's for this call.
+        ``keyed``: with an ``Idempotency-Key``, so that a retry after a lost
+        connection is safe (the calls that make things send one).
         """
         return self._http.request(method, path, body, query=query, timeout=timeout,
-                                  retry=retry)
+                                  retry=retry, keyed=keyed)
 
     # -- jobs ------------------------------------------------------------------
 
     def create_job(self, spec: JobSpec | Mapping[str, Any]) -> Job:
         """``POST /v1/jobs``; 409 (``ConflictError``) when the name is taken in its namespace."""
-        return cast(Job, self.request("POST", "/v1/jobs", dict(spec)))
+        return cast(Job, self.request("POST", "/v1/jobs", dict(spec), keyed=True))
 
     def create_jobs(self, specs: Sequence[JobSpec | Mapping[str, Any]], *,
                     chunk_size: int = BULK_MAX,
@@ -134,7 +136,7 @@ class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls, SigningCalls, 
         for start in range(0, len(specs), chunk_size):
             chunk = [dict(s) for s in specs[start:start + chunk_size]]
             try:
-                answer = self.request("POST", "/v1/jobs/bulk", {"jobs": chunk})
+                answer = self.request("POST", "/v1/jobs/bulk", {"jobs": chunk}, keyed=True)
             except ApiError as exc:
                 raise BulkCreateError(exc.with_field(_renumber(exc.field, start)),
                                       created) from exc
@@ -196,15 +198,23 @@ class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls, SigningCalls, 
         """``DELETE``: no fire after the answer plus 2 s."""
         self.request("DELETE", self._job(job, namespace))
 
-    def pause_job(self, job: str, *, namespace: str | None = None) -> Job:
-        return cast(Job, self.request("POST", self._job(job, namespace) + "/pause"))
+    def pause_job(self, job: str, *, namespace: str | None = None,
+                  note: str | None = None) -> Job:
+        """Pause; ``note`` (≤ 1024 characters) is shown with the job (``pause_note``)."""
+        return cast(Job, self.request("POST", self._job(job, namespace) + "/pause",
+                                      None if note is None else {"note": note}))
 
-    def resume_job(self, job: str, *, namespace: str | None = None) -> Job:
-        return cast(Job, self.request("POST", self._job(job, namespace) + "/resume"))
+    def resume_job(self, job: str, *, namespace: str | None = None,
+                   note: str | None = None) -> Job:
+        """Resume (clears ``pause_reason`` and the failure count); 409 for a job
+        that is done (its ``max_runs`` reached)."""
+        return cast(Job, self.request("POST", self._job(job, namespace) + "/resume",
+                                      None if note is None else {"note": note}))
 
     def trigger_job(self, job: str, *, namespace: str | None = None) -> Run:
         """Fire once now, outside the schedule: the new run (status ``claimed``)."""
-        return cast(Run, self.request("POST", self._job(job, namespace) + "/trigger"))
+        return cast(Run, self.request("POST", self._job(job, namespace) + "/trigger",
+                                      keyed=True))
 
     def next_fire_times(self, job: str, count: int = 10, *,
                         namespace: str | None = None) -> list[str]:
@@ -222,7 +232,7 @@ class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls, SigningCalls, 
         """
         body = {"since": _time(since), "until": _time(until)}
         return cast(Backfill, self.request("POST", self._job(job, namespace) + "/backfill",
-                                           body))
+                                           body, keyed=True))
 
     def list_job_history(self, job: str, *, limit: int = 100, cursor: str | None = None,
                          namespace: str | None = None) -> Page[HistoryEntry]:
@@ -315,7 +325,7 @@ class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls, SigningCalls, 
 
     def replay_run(self, run_id: str) -> Run:
         """Dispatch a finished run's target again, as a new attempt of the same run."""
-        return cast(Run, self.request("POST", _run(run_id) + "/replay"))
+        return cast(Run, self.request("POST", _run(run_id) + "/replay", keyed=True))
 
     def cancel_run(self, run_id: str, reason: str | None = None) -> Run:
         """Cancel a worker run: a queued one ends at once, a held one's worker

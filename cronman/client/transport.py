@@ -6,9 +6,16 @@ What is retried, and why (``RetryPolicy``):
   503 when its database or Redis is unreachable, before anything is written;
 - a failure to connect (refused, DNS, connect timeout), for every method:
   the request never left;
-- a connection lost after the request was sent (reset, read timeout) only
-  for GET and HEAD: a write may have been applied, so repeating it could
-  create a job twice or trigger twice. The error says so.
+- a connection lost after the request was sent (reset, read timeout) for
+  GET and HEAD, and for the calls sent with an ``Idempotency-Key``
+  (``keyed``: create, bulk create, trigger, replay, backfill): the API
+  answers a repeat with the same key with its first answer, so the write is
+  made once. Any other write may have been applied, so repeating it could
+  change a job twice; the error says so. A keyed repeat that finds the first
+  attempt still running on the server (409 ``idempotency_in_progress``) is
+  tried again too.
+
+One key is made per call, and every attempt of the call sends it.
 
 Waits double from ``backoff`` up to ``max_backoff``, with jitter; a
 ``Retry-After`` answer header is honoured within the same cap.
@@ -21,6 +28,7 @@ import json
 import random
 import re
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +47,9 @@ from cronman import __version__
 from cronman.client.errors import ApiError, error_for
 
 RETRY_STATUSES = frozenset({502, 503, 504})
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+# The code of a keyed repeat's 409 while the first attempt still runs.
+IN_PROGRESS = "idempotency_in_progress"
 SAFE_METHODS = frozenset({"GET", "HEAD"})
 # How much of an answer that is not the API's error envelope an error quotes.
 EXCERPT_CHARS = 160
@@ -101,11 +112,13 @@ class Transport:
 
     def request(self, method: str, path: str, body: Any = None, *,
                 query: Query | None = None, timeout: float | None = None,
-                retry: RetryPolicy | None = None) -> Any:
+                retry: RetryPolicy | None = None, keyed: bool = False) -> Any:
         """The decoded JSON answer (None for an empty one); raises ``ApiError``.
 
         ``timeout`` replaces the read timeout for this request (a long-poll
-        waits longer than a call), ``retry`` the transport's policy.
+        waits longer than a call), ``retry`` the transport's policy;
+        ``keyed``: send an ``Idempotency-Key`` (the call may then be retried
+        whatever became of an attempt).
         """
         policy = retry or self.retry
         read = None if timeout is None else urllib3.Timeout(
@@ -114,6 +127,8 @@ class Transport:
         if query:
             url += "?" + urlencode(list(query))
         headers = dict(self._headers)
+        if keyed:
+            headers[IDEMPOTENCY_HEADER] = uuid.uuid4().hex
         data = None
         if body is not None:
             data = json.dumps(body, ensure_ascii=False).encode("utf-8")
@@ -123,16 +138,18 @@ class Transport:
             try:
                 return self._once(method, url, data, headers, read)
             except ApiError as exc:
-                retryable = self._retryable(method, exc)
+                retryable = self._retryable(method, exc, keyed)
                 tries += 1
                 if not retryable or tries >= policy.attempts:
                     raise
                 self._sleep(policy.delay(tries, exc.retry_after))
 
-    def _retryable(self, method: str, exc: ApiError) -> bool:
+    def _retryable(self, method: str, exc: ApiError, keyed: bool = False) -> bool:
         if exc.status in RETRY_STATUSES:
             return True
         if exc.code == "unreachable":
+            return True
+        if keyed and exc.code in ("connection_lost", IN_PROGRESS):
             return True
         return exc.code == "connection_lost" and method in SAFE_METHODS
 
@@ -145,7 +162,8 @@ class Transport:
         except (NewConnectionError, ConnectTimeoutError) as exc:
             raise error_for(0, "unreachable", f"cannot reach {self.url}: {_reason(exc)}") from None
         except (ReadTimeoutError, ProtocolError) as exc:
-            what = "" if method in SAFE_METHODS else " (the request may have been applied)"
+            what = ("" if method in SAFE_METHODS or IDEMPOTENCY_HEADER in headers
+                    else " (the request may have been applied)")
             raise error_for(0, "connection_lost",
                             f"{method} {url}: connection lost: {_reason(exc)}{what}") from None
         except HTTPError as exc:

@@ -35,6 +35,9 @@ class JobSpec(TypedDict, total=False):
     notify: list[dict[str, Any]] | None
     depends_on: list[dict[str, Any]] | None
     calendars: list[str] | None
+    buffer_limit: int | None
+    pause_after_failures: int | None
+    max_runs: int | None
 
 
 class Run(TypedDict):
@@ -123,6 +126,22 @@ class Job(TypedDict):
     notify: NotRequired[list[dict[str, Any]] | None]
     depends_on: NotRequired[list[dict[str, Any]] | None]
     calendars: NotRequired[list[str] | None]
+    buffer_limit: NotRequired[int | None]
+    pause_after_failures: NotRequired[int | None]
+    max_runs: NotRequired[int | None]
+    # What the server keeps for the policies: "active", "paused" or "done";
+    # why the job paused itself, the note of its last pause or resume; failed
+    # runs in a row, runs ended, runs left (null: no max_runs); the fires its
+    # buffer holds (``get_job`` only).
+    state: NotRequired[str]
+    pause_reason: NotRequired[str | None]
+    pause_note: NotRequired[str | None]
+    failure_streak: NotRequired[int]
+    runs_done: NotRequired[int]
+    runs_left: NotRequired[int | None]
+    done_at: NotRequired[str | None]
+    paused_at: NotRequired[str | None]
+    buffered: NotRequired[int]
     version: int
     created_at: str
     updated_at: str

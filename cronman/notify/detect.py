@@ -8,6 +8,10 @@
 - A job with a rule listening to ``recovered`` enters the failing set with
   its failure; its first ``succeeded`` run scheduled at or after its latest
   failure is the recovery event, and takes it out of the set.
+- A job that paused itself after failed runs (``pause_after_failures``: its
+  change shows ``paused`` with a ``pause_reason``) is a ``paused`` event for
+  every rule of its job that listens to it, once per pause (its ``paused_at``:
+  later changes of the paused job are no new event).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from datetime import datetime, timedelta
 
 from cronman.models import Job
 from cronman.outbox.records import Event, FailingJob, FinishedRun, Rule, job_rules
-from cronman.timeutil import format_rfc3339
+from cronman.timeutil import format_rfc3339, to_ms
 from cronman.vocabulary import NotifyEvent
 
 ERROR_CHARS = 2000
@@ -111,3 +115,23 @@ def recoveries(failing: Mapping[str, FailingJob], successes: Mapping[str, Finish
                       for rule in rules_of(job, namespace_rules)
                       if rule.wants(NotifyEvent.RECOVERED))
     return events, done
+
+
+def self_paused(changed: Sequence[Job], namespace_rules: Mapping[str, Sequence[Rule]], *,
+                now: datetime, max_age: timedelta) -> list[Event]:
+    """``paused`` events of the jobs among ``changed`` that paused themselves."""
+    events: list[Event] = []
+    for job in changed:
+        paused_at = job.paused_at
+        if (job.deleted_at is not None or not job.paused or job.pause_reason is None
+                or paused_at is None or now - paused_at > max_age):
+            continue
+        detail: dict[str, object] = {"reason": job.pause_reason,
+                                     "failure_streak": job.failure_streak,
+                                     "pause_after_failures": job.pause_after_failures}
+        key = f"{NotifyEvent.PAUSED.value}:{job.id}:{to_ms(paused_at)}"
+        events.extend(_event(rule, NotifyEvent.PAUSED.value, key, job, paused_at, None,
+                             detail)
+                      for rule in rules_of(job, namespace_rules)
+                      if rule.wants(NotifyEvent.PAUSED))
+    return events

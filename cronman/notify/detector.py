@@ -7,6 +7,8 @@ A pass (``step``, blocking: run it off the event loop) reads
 3. the fire times whose ``late`` deadline passed (``late.LateWatch``, kept in
    step with job changes through the jobs' ``change_seq`` and with the
    namespace rules, re-read at every pass),
+4. among those job changes, the jobs that paused themselves after failed
+   runs (``paused`` events),
 
 turns them into events (``detect``) and stores everything in one
 transaction (``Outbox.write_pass``). Nothing is taken from memory that the
@@ -100,13 +102,17 @@ class Detector:
         log.info("notifier: watching %d (job, rule) pairs for late fires, checked through %s",
                  len(self.watch), format_rfc3339(self._late_through))
 
-    def _follow_changes(self, rules: Mapping[str, Sequence[Rule]]) -> None:
+    def _follow_changes(self, rules: Mapping[str, Sequence[Rule]], now: datetime
+                        ) -> list[Event]:
+        """Follow the jobs' changes (the ``late`` watch); the ``paused`` events they hold."""
         assert self._late_through is not None
+        paused: list[Event] = []
         while True:
             changed = self.jobs.jobs_changed_since(self._change_seq)
             for job in changed:
                 self.watch.set_job(job, detect.rules_of(job, rules), self._late_through)
                 self._change_seq = max(self._change_seq, job.change_seq)
+            paused += detect.self_paused(changed, rules, now=now, max_age=self.max_event_age)
             if len(changed) < 10_000:
                 break
         fingerprint = _late_fingerprint(rules)
@@ -121,6 +127,7 @@ class Detector:
             for job in watched.values():
                 self.watch.set_job(job, detect.rules_of(job, rules), self._late_through)
         self.metrics.watched.set(len(self.watch))
+        return paused
 
     # -- one pass ---------------------------------------------------------------
 
@@ -128,7 +135,7 @@ class Detector:
         if self._late_through is None:
             self.activate(now)
         rules = self.rules.all_rules()
-        self._follow_changes(rules)
+        paused_events = self._follow_changes(rules, now)
         failing = {f.job_id: f for f in self.outbox.failing_jobs()}
         runs = self.outbox.unnotified_runs(RUN_BATCH)
         jobs = {j.id: j for j in self.jobs.get_jobs(sorted({r.job_id for r in runs}))}
@@ -146,7 +153,7 @@ class Detector:
         recovered_events, recovered = detect.recoveries(
             {j: merged[j] for j in successes}, successes, jobs, rules, now=now)
         late_events, late_through = self._late(now)
-        events = [*found.events, *recovered_events, *late_events]
+        events = [*found.events, *recovered_events, *late_events, *paused_events]
         still = [f for j, f in found.failing.items() if j not in set(recovered)]
         result = PassResult(seen_runs=found.seen, events=events, failing=still,
                             recovered=recovered, late_through=late_through)

@@ -3,7 +3,7 @@
 Webhook body (``Content-Type: application/json``)::
 
     {"id": "<notification id>", "kind": "event" | "digest",
-     "event": "failed" | "lost" | "recovered" | "late" | null (a digest),
+     "event": "failed" | "lost" | "recovered" | "late" | "paused" | null (a digest),
      "job": {"id", "namespace", "name"}, "rule": "<rule key>",
      "event_count": 3, "events": [{"event", "run_id", "scheduled_for",
      "occurred_at", "detail"}, ...], "created_at", "due_at"}
@@ -67,6 +67,8 @@ def _headline(event: EventRecord) -> str:
     if event.event == NotifyEvent.RECOVERED:
         failures = detail.get("failures", 1)
         return f"recovered after {failures} failure(s) (run scheduled {scheduled})"
+    if event.event == NotifyEvent.PAUSED:
+        return str(detail.get("reason") or "paused after consecutive failed runs")
     return f"not started {detail.get('late_after')} s after its time ({scheduled})"
 
 

@@ -3,7 +3,7 @@
 A rule is one JSON object, the same whether it is an item of a job's
 ``notify`` list or a namespace-wide rule (``/v1/notification-rules``)::
 
-    {"events": ["failed", "lost", "recovered", "late"],
+    {"events": ["failed", "lost", "recovered", "late", "paused"],
      "late_after": 300,
      "channel": {"kind": "email", "to": ["oncall@example.com"]},
      "digest_interval": 900}

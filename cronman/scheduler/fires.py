@@ -117,12 +117,13 @@ class ActiveRun:
     # What gated the run (``Run.gate``: upstream runs consumed or found fresh,
     # waits, a calendar), written with its outcome.
     gate: dict[str, Any] | None = None
-    waiting: bool = False  # waiting for upstream jobs (``depends_on``), marked started
+    waiting: bool = False  # waiting for upstream jobs or in a buffer, marked started
     gate_passed: bool = False  # its depends_on was satisfied: no second wait
     trace: RunTrace | None = None  # its spans here, when tracing is on
     held_checked: int = 0  # the attempt before which this node found it still held the run
     # What the limits' gate granted the attempt under way (``dispatch.limits.Hold``).
     limits: Any = None
+    buffer_passed: bool = False  # let through its job's buffer (``dispatch.buffers``)
 
     @property
     def key(self) -> tuple[str, datetime]:

@@ -62,6 +62,7 @@ import signal
 import sys
 import threading
 import time
+from functools import partial
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry
@@ -73,6 +74,7 @@ from cronman.config import Settings
 from cronman.coordination import make_limit_counters
 from cronman.coordination.base import OVERLOADED_BEHIND_MS, Coordinator
 from cronman.coordination.limit_counters import LimitCounters
+from cronman.models import Run
 from cronman.observability import tracing
 from cronman.observability.gc_pauses import GcPauseWatch
 from cronman.scheduler.claim.claimer import CLAIM_INTERVAL, CLAIM_LEAD, Claimer
@@ -98,9 +100,9 @@ from cronman.scheduler.recovery.sweeper import Sweeper
 from cronman.scheduler.recovery.work_leases import WorkLeases
 from cronman.scheduler.runtime.clock import DatabaseClockProbe, ReferenceClock
 from cronman.scheduler.runtime.heap_trim import release_free_memory
-from cronman.scheduler.runtime.lifecycle import Lifecycle, Pools
+from cronman.scheduler.runtime.lifecycle import Lifecycle, Pool, Pools
 from cronman.scheduler.runtime.metrics import NodeMetrics
-from cronman.store.base import Store
+from cronman.store.base import RunStore, Store
 from cronman.vocabulary import TargetKind
 
 log = logging.getLogger(__name__)
@@ -171,7 +173,8 @@ class SchedulerNode:
             max_in_flight=s.max_in_flight, dispatch_tick_ms=s.dispatch_tick_ms,
             lease_seconds=lease, jobs=self.table,
             start_marker=marks, outcomes=self.outcome_marks, gates=self.gates, traces=traces,
-            still_held=marks.still_held, limits=self.limit_gate)
+            still_held=marks.still_held, limits=self.limit_gate,
+            remote_runs=partial(_in_flight_of, store.runs, pools.misc))
         self.sync = JobSync(self.table, store.jobs, store.feed,
                             poll_interval=s.sync_poll_interval, clock=clock, pool=pools.misc,
                             lifecycle=life, metrics=m, events=self)
@@ -464,3 +467,10 @@ class SchedulerNode:
         await self.writer.drain(begun + STOP_BUDGET - 3.5)
         await self.leases.hand_back(keys, 3.0)
         await self.dispatcher.wait_side_tasks(max(0.0, begun + STOP_BUDGET - time.monotonic()))
+
+
+async def _in_flight_of(runs: RunStore, pool: Pool, job_id: str) -> list[Run]:
+    """The runs of ``job_id`` in flight, read on ``pool`` (the overlap buffers'
+    look at runs held by other nodes)."""
+    found = await pool(runs.in_flight_runs, [job_id])
+    return found.get(job_id, [])

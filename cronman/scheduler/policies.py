@@ -112,4 +112,6 @@ def decide_concurrency(policy: str, in_flight: Sequence[str]) -> ConcurrencyDeci
         return ConcurrencyDecision("skip", prev)
     if policy == "replace":
         return ConcurrencyDecision("replace", prev)
+    # buffer_one / buffer_all: the fire goes on to the overlap buffers
+    # (cronman.scheduler.dispatch.buffers), which hold it while runs are in flight.
     return ConcurrencyDecision("dispatch")

@@ -24,6 +24,7 @@ from cronman.store.dependencies import SqlDependencyStore
 from cronman.store.engine import PG_POOL_SIZE, Database
 from cronman.store.history import SqlJobHistory
 from cronman.store.host_policies import SqlHostPolicies
+from cronman.store.idempotency import SqlIdempotencyKeys
 from cronman.store.limits import SqlLimitStore
 from cronman.store.notify_history import SqlNotificationHistory
 from cronman.store.notify_outbox import SqlNotificationOutbox
@@ -35,6 +36,7 @@ from cronman.store.sql_jobs import SqlJobStore
 from cronman.store.sql_runs import SqlRunStore
 from cronman.store.tokens import SqlTokenStore
 from cronman.store.work_queue import SqlWorkQueue
+from cronman.timeutil import utcnow
 
 __all__ = ["RUNS_REQUESTED", "SqlStore", "Store", "open_store"]
 
@@ -67,6 +69,7 @@ class SqlStore:
         self.calendars = SqlCalendarStore(db)
         self.host_policies = SqlHostPolicies(db)
         self.limits = SqlLimitStore(db)
+        self.idempotency = SqlIdempotencyKeys(db)
         self.tokens = SqlTokenStore(db)
         self.signing_keys = SqlSigningKeyStore(db)
         self.history = SqlJobHistory(db)
@@ -80,10 +83,11 @@ class SqlStore:
         self._closed = False
 
     def _purge_expired(self, older_than: datetime) -> int:
-        """Maintenance: tombstones past retention (their count), and the
-        trigger events recorded before then."""
+        """Maintenance: tombstones past retention (their count), the trigger
+        events recorded before then, and the idempotency keys expired by now."""
         purged = self.jobs.purge_tombstones(older_than)
         self.db.write(lambda tx: triggers.purge_events(tx, older_than))
+        self.idempotency.purge(utcnow())
         return purged
 
     def feed(self) -> ChangeFeed:

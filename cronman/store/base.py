@@ -32,7 +32,7 @@ from cronman.models import (
 from cronman.schedules import parse_calendar
 from cronman.schedules.calendars import ExclusionCalendar
 from cronman.signing_keys import KeyState
-from cronman.store.records import ChangeContext, Member, TokenActor
+from cronman.store.records import ChangeContext, KeyRecord, Member, TokenActor
 from cronman.store.work_records import (
     Claim,
     ExpiryReport,
@@ -195,6 +195,10 @@ class RunStore(Protocol):
 
     def in_flight_runs(self, job_ids: Sequence[str]) -> dict[str, list[Run]]:
         """Runs still claimed/running/retrying, per job (concurrency policies)."""
+
+    def count_buffered(self, job_id: str) -> int:
+        """How many fires of the job a buffer holds (``buffer_one``, ``buffer_all``):
+        ``claimed`` rows whose error starts with ``vocabulary.BUFFERED_PREFIX``."""
 
     def request_trigger(self, job: Job, at: datetime,
                         change: ChangeContext | None = None) -> Run:
@@ -489,6 +493,25 @@ class LimitStore(Protocol):
         """Per label (``key:value``), the ids of the live jobs that carry it."""
 
 
+class IdempotencyKeys(Protocol):
+    """The first answers of keyed calls (``Idempotency-Key``), per caller (``scope``)."""
+
+    def claim(self, scope: str, key: str, request_hash: str, now: datetime,
+              expires_at: datetime, stale_before: datetime) -> KeyRecord | None:
+        """Take ``key`` for a new call (None), or the record it holds already
+        (a key past its ``expires_at`` is taken anew, one held without an
+        answer since before ``stale_before`` for the same request taken over)."""
+
+    def keep(self, scope: str, key: str, status_code: int, body: str) -> None:
+        """Keep the answer of the call that holds ``key``."""
+
+    def release(self, scope: str, key: str) -> None:
+        """Give back a key whose call ended without an answer to keep."""
+
+    def purge(self, now: datetime) -> int:
+        """Delete the keys expired by ``now``; how many."""
+
+
 class Store(Protocol):
     """One database: its jobs, runs, tokens and partitions, and its change feed."""
 
@@ -524,6 +547,9 @@ class Store(Protocol):
 
     @property
     def limits(self) -> LimitStore: ...
+
+    @property
+    def idempotency(self) -> IdempotencyKeys: ...
 
     def feed(self) -> ChangeFeed:
         """A new subscription to announcements, for one consumer (close it when done)."""

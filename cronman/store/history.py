@@ -39,6 +39,7 @@ from cronman.store.engine import Database, Tx
 from cronman.store.records import ChangeContext
 from cronman.store.tables import job_history, jobs
 from cronman.timeutil import format_rfc3339, utcnow
+from cronman.vocabulary import JobAction
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +126,19 @@ def requested(tx: Tx, change: ChangeContext | None, job_id: str,
         return
     job = job_from_row(row)
     _insert(tx, [_entry(change, job, job, job, details)])
+
+
+def recorded(tx: Tx, *, job_id: str, namespace: str, name: str, version: int,
+             action: JobAction, actor: str, details: Mapping[str, Any]) -> None:
+    """Record a change the service made itself (no request, no token): a job
+    its breaker paused, a job that reached its ``max_runs``. No definitions
+    are kept (the definition did not change); ``details`` say why."""
+    _insert(tx, [{
+        "job_id": job_id, "namespace": namespace, "job_name": name, "action": action.value,
+        "job_version": version, "actor_token_id": None, "actor_name": actor,
+        "request_id": None, "at": utcnow(), "before": None, "after": None,
+        "details": dict(details),
+    }])
 
 
 def _entry(change: ChangeContext, job: Job, before: Job | None, after: Job | None,

@@ -1,5 +1,6 @@
 """Records the store contract speaks in that are no rows of a model: who
-asks for a change, and which database member a process writes to.
+asks for a change, which database member a process writes to, what an
+idempotency key holds.
 
 They live here, below both ``base.py`` and the SQL parts, so the contract
 imports no implementation (the parts import them from here too).
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from cronman.models import Job
@@ -51,3 +53,14 @@ class Member:
 
     member: str
     since: float
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    """What an idempotency key holds: the request it was first used with and,
+    once the call answered, its answer (``status_code`` None: in progress)."""
+
+    request_hash: str
+    status_code: int | None
+    body: str | None
+    created_at: datetime

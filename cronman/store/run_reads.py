@@ -1,5 +1,5 @@
 """Reads by run id and by job: ``get_run``, ``list_runs``, ``last_runs``,
-``in_flight_runs`` of the SQL run store (the operator's searches across jobs
+``in_flight_runs``, ``count_buffered`` of the SQL run store (the operator's searches across jobs
 are ``run_search``)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from cronman.ids import scheduled_for_of_run_id
@@ -20,6 +20,7 @@ from cronman.store.engine import Database
 from cronman.store.tables import IN_FLIGHT_STATUSES
 from cronman.store.tables import scheduled_jobs as sj
 from cronman.timeutil import utcnow
+from cronman.vocabulary import BUFFERED_PREFIX, RunStatus
 
 _ONE_MS = timedelta(milliseconds=1)
 
@@ -118,6 +119,14 @@ class RunReads:
             return {}
         with self._db.read() as conn:
             return run_bulk.last_runs(conn, ids)
+
+    def count_buffered(self, job_id: str) -> int:
+        """See ``RunStore.count_buffered``."""
+        stmt = (select(func.count()).select_from(sj)
+                .where(sj.c.job_id == job_id, sj.c.status == RunStatus.CLAIMED.value,
+                       sj.c.error.startswith(BUFFERED_PREFIX, autoescape=True)))
+        with self._db.read() as conn:
+            return int(conn.execute(stmt).scalar_one())
 
     def in_flight_runs(self, job_ids: Sequence[str]) -> dict[str, list[Run]]:
         """See ``RunStore.in_flight_runs``."""

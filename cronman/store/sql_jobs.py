@@ -37,6 +37,12 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "priority": 0, "start_at": None, "end_at": None, "jitter": None, "paused": False,
     "labels": None, "dead_letter": None, "last_fire_at": None, "skipped_pending": 0,
     "notify": None, "depends_on": None, "calendars": None,
+    "buffer_limit": None, "pause_after_failures": None, "max_runs": None,
+}
+# What the store keeps for a job's policies (cronman.store.run_policies), as a new job has it.
+STATE_DEFAULTS: dict[str, Any] = {
+    "failure_streak": 0, "runs_done": 0, "done_at": None, "pause_reason": None,
+    "pause_note": None, "paused_at": None,
 }
 # Changes after which a job's edges in the job graph are looked at again.
 GRAPH_FIELDS = frozenset({"depends_on", "schedule"})
@@ -298,12 +304,15 @@ def _row_from_spec(spec: dict[str, Any], now: datetime, new_ids: Iterator[str]
     missing = [name for name in REQUIRED_SPEC_FIELDS if name not in spec]
     if missing:
         raise ValueError(f"job spec lacks {missing}")
-    unknown = set(spec) - set(REQUIRED_SPEC_FIELDS) - set(SPEC_DEFAULTS) - {"id"}
+    unknown = (set(spec) - set(REQUIRED_SPEC_FIELDS) - set(SPEC_DEFAULTS) - set(STATE_DEFAULTS)
+               - {"id"})
     if unknown:
         raise ValueError(f"job spec has unknown fields {sorted(unknown)}")
-    row: dict[str, Any] = {**SPEC_DEFAULTS, **spec}
+    row: dict[str, Any] = {**SPEC_DEFAULTS, **STATE_DEFAULTS, **spec}
     row["id"] = spec.get("id") or next(new_ids)
     row["labels"] = dict(row["labels"] or {})
     row["paused"] = bool(row["paused"])
+    if row["paused"] and row["paused_at"] is None:
+        row["paused_at"] = now
     row.update(version=1, created_at=now, updated_at=now, deleted_at=None, change_seq=0)
     return row

@@ -116,6 +116,23 @@ jobs = Table(
     Column("depends_on", NullableJsonType),
     # Names of exclusion calendars (``calendars``) whose dates skip a fire; NULL: none.
     Column("calendars", NullableJsonType),
+    # The policies of cronman.store.run_policies (migration 0012): how many
+    # fires ``buffer_all`` keeps (NULL: the default), after how many failed
+    # runs in a row the job pauses itself, after how many runs it is done.
+    Column("buffer_limit", Integer),
+    Column("pause_after_failures", Integer),
+    Column("max_runs", BigInteger),
+    # What the store keeps for them: failed or lost runs in a row, runs that
+    # ended (skipped ones left out), when ``max_runs`` was reached, why the
+    # job paused itself; and the operator's note of a pause or a resume.
+    Column("failure_streak", Integer, nullable=False, server_default=text("0")),
+    Column("runs_done", BigInteger, nullable=False, server_default=text("0")),
+    Column("done_at", UTCDateTime()),
+    Column("pause_reason", Text),
+    Column("pause_note", Text),
+    # When the job was paused (by an operator, its breaker or its run limit);
+    # NULL while it is not.
+    Column("paused_at", UTCDateTime()),
     # Room on each page for the cursor updates of every claim to stay heap-only
     # (migration 0008).
     postgresql_with={"fillfactor": 80},
@@ -583,3 +600,21 @@ namespace_quotas = Table(
     Column("updated_at", UTCDateTime(), nullable=False),
     Column("updated_by", String(36)),
 )
+
+# The first answer of each call made with an ``Idempotency-Key`` (per caller:
+# ``scope``), until ``expires_at`` (cronman.store.idempotency). A row without
+# ``status_code`` is a call still in progress.
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("scope", String(300), nullable=False),
+    Column("key", String(255), nullable=False),
+    # sha256 hex of the method, path and body the key was first used with.
+    Column("request_hash", String(64), nullable=False),
+    Column("status_code", Integer),
+    Column("body", Text),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("expires_at", UTCDateTime(), nullable=False),
+    PrimaryKeyConstraint("scope", "key", name="pk_idempotency_keys"),
+)
+Index("ix_idempotency_keys_expires_at", idempotency_keys.c.expires_at)

@@ -17,6 +17,7 @@ import pytest
 from cronman.timeutil import utcnow
 from tests.support.browser import PageWatch
 from tests.support.console import (
+    DAILY,
     READY,
     confirm,
     goto,
@@ -287,3 +288,23 @@ def test_job_page_shows_dependencies_and_why_runs_were_gated(console, admin_page
     shot(page, "job-calendar")
     for job in (down, up, frozen):
         console.api("DELETE", f"/v1/jobs/{job['id']}?force=true")
+
+
+def test_job_page_shows_the_policies_state(console, admin_page):
+    page, watch = admin_page
+    status, job = console.api("POST", "/v1/jobs", {
+        "name": "guarded", "namespace": "policies", "schedule": DAILY,
+        "target": {"kind": "http", "url": "http://127.0.0.1:9/ok"},
+        "pause_after_failures": 2, "max_runs": 5, "concurrency": "buffer_one"})
+    assert status == 201, job
+    status, _ = console.api("POST", f"/v1/jobs/{job['id']}/pause",
+                            {"note": "vendor maintenance"})
+    assert status == 200
+    goto(page, console, f"jobs/{job['id']}")
+    page.wait_for_selector("#job-actions button[data-action=resume]")
+    facts = page.inner_text("dl.facts")
+    assert "vendor maintenance" in facts and "5 of 5" in facts
+    assert "0 (pauses at 2)" in facts
+    assert page.inner_text("h1 .status") == "paused"
+    shot(page, "job-policies")
+    console.api("DELETE", f"/v1/jobs/{job['id']}?force=true")

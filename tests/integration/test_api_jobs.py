@@ -68,8 +68,8 @@ def test_create_then_get(client):
     resp = client.get(f"/v1/jobs/{job['id']}")
     assert resp.status_code == 200
     got = resp.get_json()
-    assert got["last_run"] is None
-    assert {k: v for k, v in got.items() if k != "last_run"} == job
+    assert got["last_run"] is None and got["buffered"] == 0
+    assert {k: v for k, v in got.items() if k not in ("last_run", "buffered")} == job
 
 
 PAST = format_rfc3339(datetime(2020, 1, 1, tzinfo=UTC))

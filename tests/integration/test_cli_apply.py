@@ -330,3 +330,31 @@ def test_calendars_through_the_cli(run, client, tmp_path):
     res = run("calendars", "delete", cal["id"])
     assert res.exit_code != 0 and "apply-cal/report" in res.output
     assert run("calendars", "delete", cal["id"], "--force").exit_code == 0
+
+
+def test_the_policies_diff_and_apply(run, client, tmp_path):
+    folder = tmp_path / "jobs"
+    write_jobs(folder, "apply-p", ["guarded"], concurrency="buffer_all", buffer_limit=10,
+               pause_after_failures=3)
+    assert run("jobs", "apply", "-f", folder).exit_code == 0
+    job = live(client, "apply-p")["guarded"]
+    assert (job["buffer_limit"], job["pause_after_failures"], job["max_runs"]) == (10, 3, None)
+    assert run("jobs", "apply", "-f", folder).stdout.strip() == "no changes: 1 jobs unchanged"
+    write_jobs(folder, "apply-p", ["guarded"], concurrency="buffer_all", buffer_limit=10,
+               pause_after_failures=5, max_runs=100)
+    res = run("jobs", "apply", "-f", folder, "--dry-run")
+    assert "~ update apply-p/guarded" in res.stdout and "+max_runs: 100" in res.stdout
+    res = run("jobs", "apply", "-f", folder)
+    assert "updated apply-p/guarded (pause_after_failures, max_runs)" in res.stdout, res.stdout
+    job = live(client, "apply-p")["guarded"]
+    assert (job["pause_after_failures"], job["max_runs"], job["runs_left"]) == (5, 100, 100)
+    # A definition exported from the API, state keys and all, is taken (the
+    # server's keys left out; the secrets' digest, made by apply, is new).
+    exported = dict(client.get_job(job["id"]), target=job_spec("x")["target"])
+    assert "runs_left" in exported and "buffered" in exported
+    exported["labels"] = {k: v for k, v in exported["labels"].items()
+                          if k not in (MANAGED_LABEL, DIGEST_LABEL)}
+    (folder / "guarded.yaml").write_text(yaml.safe_dump(exported))
+    res = run("jobs", "apply", "-f", folder)
+    assert res.exit_code == 0, res.output
+    assert live(client, "apply-p")["guarded"]["max_runs"] == 100

@@ -89,6 +89,23 @@ def test_create_get_list_pause_resume_trigger_runs_delete(run, tmp_path):
     assert res.exit_code == RET_ERROR and "HTTP 404" in res.stderr
 
 
+def test_pause_and_resume_with_a_note_and_the_policies_shown(run, tmp_path):
+    spec = job_spec("cli-policies", concurrency="buffer_one", pause_after_failures=5,
+                    max_runs=7)
+    job_id = json.loads(run("jobs", "create", "-f", write(tmp_path, "p.json", spec),
+                            "--json").stdout)["id"]
+    res = run("jobs", "pause", job_id, "--note", "vendor outage", "--json")
+    paused = json.loads(res.stdout)
+    assert paused["paused"] and paused["pause_note"] == "vendor outage"
+    res = run("jobs", "list", "-o", "wide")
+    assert res.exit_code == 0 and "RUNS LEFT" in res.stdout and "vendor outage" in res.stdout
+    resumed = json.loads(run("jobs", "resume", job_id, "--note", "back", "--json").stdout)
+    assert (resumed["state"], resumed["pause_note"], resumed["runs_left"]) == ("active", "back",
+                                                                              7)
+    res = run("jobs", "resume", job_id, "--note", "x" * 1025)
+    assert res.exit_code == RET_ERROR and "note" in res.stderr
+
+
 def test_bulk_create_from_a_list_and_list_all_pages(run, tmp_path):
     specs = [job_spec(f"bulk-{i}", namespace="cli-bulk") for i in range(7)]
     res = run("jobs", "create", "-f", write(tmp_path, "jobs.json", specs), "--json")

@@ -149,3 +149,60 @@ def test_excerpts_of_answers_that_are_not_the_apis_json():
     assert excerpt(untitled) == "Service & co down (an HTML page, not the API's JSON)"
     text = excerpt(b"plain " * 100, "text/plain")
     assert len(text) == EXCERPT_CHARS and text.endswith("…") and "\n" not in text
+
+
+@contextmanager
+def dropping_first() -> Iterator[tuple[str, list]]:
+    """A server that reads each request and closes the connection without an
+    answer the first time (the answer lost), then answers 201; logs the
+    requests' method, path and Idempotency-Key."""
+    seen: list[tuple[str, str, str | None]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            self.rfile.read(length)
+            seen.append((self.command, self.path, self.headers.get("Idempotency-Key")))
+            if len(seen) == 1:
+                self.close_connection = True
+                self.connection.shutdown(2)
+                return
+            data = json.dumps({"id": JOB_ID, "name": "x"}).encode()
+            self.send_response(201)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    port = free_port()
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_keyed_post_whose_answer_was_lost_is_sent_again_with_the_same_key():
+    with dropping_first() as (url, seen):
+        client = CronmanClient(url, retry=FAST)
+        assert client.create_job({"name": "x"})["id"] == JOB_ID
+    assert len(seen) == 2 and seen[0] == seen[1]
+    key = seen[0][2]
+    assert key and len(key) == 32
+    with dropping_first() as (url, seen):
+        CronmanClient(url, retry=FAST).trigger_job(JOB_ID)
+    assert len(seen) == 2 and seen[0][2] == seen[1][2] != key  # a new key per call
+
+
+def test_a_post_without_a_key_is_not_sent_again_after_a_lost_answer():
+    with dropping_first() as (url, seen):
+        with pytest.raises(Unavailable) as err:
+            CronmanClient(url, retry=FAST).pause_job(JOB_ID, note="n")
+    assert len(seen) == 1 and seen[0][2] is None
+    assert "may have been applied" in str(err.value)

@@ -219,6 +219,31 @@ def test_recovery_is_the_first_success_since_the_latest_failure():
     assert event.detail["failures"] == 3
 
 
+def test_a_job_that_paused_itself_is_a_paused_event_once_per_change():
+    notify = validate_job_notify([{"events": ["paused"], "channel": MAIL},
+                                  {"events": ["failed"], "channel": MAIL}])
+    reason = "paused after 3 consecutive failed runs; last error: HTTP 500"
+    paused = _job(notify=notify, paused=True, pause_reason=reason, failure_streak=3,
+                  pause_after_failures=3, version=7, paused_at=T0)
+    by_hand = _job("j2", notify=notify, paused=True, paused_at=T0)
+    old = _job("j3", notify=notify, paused=True, pause_reason=reason,
+               paused_at=T0 - timedelta(days=3))
+    [event] = detect.self_paused([paused, by_hand, old], {}, now=T0 + timedelta(minutes=1),
+                                 max_age=timedelta(hours=24))
+    key = f"paused:j1:{int(T0.timestamp() * 1000)}"
+    assert (event.kind, event.event_key, event.occurred_at) == ("paused", key, T0)
+    # A later change of the paused job (a new version) is the same pause: the same key.
+    [again] = detect.self_paused([_job(notify=notify, paused=True, pause_reason=reason,
+                                       version=8, paused_at=T0)], {}, now=T0,
+                                 max_age=timedelta(hours=24))
+    assert again.event_key == key
+    assert event.detail == {"reason": reason, "failure_streak": 3, "pause_after_failures": 3}
+    note = _note("event", "paused")
+    record = EventRecord(1, "n1", "ns:r", event.event_key, "paused", "j1", None, None, T0,
+                         dict(event.detail), T0)
+    assert subject(note, [record]) == f"[cronman] billing/export: {reason}"
+
+
 # -- messages and retries ------------------------------------------------------------------------
 
 

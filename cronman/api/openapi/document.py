@@ -21,6 +21,7 @@ from cronman.api.openapi import (
     audit,
     calendars,
     host_policies,
+    job_policies,
     limits,
     notifications,
     signing,
@@ -197,7 +198,7 @@ def openapi_document() -> dict[str, Any]:
                              *calendars.SEMANTIC_RULES, *work.SEMANTIC_RULES,
                              *limits.SEMANTIC_RULES],
         "security": [{"bearer": []}],
-        "paths": {**console_paths(paths()), **audit.paths(),
+        "paths": {**console_paths(job_policies.decorate(paths())), **audit.paths(),
                   **notifications.paths(), **tokens.paths(), **calendars.paths(),
                   **workflows.paths(), **signing.paths(),
                   **host_policies.paths(), **work.paths(), **limits.paths()},
@@ -207,7 +208,7 @@ def openapi_document() -> dict[str, Any]:
                                      **workflows.schemas(),
                                      **signing.schemas(),
                                      **host_policies.schemas(), **work.schemas(),
-                                     **limits.schemas()}),
+                                     **limits.schemas(), **job_policies.schemas()}),
     }
 
 

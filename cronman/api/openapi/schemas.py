@@ -17,7 +17,7 @@ from copy import deepcopy
 from typing import Any
 
 from cronman.api import validation as v
-from cronman.api.job_fields import JOB, MISFIRE, RETRY
+from cronman.api.job_fields import JOB, MISFIRE, POLICY_STATE_KEYS, RETRY
 from cronman.api.openapi.parts import (
     JOB_TIME,
     STRING,
@@ -102,6 +102,28 @@ def _sent_back_props() -> dict[str, Any]:
         "next_fire_at": {**nullable(TIME), "description": "ignored"},
         "last_run": {"type": ["object", "null"], "propertyNames": TEXT,
                      "additionalProperties": ref("PlainJson"), "description": "ignored"},
+        **{key: {**ref("PlainJson"), "description": "ignored"} for key in POLICY_STATE_KEYS},
+    }
+
+
+def _policy_state_props() -> dict[str, Any]:
+    """What the service keeps for a job's policies, as answers show it."""
+    count = {"type": "integer", "minimum": 0}
+    return {
+        "state": {"enum": ["active", "paused", "done"], "description": (
+            "done: max_runs reached (kept, no more fires)")},
+        "pause_reason": {**nullable(STRING), "description": (
+            "why the job paused itself (pause_after_failures); cleared by resume")},
+        "pause_note": {**nullable(STRING), "description": "the note of the last pause or resume"},
+        "failure_streak": {**count, "description": "failed or lost runs in a row"},
+        "runs_done": {**count, "description": "runs ended (skipped fires not counted)"},
+        "runs_left": {"type": ["integer", "null"], "minimum": 0,
+                      "description": "max_runs less runs_done; null without max_runs"},
+        "done_at": nullable(TIME),
+        "paused_at": {**nullable(TIME), "description": "when the job was paused; null while "
+                                                       "it is not"},
+        "buffered": {**count, "description": (
+            "fires the buffer holds (buffer_one, buffer_all); GET /v1/jobs/{id} only")},
     }
 
 
@@ -120,9 +142,10 @@ def _job_schemas() -> dict[str, Any]:
         "concurrency": {"enum": list(CONCURRENCY_POLICIES)},
         "priority": {"type": "integer"}, "paused": {"type": "boolean"},
         "labels": STRING_MAP,
+        **_policy_state_props(),
     })
     answer_required = ("id", *v.DEFINITION_KEYS, "version", "created_at", "updated_at",
-                       "next_fire_at")
+                       "next_fire_at", *(k for k in POLICY_STATE_KEYS if k != "buffered"))
     writable = {**deepcopy(definition), **_sent_back_props()}
     create = obj(deepcopy(definition), v.REQUIRED_KEYS, description=(
         "A new job. Unknown and read-only keys are refused (400)."))

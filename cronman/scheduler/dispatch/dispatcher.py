@@ -18,7 +18,9 @@ for runs that last).
 Right before a fire's first attempt it passes its gates (``gates``): a fire an
 exclusion calendar holds is recorded ``skipped``; one whose upstream jobs
 are not fresh waits for them (holding its lease, marked started) or is
-skipped when its wait runs out.
+skipped when its wait runs out. A fire of a job with an overlap buffer
+(``buffer_one``, ``buffer_all``) then waits in it while a run of the job is in
+flight (``buffers``).
 
 An attempt held to limits (per destination, the namespaces' quotas) starts
 once the cluster's counters grant it (``limits``), waiting meanwhile.
@@ -44,6 +46,7 @@ from cronman.observability import logs
 from cronman.observability.tracing import RunTraces
 from cronman.scheduler.dispatch import admission
 from cronman.scheduler.dispatch.admission import HeldJobs
+from cronman.scheduler.dispatch.buffers import Buffers, RemoteLookup, buffered, buffered_error
 from cronman.scheduler.dispatch.dead_letters import DeadLetters
 from cronman.scheduler.dispatch.deadlines import timeout_of
 from cronman.scheduler.dispatch.duequeue import DueQueue
@@ -58,6 +61,7 @@ from cronman.scheduler.runtime.clock import ReferenceClock
 from cronman.scheduler.runtime.metrics import MinuteCounter, NodeMetrics
 from cronman.timeutil import from_ms
 from cronman.vocabulary import (
+    BUFFERED_POLICIES,
     GATED_ORIGINS,
     MANUAL_ORIGINS,
     ConcurrencyPolicy,
@@ -72,6 +76,7 @@ TIMEOUT_MARGIN = 5.0
 WATCHDOG_INTERVAL = 0.5
 # Plain strings: the origin of a run is one, and this is looked up per fire.
 _MANUAL = frozenset(o.value for o in MANUAL_ORIGINS)
+_BUFFERED = frozenset(p.value for p in BUFFERED_POLICIES)
 
 
 class Dispatcher:
@@ -84,7 +89,8 @@ class Dispatcher:
                  outcomes: OutcomeSink | None = None,
                  gates: GateKeeper | None = None, traces: RunTraces | None = None,
                  still_held: StillHeld | None = None,
-                 limits: LimitGate | None = None) -> None:
+                 limits: LimitGate | None = None,
+                 remote_runs: RemoteLookup | None = None) -> None:
         self.node_id = node_id
         self._traces = traces  # None: tracing is off (the one check per fire)
         # Asked before each retry made here: a sweeper may have taken the run
@@ -129,6 +135,9 @@ class Dispatcher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watchdog: asyncio.TimerHandle | None = None
         self._accepting = True
+        # Overlap buffers (``buffers``): ``remote_runs`` reads a job's runs in
+        # flight (on other nodes) from the store.
+        self.buffers = Buffers(self, clock, remote_runs)
 
     # -- entry points -----------------------------------------------------
 
@@ -269,7 +278,7 @@ class Dispatcher:
             loop = self._loop or asyncio.get_running_loop()
             ar.task = loop.create_task(self._wait_upstream(ar, gates))
             return
-        self._go(ar)
+        self._go_unless_buffered(ar)
 
     async def _wait_upstream(self, ar: ActiveRun, gates: GateKeeper) -> None:
         try:
@@ -291,6 +300,35 @@ class Dispatcher:
             self._finish(ar, RunStatus.SKIPPED, error=verdict.error)
             return
         ar.gate_passed = True
+        if ar.check_job and not self._still_wanted(ar):  # it may have waited long
+            return
+        self._go_unless_buffered(ar)
+
+    # -- overlap buffers (``BufferHost``) ---------------------------------------
+
+    def _go_unless_buffered(self, ar: ActiveRun) -> None:
+        if buffered(ar) and not self.buffers.admit(ar, [
+                r for r in ar.remote_in_flight
+                if r.node_id != self.node_id and r.id not in self.active]):
+            return
+        self._go(ar)
+
+    def in_flight_here(self, job_id: str) -> list[ActiveRun]:
+        """The job's runs held here in flight: started, or let through its buffer."""
+        return [r for r in self.by_job.get(job_id, {}).values()
+                if not r.done and not r.waiting and (r.started_at is not None
+                                                     or r.buffer_passed)]
+
+    def note_buffered(self, ar: ActiveRun) -> None:
+        self.writer.update(RunUpdate(id=ar.run_id, scheduled_for=ar.scheduled_for,
+                                     status=ar.status, error=buffered_error(ar), gate=ar.gate))
+
+    def skip_buffered(self, ar: ActiveRun, error: str) -> None:
+        self._finish(ar, RunStatus.SKIPPED, error=error)
+
+    def release(self, ar: ActiveRun) -> None:
+        self.writer.update(RunUpdate(id=ar.run_id, scheduled_for=ar.scheduled_for,
+                                     status=ar.status, error=None, gate=ar.gate))
         if ar.check_job and not self._still_wanted(ar):  # it may have waited long
             return
         self._go(ar)
@@ -348,7 +386,9 @@ class Dispatcher:
             # can no longer overwrite this record with its own outcome.
             self.writer.update(RunUpdate(id=r.id, scheduled_for=r.scheduled_for,
                                          status=RunStatus.FAILED.value, error=reason,
-                                         finished_at=now, extra={"node_id": self.node_id}))
+                                         finished_at=now, extra={"node_id": self.node_id},
+                                         counted_job=ar.job.id if ar.job.counts_runs
+                                         else None))
             self.metrics.runs_finished.labels(RunStatus.FAILED.value).inc()
         return True
 
@@ -475,6 +515,8 @@ class Dispatcher:
             runs.pop(ar.run_id, None)
             if not runs:
                 del self.by_job[ar.job.id]
+        if ar.job.concurrency in _BUFFERED:
+            self.buffers.ended(ar)
 
     def _stop_local(self, ar: ActiveRun) -> None:
         if ar.handle is not None:
@@ -528,6 +570,7 @@ class Dispatcher:
         self.waiting.drain()
         if self.limits is not None:
             self.limits.stop()
+        self.buffers.stop()
         self.targets.hand_back()  # work that outlives the node (containers) stays
         for ar in list(self.active.values()):
             ar.done = True

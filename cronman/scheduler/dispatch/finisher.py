@@ -6,7 +6,8 @@ non-retryable one, ends the run ``failed`` and fires its dead-letter target.
 Every status change goes to the result writer; the end of each attempt (a
 final status, or ``retrying``) also goes to the ``OutcomeSink`` at once: the
 node's outcome marks, which spare a run whose node dies before the writer's
-flush from being sent again.
+flush from being sent again. The final update of a run whose job counts its
+runs (a breaker, a run limit) names the job: the store counts it.
 """
 
 from __future__ import annotations
@@ -144,7 +145,8 @@ class RunFinisher:
         u = RunUpdate(
             id=ar.run_id, scheduled_for=ar.scheduled_for, status=status, attempt=ar.attempt,
             started_at=ar.started_at, finished_at=now, lateness_ms=ar.lateness_ms,
-            duration_ms=duration_ms, result=result, error=error, gate=ar.gate)
+            duration_ms=duration_ms, result=result, error=error, gate=ar.gate,
+            counted_job=ar.job.id if ar.job.counts_runs else None)
         if self._on_outcome is not None:
             self._on_outcome(u)
         self._writer.update(u)

@@ -14,14 +14,16 @@ class Common:
 
     __slots__ = ("namespace", "retry", "misfire", "delivery", "concurrency",
                  "start_at", "end_at", "jitter", "dead_letter", "policy", "grace_ms",
-                 "depends_on", "calendars")
+                 "depends_on", "calendars", "buffer_limit", "pause_after_failures", "max_runs")
 
     def __init__(self, namespace: str, retry: dict[str, Any], misfire: dict[str, Any],
                  delivery: str, concurrency: str, start_at: datetime | None,
                  end_at: datetime | None, jitter: float | None,
                  dead_letter: dict[str, Any] | None,
                  depends_on: list[dict[str, Any]] | None = None,
-                 calendars: list[str] | None = None) -> None:
+                 calendars: list[str] | None = None, buffer_limit: int | None = None,
+                 pause_after_failures: int | None = None,
+                 max_runs: int | None = None) -> None:
         self.namespace = namespace
         self.retry = retry
         self.misfire = misfire
@@ -33,6 +35,10 @@ class Common:
         self.dead_letter = dead_letter
         self.depends_on = depends_on  # the gates of a fire (cronman.scheduler.dispatch.gates)
         self.calendars = calendars
+        # The policies of the dispatch's buffers and of the store's counts.
+        self.buffer_limit = buffer_limit
+        self.pause_after_failures = pause_after_failures
+        self.max_runs = max_runs
         self.policy, self.grace_ms = policies.misfire_settings(misfire)
 
 

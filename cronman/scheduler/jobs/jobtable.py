@@ -112,7 +112,8 @@ class JobTable:
                   concurrency=c.concurrency, priority=st.priority, start_at=c.start_at,
                   end_at=c.end_at, jitter=c.jitter, paused=st.paused, labels=_NO_LABELS,
                   dead_letter=c.dead_letter, created_at=_EPOCH, updated_at=_EPOCH,
-                  depends_on=c.depends_on, calendars=c.calendars)
+                  depends_on=c.depends_on, calendars=c.calendars, buffer_limit=c.buffer_limit,
+                  pause_after_failures=c.pause_after_failures, max_runs=c.max_runs)
         if len(self._built) >= JOB_CACHE_MAX:
             self._built.clear()
         self._built[st.id] = (st, job)
@@ -213,7 +214,8 @@ class JobTable:
     def _state_from_row(self, row: JobRow, h: int) -> JobState | None:
         (job_id, namespace, name, version, schedule, target, retry, misfire, delivery,
          concurrency, priority, start_at, end_at, jitter, paused, dead_letter, created_at,
-         _change_seq, _last_fire_at, skipped_pending, depends_on, calendars) = row
+         _change_seq, _last_fire_at, skipped_pending, depends_on, calendars, buffer_limit,
+         pause_after_failures, max_runs) = row
         if dead_letter == "null":
             dead_letter = None
         if depends_on == "null":
@@ -226,7 +228,8 @@ class JobTable:
             self._refused(job_id, exc)
             return None
         key = ("common", namespace, retry, misfire, delivery, concurrency, start_at, end_at,
-               jitter, dead_letter, depends_on, calendars)
+               jitter, dead_letter, depends_on, calendars, buffer_limit, pause_after_failures,
+               max_runs)
         common = self._interned.get(key)
         if common is None:
             common = self._intern_as(key, Common(
@@ -234,7 +237,8 @@ class JobTable:
                 concurrency, start_at, end_at, jitter,
                 None if dead_letter is None else json.loads(dead_letter),
                 None if depends_on is None else json.loads(depends_on),
-                None if calendars is None else json.loads(calendars)))
+                None if calendars is None else json.loads(calendars),
+                buffer_limit, pause_after_failures, max_runs))
         return JobState(job_id, name, version, priority, paused, common,
                         self._intern(target), times, h, skipped_pending)
 

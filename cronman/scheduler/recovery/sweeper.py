@@ -189,6 +189,8 @@ class Sweeper:
         letter is sent again: nothing says the node's own went out)."""
         self._metrics.recovered.labels("recorded").inc()
         u = mark.update(run.id, run.scheduled_for)
+        if job is not None and job.counts_runs:
+            u.counted_job = job.id
         self._writer.update(u)
         log.debug("run %s of job %s: %s (attempt %d) recorded from the mark of node %s",
                   run.id, run.job_id, mark.status, mark.attempt, mark.node_id)
@@ -204,7 +206,9 @@ class Sweeper:
         now = self._clock.now()
         lost = RunStatus.LOST.value
         self._writer.update(RunUpdate(id=run.id, scheduled_for=run.scheduled_for, status=lost,
-                                      finished_at=now, error=error, result=run.result))
+                                      finished_at=now, error=error, result=run.result,
+                                      counted_job=run.job_id if job is not None
+                                      and job.counts_runs else None))
         self._metrics.runs_finished.labels(lost).inc()
         if job is not None:
             self._metrics.namespaces.failed(job.namespace)

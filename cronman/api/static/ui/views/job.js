@@ -90,14 +90,15 @@ export function render(ctx) {
   function renderHead() {
     const id = encodeURIComponent(job.id);
     clear(head).append(
-      h("h1", null, h("span", { class: "name", title: job.name, text: job.name }), statusBadge(job.paused ? "paused" : "active")),
+      h("h1", null, h("span", { class: "name", title: job.name, text: job.name }), statusBadge(job.state || (job.paused ? "paused" : "active"))),
       h("dl", { class: "facts" },
         h("dt", { text: "Namespace" }), h("dd", { text: job.namespace }),
         h("dt", { text: "Id" }), h("dd", { text: job.id }),
         h("dt", { text: "Schedule" }), h("dd", { text: scheduleText(job.schedule) }),
         h("dt", { text: "Target" }), h("dd", { text: targetText(job.target) }),
         h("dt", { text: "Next fire" }), h("dd", null, timeCell(job.next_fire_at)),
-        h("dt", { text: "Version" }), h("dd", { text: String(job.version) })),
+        h("dt", { text: "Version" }), h("dd", { text: String(job.version) }),
+        policyFacts(job)),
       h("div", { class: "actions", id: "job-actions" },
         job.paused
           ? actionButton(ctx, "Resume", {
@@ -119,6 +120,22 @@ export function render(ctx) {
           text: "The job stops firing and is removed. Its run history stays until it expires.",
           action: () => api(`v1/jobs/${id}`, { method: "DELETE" }),
           done: `Deleted ${job.name}`, after: () => ctx.navigate("#/jobs") })));
+  }
+
+  // What the job's policies keep: why it paused, its note, runs left, the buffer.
+  function policyFacts(j) {
+    const facts = [];
+    const fact = (label, text) => facts.push(h("dt", { text: label }), h("dd", { text }));
+    if (j.pause_reason) fact("Paused because", j.pause_reason);
+    if (j.pause_note) fact("Note", j.pause_note);
+    if (j.max_runs !== null && j.max_runs !== undefined) {
+      fact("Runs left", `${j.runs_left} of ${j.max_runs}`);
+    }
+    if (j.pause_after_failures) {
+      fact("Failed in a row", `${j.failure_streak} (pauses at ${j.pause_after_failures})`);
+    }
+    if (j.buffered) fact("Buffered fires", String(j.buffered));
+    return facts;
   }
 
   async function loadRuns(fresh) {
