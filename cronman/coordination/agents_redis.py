@@ -23,7 +23,7 @@ import redis
 
 from cronman.config import Settings
 from cronman.coordination.agents import AgentInfo, Capacity, Placement, agent_from_published
-from cronman.coordination.redis_shards import Shard, build_shards
+from cronman.coordination.redis_shards import Shard, first_shard
 from cronman.errors import CoordinatorUnavailable
 from cronman.timeutil import from_ms
 
@@ -36,17 +36,10 @@ class RedisAgentDirectory:
     """An ``AgentDirectory`` on the first Redis shard of ``settings.redis_url``."""
 
     def __init__(self, settings: Settings, *, shard: Shard | None = None) -> None:
-        if shard is None:
-            if not settings.redis_url:
-                raise ValueError("RedisAgentDirectory needs CRONMAN_REDIS_URL")
-            shards = build_shards(settings.redis_url)
-            for other in shards[1:]:
-                other.close()
-            shard = shards[0]
-        self.shard = shard
+        self.shard = shard or first_shard(settings.redis_url, "RedisAgentDirectory")
         self.prefix = settings.redis_key_prefix
         source = files(__package__).joinpath("agents.lua").read_text(encoding="utf-8")
-        self._script = shard.client.register_script(source)
+        self._script = self.shard.client.register_script(source)
 
     def _call(self, command: str, *args: Any) -> Any:
         try:

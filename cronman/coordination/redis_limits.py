@@ -26,7 +26,7 @@ from cronman.coordination.limit_counters import (
     LimitSpec,
 )
 from cronman.coordination.redis_scripts import script_source
-from cronman.coordination.redis_shards import Shard, build_shards
+from cronman.coordination.redis_shards import Shard, first_shard
 from cronman.errors import CoordinatorUnavailable
 
 _ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
@@ -41,17 +41,10 @@ class RedisLimitCounters:
     shared = True
 
     def __init__(self, settings: Settings, *, shard: Shard | None = None) -> None:
-        if shard is None:
-            if not settings.redis_url:
-                raise ValueError("RedisLimitCounters needs CRONMAN_REDIS_URL")
-            shards = build_shards(settings.redis_url)
-            for other in shards[1:]:
-                other.close()
-            shard = shards[0]
-        self.shard = shard
+        self.shard = shard or first_shard(settings.redis_url, "RedisLimitCounters")
         self.prefix = settings.redis_key_prefix
         self._source = script_source("limits.lua")
-        self._script = shard.client.register_script(self._source)
+        self._script = self.shard.client.register_script(self._source)
         self._async: tuple[Any, AsyncScript] | None = None
         # The counters' epoch this caller told what it holds ("": none yet).
         self.epoch = ""

@@ -311,3 +311,16 @@ def _redact(url: str) -> str:
     parts = urlsplit(url)
     host = parts.netloc.rpartition("@")[2]
     return f"{parts.scheme}://{host}{parts.path}" if host else url
+
+
+def first_shard(url: str | None, owner: str) -> Shard:
+    """The first shard of a ``CRONMAN_REDIS_URL`` value (the others' clients
+    closed): where the cluster keeps what lives on one shard only (the agents'
+    directory, the limits' counters). ``owner`` names the caller in the
+    error when no URL is set."""
+    if not url:
+        raise ValueError(f"{owner} needs CRONMAN_REDIS_URL")
+    shards = build_shards(url)
+    for other in shards[1:]:
+        other.close()
+    return shards[0]
