@@ -29,6 +29,9 @@ class Delivery:
     retry: Mapping[str, Any] | None = None
     delivery_mode: str = "at_least_once"
     due_ms: int | None = None
+    # Headers of this attempt besides the target's and the Cronman-* ids (http:
+    # a completion by callback's URLs and lease token), as (name, value) pairs.
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

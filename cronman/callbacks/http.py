@@ -196,6 +196,8 @@ class HttpTarget:
         lines = (f"Cronman-Job-Id: {job_id}\r\nCronman-Run-Id: {run_id}\r\n"
                  f"Cronman-Scheduled-For: {scheduled}"
                  f"\r\nCronman-Attempt: {int(delivery.attempt)}\r\n").encode()
+        if delivery.headers:  # the caller's own: a completion by callback's (http_completion)
+            lines += "".join(f"{k}: {v}\r\n" for k, v in delivery.headers).encode()
         headers: tuple[tuple[str, str], ...] = ()
         now = time.time()
         signer = self.signers.signer(delivery.namespace, now)
