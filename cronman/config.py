@@ -85,6 +85,10 @@ class Settings:
     # (beyond them a claim answers at once, so they never take every thread).
     claim_wait_max: float = DEFAULT_CLAIM_WAIT_MAX
     api_long_polls: int = DEFAULT_API_LONG_POLLS
+    # The API's URL as receivers reach it (http/https, no query): the base of
+    # the completion and heartbeat URLs an http target with "completion":
+    # "callback" sends; such targets need it (on the API and on the nodes).
+    public_url: str | None = None
     # Tuning knobs, not part of the public contract (documented in README).
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     sync_poll_interval: float = DEFAULT_SYNC_POLL_INTERVAL
@@ -153,6 +157,8 @@ class Settings:
         if self.agent_placement_timeout <= 0:
             raise ValueError("CRONMAN_AGENT_PLACEMENT_TIMEOUT must be > 0")
         parse_labels(self.agent_labels)
+        if self.public_url is not None:
+            object.__setattr__(self, "public_url", parse_public_url(self.public_url))
         parse_origins(self.allowed_origins)
         parse_hosts(self.allowed_hosts)
         _ = self.host_policy_default  # read now: a bad policy fails at start
@@ -255,6 +261,21 @@ def is_loopback_address(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+def parse_public_url(text: str) -> str | None:
+    """CRONMAN_PUBLIC_URL without its trailing slash (None when empty);
+    ValueError for anything but an http(s) URL with a host and no query,
+    fragment or credentials."""
+    url = text.strip().rstrip("/")
+    if not url:
+        return None
+    parts = urlsplit(url)
+    if (origin_of(url) is None or parts.query or parts.fragment or "?" in url or "#" in url
+            or any(c.isspace() for c in url)):
+        raise ValueError(f"CRONMAN_PUBLIC_URL: {text!r} is not an http(s) URL "
+                         "(scheme://host[:port][/path], no query, fragment or credentials)")
+    return url
+
+
 def parse_labels(text: str | None) -> dict[str, str]:
     """``k=v,k=v`` (CRONMAN_AGENT_LABELS) as a dict; ValueError when malformed."""
     labels: dict[str, str] = {}

@@ -95,6 +95,20 @@ class WorkState(StrEnum):
     WAITING_CAPACITY = "waiting_capacity"  # queued, but too few idle workers (shown only)
 
 
+class WorkKind(StrEnum):
+    """Whose work item it is (``work_items.kind``)."""
+
+    WORKER = "worker"  # a worker target's: queued until a worker claims it
+    HTTP = "http"  # an http target's with "completion": "callback": held by its receiver
+
+
+class HttpCompletion(StrEnum):
+    """How an http target's run ends (the target's ``completion``)."""
+
+    RESPONSE = "response"  # the answer is the attempt's outcome
+    CALLBACK = "callback"  # a 202 leaves the run running; the receiver completes it
+
+
 class ScheduleKind(StrEnum):
     ONCE = "once"
     INTERVAL = "interval"

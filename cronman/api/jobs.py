@@ -29,6 +29,7 @@ from cronman.api.common import (
     reject_bad_strings,
 )
 from cronman.api.context import api_context
+from cronman.api.http_completion import require_public_url
 from cronman.api.idempotency import idempotent
 from cronman.api.names import ID_PATTERN, ID_RE
 from cronman.api.runs import work_items
@@ -128,6 +129,7 @@ class JobCollection(ApiView):
         principal().require(spec["namespace"], field="namespace")
         check_floor(spec, schedule, principal(), _min_interval())
         host_policies.enforce(spec, principal())
+        require_public_url(spec)
         quotas.enforce_max_jobs([spec["namespace"]])
         references.resolve(_store(), [references.Pending(job_id, spec)], principal())
         (job,) = _store().jobs.create_jobs([store_spec(spec, job_id)],
@@ -154,6 +156,7 @@ class JobBulk(ApiView):
             who.require(spec["namespace"], field=f"jobs[{i}].namespace")
             check_floor(spec, schedule, who, _min_interval(), prefix=f"jobs[{i}]")
             host_policies.enforce(spec, who, f"jobs[{i}]")
+            require_public_url(spec, f"jobs[{i}]")
             key = (spec["namespace"], spec["name"])
             if key in seen:
                 raise Conflict(f"name {spec['name']!r} given twice in namespace "
@@ -200,6 +203,7 @@ def _replacement(job: Job, body: Any, *, merge: bool
     check_floor(spec, schedule, principal(), _min_interval(),
                 previous={"schedule": job.schedule, "retry": job.retry})
     host_policies.enforce(spec, principal())
+    require_public_url(spec)
     references.resolve(_store(), [references.Pending(job.id, spec)], principal())
     changes = {key: spec[key] for key in named} if merge else dict(spec)
     changes.update(job_policies.replacement_changes(job, spec, now))

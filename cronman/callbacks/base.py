@@ -32,6 +32,9 @@ class Delivery:
     # The attempt's trace context for the receiver (``traceparent``,
     # ``tracestate``), empty unless tracing is on (observability.tracing).
     trace: tuple[tuple[str, str], ...] = ()
+    # Headers of this attempt besides the target's and the Cronman-* ids (http:
+    # a completion by callback's URLs and lease token), as (name, value) pairs.
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -209,6 +209,8 @@ class HttpTarget:
                  f"\r\nCronman-Attempt: {int(delivery.attempt)}\r\n").encode()
         if delivery.trace:
             lines += trace_lines(delivery.trace)
+        if delivery.headers:  # the caller's own: a completion by callback's (http_completion)
+            lines += "".join(f"{k}: {v}\r\n" for k, v in delivery.headers).encode()
         headers: tuple[tuple[str, str], ...] = ()
         now = time.time()
         signer = self.signers.signer(delivery.namespace, now)

@@ -67,6 +67,14 @@ MAX_IDLE_WORKERS = 1000
 DEFAULT_CAPACITY_WAIT = 600
 MAX_CAPACITY_WAIT = 86400
 
+# An http target's completion (vocabulary.HttpCompletion).
+COMPLETION_RESPONSE = "response"
+COMPLETION_CALLBACK = "callback"
+COMPLETIONS = (COMPLETION_RESPONSE, COMPLETION_CALLBACK)
+DEFAULT_HTTP_HEARTBEAT_TIMEOUT = 300
+DEFAULT_COMPLETION_TIMEOUT = 3600
+ONLY_WITH_CALLBACK = 'only applies with "completion": "callback"'
+
 # Headers the HTTP client owns (framing, hop-by-hop); Cronman-* is checked by prefix.
 RESERVED_HEADERS = frozenset({
     "host", "content-length", "transfer-encoding", "connection", "keep-alive",
@@ -206,10 +214,11 @@ def _variant(kind: str, name: str, fields: dict[str, Field], **kw: Any) -> Obj:
                unknown_message=f"unknown field {{key!r}} for a {kind} target", **kw)
 
 
-def _http(name: str, method: Choice, body: Str) -> Obj:
+def _http(name: str, method: Choice, body: Str, more: dict[str, Field] | None = None,
+          **kw: Any) -> Obj:
     return _variant("http", name, {
         "url": url_field(required=True), "method": method, "headers": HEADERS, "body": body,
-        "timeout": _positive(MAX_HTTP_TIMEOUT, DEFAULT_HTTP_TIMEOUT)})
+        "timeout": _positive(MAX_HTTP_TIMEOUT, DEFAULT_HTTP_TIMEOUT), **(more or {})}, **kw)
 
 
 def _sqs(name: str, body: Str) -> Obj:
@@ -225,11 +234,48 @@ def _sqs(name: str, body: Str) -> Obj:
     }, after={"attributes": _sqs_size})
 
 
+def _completion(out: dict[str, Any]) -> None:
+    """``heartbeat_timeout`` and ``completion_timeout`` go with ``"completion":
+    "callback"`` (defaults filled in then); a plain http target keeps none of
+    the three keys, so its normalised form is as before they existed."""
+    if out["completion"] == COMPLETION_CALLBACK:
+        out["heartbeat_timeout"] = out["heartbeat_timeout"] or DEFAULT_HTTP_HEARTBEAT_TIMEOUT
+        out["completion_timeout"] = out["completion_timeout"] or DEFAULT_COMPLETION_TIMEOUT
+        return
+    for key in ("heartbeat_timeout", "completion_timeout"):
+        if out[key] is not None:
+            raise ValidationError(ONLY_WITH_CALLBACK, field=key)
+    for key in ("completion", "heartbeat_timeout", "completion_timeout"):
+        del out[key]
+
+
+COMPLETION_FIELDS: dict[str, Field] = {
+    "completion": Choice(COMPLETIONS, message="must be one of: {choices}", nullable=True,
+                         default=COMPLETION_RESPONSE,
+                         description="response: the answer ends the attempt; callback: a 202 "
+                                     "leaves the run running under a lease, and the receiver "
+                                     "heartbeats and completes it through the API (the "
+                                     "request carries Cronman-Completion-Url, "
+                                     "Cronman-Heartbeat-Url and Cronman-Lease-Token; needs "
+                                     "CRONMAN_PUBLIC_URL)"),
+    "heartbeat_timeout": Int(
+        lo=1, hi=MAX_HEARTBEAT_TIMEOUT, type_message="must be an integer (seconds)",
+        range_message="must be between {lo} and {hi} seconds", nullable=True,
+        description=f"completion callback only (default {DEFAULT_HTTP_HEARTBEAT_TIMEOUT}): "
+                    "the lease is lost when no heartbeat or completion comes for this long"),
+    "completion_timeout": Int(
+        lo=1, hi=MAX_WORK_TIMEOUT, type_message="must be an integer (seconds)",
+        range_message="must be between {lo} and {hi} seconds", nullable=True,
+        description=f"completion callback only (default {DEFAULT_COMPLETION_TIMEOUT}): how "
+                    "long the receiver may take to complete, heartbeats or not"),
+}
+
 METHOD = Choice(HTTP_METHODS, message="must be one of: {choices}", upper=True, nullable=True,
                 default=DEFAULT_HTTP_METHOD)
 HTTP = _http("HttpTarget", METHOD, Str(
     type_message=A_STRING, rules=[Rule(_http_body, {"maxLength": MAX_HTTP_BODY_BYTES})],
-    extra=NO_NUL, nullable=True, default="", description="at most 64 KiB of UTF-8"))
+    extra=NO_NUL, nullable=True, default="", description="at most 64 KiB of UTF-8"),
+    COMPLETION_FIELDS, after={"completion_timeout": _completion})
 SQS = _sqs("SqsTarget", Str(
     min_len=1, type_message=A_STRING, required=True,
     required_message="is required (SQS does not accept empty messages)",

@@ -8,6 +8,8 @@
 - :func:`verify_callback` / :func:`verify_signature`: the checks alone;
   :func:`canonical_url`: the form of a URL that signatures cover;
 - :func:`sqs_callback`: the callback in an SQS message's attributes;
+- :func:`completion_lease`, :class:`CompletionReport`: a run answered with
+  a 202 (``"completion": "callback"``), heartbeated and completed later;
 - :class:`MemoryDeduplicator`, :class:`RedisDeduplicator`,
   :func:`process_once`: run-id deduplication.
 """
@@ -21,6 +23,7 @@ from cronman.receiver.callback import (
     sqs_callback,
     verify_callback,
 )
+from cronman.receiver.completion import CompletionLease, CompletionReport, completion_lease
 from cronman.receiver.dedup import (
     Claim,
     Deduplicator,
@@ -37,6 +40,8 @@ __all__ = [
     "Callback",
     "CallbackReceiver",
     "Claim",
+    "CompletionLease",
+    "CompletionReport",
     "Deduplicator",
     "InvalidCallback",
     "MemoryDeduplicator",
@@ -44,6 +49,7 @@ __all__ = [
     "Reply",
     "UrlSource",
     "canonical_url",
+    "completion_lease",
     "header",
     "process_once",
     "sqs_callback",

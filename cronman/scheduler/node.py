@@ -69,6 +69,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from cronman import eventloop
 from cronman.callbacks import TargetRegistry
+from cronman.callbacks.http_completion import CallbackCompletion
 from cronman.callbacks.worker import WorkerTarget
 from cronman.config import Settings
 from cronman.coordination import make_limit_counters
@@ -136,6 +137,12 @@ class SchedulerNode:
         self.targets = targets
         if TargetKind.WORKER not in targets:  # every node hands worker runs to their queue
             targets.register(WorkerTarget(store.work, s.node_id))
+        http = targets.get(TargetKind.HTTP)
+        if http is not None and not isinstance(http, CallbackCompletion):
+            # http targets with "completion": "callback" take a lease in the queues first
+            targets.register(CallbackCompletion(http, store.work, node_id=s.node_id,
+                                                public_url=s.public_url,
+                                                lease_seconds=s.lease_seconds))
         self.metrics = m = metrics or NodeMetrics(registry)
         self.run_maintenance = run_maintenance
         self.ready = threading.Event()

@@ -407,6 +407,23 @@ class WorkQueueStore(Protocol):
         there already is not queued twice: True). False when the row is
         not (yet) the node's; nothing changes then."""
 
+    def hold(self, order: WorkOrder, holder: str, token: str, *, first_lease: int) -> bool:
+        """An http target's attempt with ``"completion": "callback"``, before
+        its request goes: the item is stored held by ``holder`` (``http:<host>``)
+        under ``token`` (its hash) for ``first_lease`` seconds, with its
+        deadline ``order.timeout`` seconds away, and the run row becomes
+        ``running`` with no node, if ``order.node_id`` still holds it (else
+        False, nothing changed). From then on the receiver's heartbeats and
+        completion go as a worker's."""
+
+    def release(self, run_id: str, scheduled_for: datetime, token: str, *, node_id: str,
+                lease_until: datetime) -> bool:
+        """The request's answer was not a 202: the held item goes and the run
+        row is ``node_id``'s again (its lease until ``lease_until``), for the
+        node to record the attempt as any other. False when the item is no
+        longer held under ``token`` (the receiver completed, or the lease
+        ran out): the queue has the run, nothing changed."""
+
     def claim(self, namespace: str, queue: str, worker_id: str, *, slots: int,
               now: datetime, seen: bool = True) -> Claim | None:
         """Record the worker as seen, and hand it the queue's next claimable

@@ -548,6 +548,9 @@ work_items = Table(
     Column("retry", JsonType, nullable=False),
     # The error of the previous failed attempt (kept on the run row too).
     Column("last_error", Text),
+    # vocabulary.WorkKind: a worker target's item, or an http target's with
+    # ``"completion": "callback"`` (held by its receiver from the start, never queued).
+    Column("kind", String(16), nullable=False, server_default=text("'worker'")),
 )
 # A claim's pick: a queue's available items, highest priority first.
 Index("ix_work_items_pick", work_items.c.namespace, work_items.c.queue, work_items.c.state,

@@ -9,6 +9,9 @@ state it was read in.
   else under ``at_most_once`` ``lost``, under ``at_least_once`` a failed
   attempt ("lease lost: ...") the retry policy counts: queued again, or
   ``failed`` once attempts are used up;
+- an http target's item (``"completion": "callback"``) is never queued: a
+  failed attempt with retries left leaves its run ``retrying`` for a node's
+  lease sweeper to send again (``work_runs``);
 - queued while its job was deleted: ``failed`` ("job deleted before a
   worker claimed attempt N"; a held one goes on: its worker has it);
 - queued with a capacity rule and past its wait: a failed attempt ("waiting
@@ -29,7 +32,7 @@ from cronman.store.tables import jobs
 from cronman.store.tables import work_items as wi
 from cronman.store.work_records import ExpiryReport
 from cronman.store.work_runs import fail_attempt, finish, idle_window, idle_workers
-from cronman.vocabulary import DeliveryMode, RunStatus, WorkState
+from cronman.vocabulary import DeliveryMode, RunStatus, WorkKind, WorkState
 
 HELD = WorkState.HELD.value
 QUEUED = WorkState.QUEUED.value
@@ -62,7 +65,7 @@ def expire_items(tx: Tx, now: datetime, limit: int, *,
             continue  # room now: the next claim takes it
         outcome, _ = fail_attempt(tx, row, now, f"waiting for capacity on queue {row.queue}: "
                                                 f"{idle} of {row.capacity_idle} idle")
-        report.count("capacity", "requeued" if outcome == "requeued" else "failed")
+        report.count("capacity", "failed" if outcome == "ended" else "requeued")
     return report
 
 
@@ -79,11 +82,12 @@ def _lease_lost(tx: Tx, row: Row[Any], now: datetime, report: ExpiryReport) -> N
                error="cancelled" + (f": {reason}" if reason else ""))
         report.count("cancelled", "failed")
         return
-    error = (f"lease lost: no heartbeat for {row.heartbeat_timeout} s from worker "
-             f"{row.worker_id}")
+    holder = (f"the receiver ({row.worker_id})" if row.kind == WorkKind.HTTP
+              else f"worker {row.worker_id}")
+    error = f"lease lost: no heartbeat for {row.heartbeat_timeout} s from {holder}"
     if row.delivery == DeliveryMode.AT_MOST_ONCE:
         finish(tx, row, RunStatus.LOST, now, error=error)
         report.count("lease", "lost")
         return
     outcome, _ = fail_attempt(tx, row, now, error)
-    report.count("lease", "requeued" if outcome == "requeued" else "failed")
+    report.count("lease", "failed" if outcome == "ended" else "requeued")

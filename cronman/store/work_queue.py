@@ -56,7 +56,7 @@ from cronman.store.work_runs import (
 )
 from cronman.store.work_signals import WorkSignals
 from cronman.timeutil import utcnow
-from cronman.vocabulary import RunStatus, WorkState
+from cronman.vocabulary import RunStatus, WorkKind, WorkState
 
 # Candidates a claim looks at (the first whose capacity holds and that no
 # other claim has locked wins; only that row is locked).
@@ -118,6 +118,61 @@ class SqlWorkQueue:
                 capacity_wait=order.capacity_wait, delivery=order.delivery,
                 retry=dict(order.retry), cancel_requested=False))
             self.signals.announce(tx, order.namespace, order.queue)
+            return True
+
+        return self._db.write(fn)
+
+    # -- an http target's completion by callback ------------------------------
+
+    def hold(self, order: WorkOrder, holder: str, token: str, *, first_lease: int) -> bool:
+        """See ``WorkQueueStore.hold``."""
+        now = utcnow()
+
+        def fn(tx: Tx) -> bool:
+            found = tx.conn.execute(select(wi.c.state).where(wi.c.run_id == order.run_id)
+                                    .with_for_update()).first()
+            if found is not None and found[0] != ENDED:
+                return False  # with its queue already: not this node's to send
+            if found is not None:  # a replay; its dead letter is moot
+                tx.conn.execute(delete(wi).where(wi.c.run_id == order.run_id))
+            lease = now + timedelta(seconds=first_lease)
+            moved = tx.conn.execute(
+                update(sj).where(*_held_by(order))
+                .values(node_id=None, status=RunStatus.RUNNING.value, attempt=order.attempt,
+                        started_at=func.coalesce(sj.c.started_at, now),
+                        lateness_ms=func.coalesce(sj.c.lateness_ms, max(0, int(
+                            (now - order.due_at).total_seconds() * 1000))),
+                        lease_expires_at=lease, next_attempt_at=None)).rowcount
+            if not moved:
+                return False
+            tx.conn.execute(insert(wi).values(
+                run_id=order.run_id, scheduled_for=order.scheduled_for, job_id=order.job_id,
+                namespace=order.namespace, queue=order.queue, priority=order.priority,
+                due_at=order.due_at, available_at=now, enqueued_at=now, attempt=order.attempt,
+                state=WorkState.HELD.value, kind=WorkKind.HTTP.value, payload=None,
+                heartbeat_timeout=order.heartbeat_timeout, timeout=order.timeout,
+                delivery=order.delivery, retry=dict(order.retry), cancel_requested=False,
+                lease_token_hash=token_hash(token), worker_id=holder, claimed_at=now,
+                lease_expires_at=lease, last_heartbeat=now,
+                deadline_at=now + timedelta(seconds=order.timeout)))
+            return True
+
+        return self._db.write(fn)
+
+    def release(self, run_id: str, scheduled_for: datetime, token: str, *, node_id: str,
+                lease_until: datetime) -> bool:
+        """See ``WorkQueueStore.release``."""
+
+        def fn(tx: Tx) -> bool:
+            gone = tx.conn.execute(delete(wi).where(
+                wi.c.run_id == run_id, wi.c.state == WorkState.HELD.value,
+                wi.c.lease_token_hash == token_hash(token))).rowcount
+            if not gone:
+                return False
+            tx.conn.execute(update(sj).where(sj.c.id == run_id,
+                                             sj.c.scheduled_for == scheduled_for,
+                                             sj.c.node_id.is_(None))
+                            .values(node_id=node_id, lease_expires_at=lease_until))
             return True
 
         return self._db.write(fn)
@@ -326,7 +381,7 @@ class SqlWorkQueue:
     def queues(self, namespaces: Sequence[str] | None, *, now: datetime,
                limit: int = 1000, after: tuple[str, str] | None = None) -> list[QueueStats]:
         """See ``WorkQueueStore.queues``."""
-        where_items: list[Any] = [wi.c.state.in_(LIVE_STATES)]
+        where_items: list[Any] = [wi.c.state.in_(LIVE_STATES), wi.c.kind == WorkKind.WORKER.value]
         where_workers: list[Any] = [ww.c.last_seen >= now - WORKER_LISTED]
         if namespaces is not None:
             where_items.append(wi.c.namespace.in_(list(namespaces)))

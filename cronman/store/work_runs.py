@@ -26,7 +26,7 @@ from cronman.store.tables import work_items as wi
 from cronman.store.tables import work_workers as ww
 from cronman.store.triggers import SucceededRun, SuccessHook
 from cronman.store.work_records import WorkItem
-from cronman.vocabulary import RunStatus, WorkState
+from cronman.vocabulary import RunStatus, WorkKind, WorkState
 
 # Columns of a work item that are WorkItem fields (the rest stay in the store).
 ITEM_FIELDS = ("run_id", "scheduled_for", "job_id", "namespace", "queue", "priority", "due_at",
@@ -42,6 +42,9 @@ LIVE_STATES = (WorkState.QUEUED.value, WorkState.HELD.value)
 # and at least this many seconds (an idle worker's long-polls come every 30 s).
 IDLE_PERIODS = 2
 MIN_IDLE_WINDOW = 30
+# Who holds the run row of an http target's attempt that failed through its
+# completion lease until a lease sweeper takes it (no node has this id).
+REDISPATCH_NODE = "work-queue"
 # Bounds of what a worker reports (the API checks them; the store keeps to them).
 MAX_ERROR_CHARS = 4096
 
@@ -132,6 +135,8 @@ def fail_attempt(tx: Tx, item: Row[Any], now: datetime, error: str, *,
     if delay is None:
         return "ended", finish(tx, item, final_status, now, result=result, error=error)
     available = now + timedelta(seconds=delay)
+    if m["kind"] == WorkKind.HTTP:
+        return "redispatched", _redispatch(tx, item, available, error, result)
     tx.conn.execute(update(wi).where(wi.c.run_id == m["run_id"]).values(
         state=WorkState.QUEUED.value, attempt=m["attempt"] + 1, available_at=available,
         lease_token_hash=None, worker_id=None, claimed_at=None, lease_expires_at=None,
@@ -146,3 +151,21 @@ def fail_attempt(tx: Tx, item: Row[Any], now: datetime, error: str, *,
         result=storable(result), error=storable(error[:MAX_ERROR_CHARS]),
         lease_expires_at=available).returning(*sj.c)).first()
     return "requeued", None if row is None else run_from_row(row)
+
+
+def _redispatch(tx: Tx, item: Row[Any], available: datetime, error: str,
+                result: dict[str, Any] | None) -> Run | None:
+    """An http target's failed attempt with retries left: its item goes, and
+    its run row waits, ``retrying``, under a lease that ends when the retry is
+    due and held by ``REDISPATCH_NODE`` (no live node): a node's lease sweeper
+    then takes it and sends the request again as the next attempt."""
+    m = item._mapping
+    tx.conn.execute(delete(wi).where(wi.c.run_id == m["run_id"]))
+    if m["worker_id"] is not None:
+        result = {**(result or {}), "worker_id": m["worker_id"]}
+    row = tx.conn.execute(update(sj).where(*_run_key(m), sj.c.node_id.is_(None)).values(
+        node_id=REDISPATCH_NODE, status=RunStatus.RETRYING.value, attempt=m["attempt"],
+        next_attempt_at=available, result=storable(result),
+        error=storable(error[:MAX_ERROR_CHARS]), lease_expires_at=available)
+        .returning(*sj.c)).first()
+    return None if row is None else run_from_row(row)

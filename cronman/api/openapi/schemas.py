@@ -288,6 +288,13 @@ SEMANTIC_RULES: list[dict[str, str]] = [
     {"field": "body", "message": "bytes", "rule": "a body is at most 64 KiB of UTF-8"},
     {"field": "headers", "message": "", "rule": "header names are case-insensitive: no "
                                                 "duplicates; values at most 8 KiB of UTF-8"},
+    {"field": "target.completion", "message": "needs CRONMAN_PUBLIC_URL",
+     "rule": 'an http target with "completion": "callback" needs CRONMAN_PUBLIC_URL set '
+             "on the API"},
+    {"field": "heartbeat_timeout", "message": 'only applies with "completion"',
+     "rule": 'an http target\'s heartbeat_timeout goes with "completion": "callback"'},
+    {"field": "completion_timeout", "message": 'only applies with "completion"',
+     "rule": 'an http target\'s completion_timeout goes with "completion": "callback"'},
     {"field": "attributes", "message": "",
      "rule": "sqs attributes and body together fit 256 KiB"},
     {"field": "id", "message": "does not match the job id",

@@ -65,6 +65,7 @@ from cronman.vocabulary import (
     GATED_ORIGINS,
     MANUAL_ORIGINS,
     ConcurrencyPolicy,
+    HttpCompletion,
     RunStatus,
     TargetKind,
 )
@@ -378,7 +379,7 @@ class Dispatcher:
             self._stop_local(prev)
             self._finish(prev, RunStatus.FAILED, error=reason)
         now = self.clock.now()
-        if verdict.replace_remote and ar.job.target.get("kind") == TargetKind.WORKER:
+        if verdict.replace_remote and _with_a_queue(ar.job.target):
             self._cancel_queued(verdict.replace_remote, reason)
             return True
         for r in verdict.replace_remote:
@@ -614,6 +615,14 @@ def _run_ids(gate: dict[str, Any] | None, key: str) -> list[str]:
     """The run ids a gate's entries name under ``key`` (``upstream``, ``depends_on``)."""
     entries = (gate or {}).get(key) or []
     return [str(e["run_id"]) for e in entries if isinstance(e, dict) and e.get("run_id")]
+
+
+def _with_a_queue(target: dict[str, Any]) -> bool:
+    """Whether the target's runs are their work queue's once handed off (a
+    worker target's, an http target's completed by callback)."""
+    kind = target.get("kind")
+    return kind == TargetKind.WORKER or (
+        kind == TargetKind.HTTP and target.get("completion") == HttpCompletion.CALLBACK)
 
 
 def _log_cancel_failure(done: asyncio.Future[Any]) -> None:
