@@ -18,7 +18,7 @@ import click
 from cronman.cli.group import RET_ERROR, cli
 
 _SCENARIO_CHOICES = ("steady", "max-rate", "herd", "million", "kill", "overload",
-                     "priority-herd", "skew", "patroni-failover", "all")
+                     "priority-herd", "skew", "patroni-failover", "work-queue", "all")
 _PEER_CHOICES = ("apscheduler-memory", "apscheduler-sqlalchemy", "apscheduler4-postgres",
                  "none")
 
@@ -108,6 +108,15 @@ def _parse_peers(value: str | None) -> tuple[str, ...] | None:
 @click.option("--skews", default=None, metavar="LIST",
               help="skew: comma-separated libfaketime offsets of one node "
                    "(default +2s,+30s,-30s).")
+@click.option("--claimers", type=click.IntRange(1, 256), default=None,
+              help="work-queue: waiting claimers (threads, one process each) for the "
+                   "fire-to-claim phase (default 4).")
+@click.option("--kills", type=click.IntRange(1, 100), default=None,
+              help="work-queue: workers SIGKILLed while they hold a run (default 5).")
+@click.option("--claim-spin", is_flag=True,
+              help="work-queue: claimers claim again at once after an empty answer that "
+                   "came early (no long-poll to spare), instead of the client Worker's "
+                   "pause.")
 @click.option("--peer-processes", type=click.IntRange(1, 16), default=3, show_default=True,
               help="APScheduler 4: scheduler processes sharing its data store.")
 @click.option("--keep", is_flag=True, help="Keep scratch databases and receiver logs.")
@@ -118,7 +127,9 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
                   max_rate_: float, lead: float | None, kill_at: float | None, drain: float,
                   rate: float | None, phase_seconds: float, recover_seconds: float,
                   probe_duration: float, grace: int | None, high_jobs: int, steady_jobs: int,
-                  skews: str | None, peer_processes: int, keep: bool) -> None:
+                  skews: str | None, claimers: int | None, kills: int | None,
+                  claim_spin: bool,
+                  peer_processes: int, keep: bool) -> None:
     """Benchmark cronman against APScheduler on this machine, measured at a receiver.
 
     Uses the running PostgreSQL (scratch databases, dropped afterwards), a
@@ -164,6 +175,12 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
       skew      N nodes at --rate (1,000) fires/s, one node's clock off by each
                 of --skews (libfaketime), after a baseline: early, late beyond
                 the baseline p99, missed, doubled, the offset it reports.
+      work-queue  worker runs through cronman api (gunicorn) and N nodes, raw
+                claim loops as the workers: fire -> claim p50/p99 at --rate
+                (200) runs/s by --claimers waiting claimers; claims/s draining
+                --jobs (10,000) queued runs; those runs held, heartbeating
+                every 10 s: heartbeat p99, API CPU; SIGKILL of a worker ->
+                its run re-queued (--kills times).
       all       every scenario in turn, each with its defaults.
     """
     from cronman_bench.procs import BenchError
@@ -205,7 +222,8 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
                             recover_seconds=recover_seconds, probe_duration=probe_duration,
                             grace=grace, high_jobs=high_jobs, steady_jobs=steady_jobs,
                             skews=tuple(x.strip() for x in skews.split(",") if x.strip())
-                            if skews else None)
+                            if skews else None, claimers=claimers, kills=kills,
+                            claim_spin=claim_spin)
     try:
         ensure_postgres(admin_url)
     except BenchError as exc:

@@ -51,6 +51,10 @@ class ScenarioParams:
     steady_jobs: int = 100
     # skew: libfaketime offsets of one node
     skews: tuple[str, ...] | None = None
+    # work-queue: waiting claimers, and worker SIGKILLs
+    claimers: int | None = None
+    kills: int | None = None
+    claim_spin: bool = False
 
 
 DEFAULTS: dict[str, dict[str, Any]] = {
