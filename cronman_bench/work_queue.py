@@ -308,7 +308,11 @@ def claims_and_heartbeats(b: WorkBench) -> tuple[dict[str, Any], dict[str, Any]]
         if done >= len(holders):
             break
         if time.monotonic() > deadline or any(p.exited() for p, _ in holders):
-            raise BenchError("the holders did not claim every run")
+            got = [e["t"] for _, out in holders for e in _events(out) if e["ev"] == "held"]
+            rate = len(got) / max((max(got) - min(got)) / 1000, 1e-3) if got else 0.0
+            stop_all([p for p, _ in holders])
+            raise BenchError(f"the holders claimed {len(got)} of {wp.held} runs in time "
+                             f"({rate:.1f}/s)")
         time.sleep(0.5)
     held = [e for _, out in holders for e in _events(out) if e["ev"] == "held"]
     t0, t1 = min(e["t"] for e in held), max(e["t"] for e in held)
@@ -428,8 +432,15 @@ def run_work_queue(opts: BenchOptions, wp: WorkQueueParams) -> dict[str, Any]:
     try:
         b.start()
         opts.echo(f"  [work-queue] api {b.api.url if b.api else ''}, {opts.nodes} node(s)")
-        figures["fire_to_claim"] = fire_to_claim(b)
-        figures["claims"], figures["heartbeats"] = claims_and_heartbeats(b)
+        # A phase that cannot finish leaves its error, and the others still run.
+        try:
+            figures["fire_to_claim"] = fire_to_claim(b)
+        except BenchError as exc:
+            figures["fire_to_claim_error"] = str(exc)
+        try:
+            figures["claims"], figures["heartbeats"] = claims_and_heartbeats(b)
+        except BenchError as exc:
+            figures["claims_error"] = str(exc)
         figures["kill"] = kill_to_requeue(b)
     finally:
         b.teardown()
