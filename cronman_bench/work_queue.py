@@ -59,7 +59,7 @@ class WorkQueueParams:
     warmup: float = 5.0
     claimers: int = 4
     held: int = 10_000
-    holders: int = 16
+    holders: int = 64
     hb_period: float = 10.0
     hb_seconds: float = 30.0
     kills: int = 5
