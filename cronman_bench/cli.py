@@ -18,7 +18,8 @@ import click
 from cronman.cli.group import RET_ERROR, cli
 
 _SCENARIO_CHOICES = ("steady", "max-rate", "herd", "million", "kill", "overload",
-                     "priority-herd", "skew", "patroni-failover", "chaos", "all")
+                     "priority-herd", "skew", "patroni-failover", "chaos", "work-queue",
+                     "all")
 _PEER_CHOICES = ("apscheduler-memory", "apscheduler-sqlalchemy", "apscheduler4-postgres",
                  "none")
 
@@ -112,6 +113,15 @@ def _parse_peers(value: str | None) -> tuple[str, ...] | None:
               help="chaos: minutes of faults measured (default 3).")
 @click.option("--seed", type=click.IntRange(0, 2**31), default=None,
               help="chaos: the seed of the nemesis' fault schedule (default 39).")
+@click.option("--claimers", type=click.IntRange(1, 256), default=None,
+              help="work-queue: waiting claimers (threads, one process each) for the "
+                   "fire-to-claim phase (default 4).")
+@click.option("--kills", type=click.IntRange(1, 100), default=None,
+              help="work-queue: workers SIGKILLed while they hold a run (default 5).")
+@click.option("--claim-spin", is_flag=True,
+              help="work-queue: claimers claim again at once after an empty answer that "
+                   "came early (no long-poll to spare), instead of the client Worker's "
+                   "pause.")
 @click.option("--peer-processes", type=click.IntRange(1, 16), default=3, show_default=True,
               help="APScheduler 4: scheduler processes sharing its data store.")
 @click.option("--keep", is_flag=True, help="Keep scratch databases and receiver logs.")
@@ -123,6 +133,8 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
                   rate: float | None, phase_seconds: float, recover_seconds: float,
                   probe_duration: float, grace: int | None, high_jobs: int, steady_jobs: int,
                   skews: str | None, minutes: float | None, seed: int | None,
+                  claimers: int | None, kills: int | None,
+                  claim_spin: bool,
                   peer_processes: int, keep: bool) -> None:
     """Benchmark cronman against APScheduler on this machine, measured at a receiver.
 
@@ -175,6 +187,12 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
                 (1,500 every 5) and a herd of J/3 every 10 s: per fault
                 kind, faults applied, fires owed, each outcome, extra
                 lateness p99/max; not part of 'all'.
+      work-queue  worker runs through cronman api (gunicorn) and N nodes, raw
+                claim loops as the workers: fire -> claim p50/p99 at --rate
+                (200) runs/s by --claimers waiting claimers; claims/s draining
+                --jobs (10,000) queued runs; those runs held, heartbeating
+                every 10 s: heartbeat p99, API CPU; SIGKILL of a worker ->
+                its run re-queued (--kills times).
       all       every scenario in turn, each with its defaults.
     """
     from cronman_bench.procs import BenchError
@@ -216,7 +234,8 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
                             recover_seconds=recover_seconds, probe_duration=probe_duration,
                             grace=grace, high_jobs=high_jobs, steady_jobs=steady_jobs,
                             skews=tuple(x.strip() for x in skews.split(",") if x.strip())
-                            if skews else None, minutes=minutes, seed=seed)
+                            if skews else None, minutes=minutes, seed=seed,
+                            claimers=claimers, kills=kills, claim_spin=claim_spin)
     try:
         ensure_postgres(admin_url)
     except BenchError as exc:

@@ -28,8 +28,12 @@ IN_FLIGHT = 3  # bulk requests at once: enough to keep two workers and the datab
 class ApiServer:
     """A private ``cronman api`` on a scratch database, stopped by PID."""
 
-    def __init__(self, database_url: str, workdir: Path, tag: str) -> None:
+    def __init__(self, database_url: str, workdir: Path, tag: str, *,
+                 workers: int = API_WORKERS, env: dict[str, str] | None = None) -> None:
+        """``env`` adds to the server's environment (the work-queue scenario's Redis)."""
         self.database_url = database_url
+        self.workers = workers
+        self.extra_env = dict(env or {})
         self.log_path = workdir / f"{tag}-api.log"
         self.port = 0
         self.proc: ManagedProcess | None = None
@@ -48,10 +52,11 @@ class ApiServer:
                 # A scratch database on loopback has no tokens: say so rather than rely
                 # on the default.
                 "CRONMAN_AUTH": "off",
+                **self.extra_env,
             }
             self.proc = ManagedProcess(
                 "cronman-api", [*cronman_command(), "api", "--bind", f"127.0.0.1:{self.port}",
-                                "--workers", str(API_WORKERS)],
+                                "--workers", str(self.workers)],
                 log_path=self.log_path, env=env, inherit_env=True)
             deadline = time.monotonic() + timeout
             with CronmanClient(self.url, retry=NO_RETRY, timeout=5) as client:

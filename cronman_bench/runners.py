@@ -16,13 +16,14 @@ from cronman_bench.priority_herd import priority_herd
 from cronman_bench.scenarios import ScenarioParams, steady
 from cronman_bench.skew import skew
 from cronman_bench.systems import BenchOptions
+from cronman_bench.work_queue import work_queue
 
 Runner = Callable[[BenchOptions, ScenarioParams], dict[str, Any]]
 
 RUNNERS: dict[str, Runner] = {
     "steady": steady, "max-rate": max_rate, "herd": herd, "million": million, "kill": kill,
     "overload": overload, "priority-herd": priority_herd, "skew": skew,
-    "patroni-failover": patroni_failover, "chaos": chaos,
+    "patroni-failover": patroni_failover, "chaos": chaos, "work-queue": work_queue,
 }
 # `all`: what runs on any machine with PostgreSQL and Redis (patroni-failover
 # needs Patroni, etcd and root or the postgres user; chaos, a source checkout

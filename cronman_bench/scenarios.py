@@ -54,6 +54,10 @@ class ScenarioParams:
     # chaos: the window's length and the nemesis' seed
     minutes: float | None = None
     seed: int | None = None
+    # work-queue: waiting claimers, and worker SIGKILLs
+    claimers: int | None = None
+    kills: int | None = None
+    claim_spin: bool = False
 
 
 DEFAULTS: dict[str, dict[str, Any]] = {

@@ -193,13 +193,8 @@ class SqlWorkQueue:
 
         def fn(tx: Tx) -> tuple[Row[Any], Run] | None:
             _seen(tx, namespace, queue, worker_id, now, slots=slots)
-            candidates = tx.conn.execute(
-                select(wi.c.run_id, wi.c.capacity_idle, wi.c.heartbeat_timeout)
-                .where(*claimable)
-                .order_by(wi.c.priority.desc(), wi.c.available_at, wi.c.run_id)
-                .limit(CLAIM_PICK)).all()
             idle: dict[int, int] = {}
-            for cand in candidates:
+            for cand in _candidates(tx, claimable):
                 need = cand.capacity_idle
                 if need is not None:
                     hb = int(cand.heartbeat_timeout)
@@ -441,6 +436,32 @@ def _aware(value: Any) -> datetime:
     """A time read through an aggregate (SQLite hands back text, or a naive time)."""
     t: datetime = datetime.fromisoformat(value) if isinstance(value, str) else value
     return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+
+
+def _candidates(tx: Tx, claimable: tuple[Any, ...]) -> list[Row[Any, Any, Any]]:
+    """The queue's next ``CLAIM_PICK`` claimable rows: highest priority, then due
+    first (ties in the index's order). Read a priority level at a time, each in the pick index's own order
+    (namespace, queue, state, priority, available_at): "priority descending,
+    due time ascending" is no order that index yields, and asked for at once
+    it sorts every queued row of the queue on each claim (30 ms a claim at
+    7,000 queued, growing with the backlog it then feeds)."""
+    out: list[Row[Any, Any, Any]] = []
+    below: int | None = None
+    while len(out) < CLAIM_PICK:
+        level = claimable if below is None else (*claimable, wi.c.priority < below)
+        # Both orders are the index's own (backward, then forward): no sort to choose,
+        # even where the planner's statistics still think the queue is empty.
+        top = tx.conn.execute(select(wi.c.priority).where(*level).order_by(
+            wi.c.priority.desc(), wi.c.available_at.desc()).limit(1)).scalar()
+        if top is None:
+            break
+        out.extend(tx.conn.execute(
+            select(wi.c.run_id, wi.c.capacity_idle, wi.c.heartbeat_timeout)
+            .where(*claimable, wi.c.priority == top)
+            .order_by(wi.c.priority, wi.c.available_at)
+            .limit(CLAIM_PICK - len(out))).all())
+        below = int(top)
+    return out
 
 
 def _seen(tx: Tx, namespace: str, queue: str, worker_id: str, now: datetime, *,

@@ -419,3 +419,29 @@ def test_bench_skew_smoke_run_reads_the_skewed_nodes_offset(tmp_path) -> None:
     assert skewed["skew"]["skewed_node_stepped_out"] is True
     assert abs(base["skew"]["skewed_node_offset_s"]) < 0.3
     assert skewed["delivery"]["expected"] == 20 * 6
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_bench_work_queue_smoke_run_measures_every_phase(tmp_path) -> None:
+    from cronman_bench.systems import BenchOptions
+    from cronman_bench.work_queue import WorkQueueParams, run_work_queue
+
+    opts = BenchOptions(nodes=1, replicas=1, admin_url=pg_url(PG_ADMIN_DB), workdir=tmp_path,
+                        echo=lambda _line: None)
+    wp = WorkQueueParams(rate=10, duration=3, warmup=1, lead=3, claimers=2, held=30,
+                         holders=4, hb_period=1, hb_seconds=2, kills=1, kill_hb_timeout=2,
+                         hold_lead=3, claim_wait=2)
+    f = run_work_queue(opts, wp)["figures"]
+    fc = f["fire_to_claim"]
+    assert fc["owed"] == 30 and fc["claimed"] + fc["missed"] == 30 and fc["claimed"] > 0
+    assert fc["latency_ms"]["count"] == fc["claimed"] and fc["latency_ms"]["p50"] >= 0
+    assert fc["fire_to_handoff_ms"]["count"] == fc["claimed"]
+    assert f["claims"]["runs"] == 30 and f["claims"]["claims_per_s"] > 0
+    hb = f["heartbeats"]
+    assert hb["held"] == 30 and hb["reached_per_s"] > 0 and hb["call_ms"]["p99"] > 0
+    assert hb["api_processes"] >= 2 and hb["api_cpu_cores"] > 0  # gunicorn master + workers
+    (kill,) = f["kill"]["samples"]
+    # re-queued after the lease ran out (the expiry runs each second), not before
+    assert kill["requeued_ms"] is not None and kill["expiry_to_requeue_s"] > -0.2
+    assert kill["kill_to_requeue_s"] <= 2 + 2 + 1
