@@ -20,6 +20,7 @@ from cronman.models import Run
 from cronman.retries import next_retry_delay
 from cronman.store.codec import run_from_row, storable
 from cronman.store.engine import Tx
+from cronman.store.run_policies import RunEnd, count_ends
 from cronman.store.tables import jobs
 from cronman.store.tables import scheduled_jobs as sj
 from cronman.store.tables import work_items as wi
@@ -115,6 +116,8 @@ def finish(tx: Tx, item: Row[Any], status: str, now: datetime, *,
         release_worker(tx, m["namespace"], m["queue"], m["worker_id"])
     if row is None:
         return None
+    # Counted for the job's breaker and run limit as a node's write of a run's end is.
+    count_ends(tx, [RunEnd(m["job_id"], m["scheduled_for"], status, values["error"])])
     if status == RunStatus.SUCCEEDED and hook is not None:
         hook(tx, [SucceededRun(m["run_id"], m["job_id"], m["scheduled_for"], m["attempt"])])
     return run_from_row(row)

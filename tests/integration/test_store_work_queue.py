@@ -141,6 +141,22 @@ def test_a_failed_report_is_retried_after_the_backoff(store, job):
     assert final.result == {"worker_id": "w2"}
 
 
+def test_worker_runs_ended_by_their_reports_count_for_the_breaker(store):
+    (job,) = store.jobs.create_jobs([job_spec("guarded-work", target=WORKER_TARGET,
+                                              pause_after_failures=2)])
+    t = base_time()
+    for i in range(2):
+        run = _queued(store, job, t - timedelta(minutes=5 * i),
+                      retry={"max_attempts": 1, "min_backoff": 1, "max_backoff": 1})
+        claim = store.work.claim("default", "spark", "w1", slots=1, now=utcnow())
+        assert claim is not None and claim.run.id == run.id
+        store.work.complete(run.id, claim.lease_token, status="failed", result=None,
+                            error=f"boom {i}", now=utcnow())
+    got = store.jobs.get_job(job.id)
+    assert got.paused and "2 consecutive failed runs" in (got.pause_reason or "")
+    assert "boom 1" in got.pause_reason
+
+
 def test_a_lapsed_lease_is_requeued_or_lost(store, job):
     t = base_time()
     kept = _queued(store, job, t)
