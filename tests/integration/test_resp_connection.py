@@ -72,7 +72,9 @@ def test_the_start_script_answers_as_through_redis_py(redis_url, run) -> None:
         return first, again
 
     first, again = run(main())
-    assert first == [1]  # a lock that is gone: started by the caller
+    # A lock that is gone: marked started by the caller, who is told so (2) and
+    # lets its run row decide (start_marks), as through redis-py.
+    assert first == [2]
     assert again == [0]  # started by another holder: not the caller's to send
     with redis.Redis.from_url(redis_url, decode_responses=True) as c:
         assert c.get(key) == "!n1/a"

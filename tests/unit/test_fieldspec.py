@@ -111,6 +111,8 @@ GOOD: dict[str, Any] = {
     "heartbeat_timeout": st.one_of(st.integers(0, 4000), st.just(60.0)),
     "capacity": st.one_of(st.none(), st.fixed_dictionaries(
         {"idle_workers": st.integers(0, 1001)}, optional={"wait": st.integers(0, 90000)})),
+    "completion": st.sampled_from(["response", "callback"]),
+    "completion_timeout": st.one_of(st.integers(0, 700_000), st.just(3600.0)),
 }
 GOOD["queue_url"] = GOOD["endpoint_url"] = GOOD["url"]
 BAD: dict[str, Any] = {
@@ -129,6 +131,7 @@ BAD: dict[str, Any] = {
     "queue": st.sampled_from(["a b", "", "x" * 65]),
     "payload": st.just({"x": "y" * 70000}),
     "capacity": st.just({"wait": 3}),
+    "completion": st.sampled_from(["later", ""]),
 }
 BAD["queue_url"] = BAD["endpoint_url"] = BAD["url"]
 
