@@ -274,7 +274,10 @@ def test_partitions_tables_and_queries_through_the_cli(audit_db, tmp_path, s3, m
         slot_obj = ChangeSlot(conn, slot, slot, AUDITED_TABLES)
         assert try_lead(conn)
         slot_obj.ensure()
-        spec = {"name": "secretive", "schedule": {"kind": "interval", "every": 60},
+        # Anchored at :30: the backfill's ten minutes hold ten fire times (the
+        # default anchor, created_at, lands on :00 one time in 60: eleven).
+        spec = {"name": "secretive", "schedule": {"kind": "interval", "every": 60,
+                                                  "anchor": "2020-01-01T00:00:30Z"},
                 "target": {"kind": "http", "url": "https://example.com/x",
                            "headers": {"Authorization": "Bearer topsecretvalue123"}}}
         job = client.post("/v1/jobs", json=spec).get_json()
