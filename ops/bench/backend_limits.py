@@ -11,8 +11,8 @@ one PostgreSQL sustain.
 - PostgreSQL (a scratch database on ``--admin-url``'s server, ``pgbench``):
   commits/s of one-row updates (``pgbench -N``) from ``--clients`` clients.
 
-Each run is ``--seconds`` long (``-n`` sized from a first short run is not
-needed: redis-benchmark takes a request count). Prints one line per figure.
+pgbench runs ``--seconds``; redis-benchmark ``--requests`` requests. Prints
+one line per figure.
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ def main() -> None:
     ap.add_argument("--nodes", default="3,10,50,100")
     ap.add_argument("--seconds", type=int, default=10, help="pgbench run length")
     ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--requests", type=int, default=400_000,
+                    help="redis-benchmark requests for SET (and / N for N keys' pulses)")
     args = ap.parse_args()
     for tool in ("redis-benchmark", "pgbench"):
         if shutil.which(tool) is None:
@@ -60,13 +62,13 @@ def main() -> None:
     redis = PrivateRedis().start()
     try:
         port = redis.port
-        set_rate = redis_rate(port, ["-t", "set"], 400_000, pipeline=16)
+        set_rate = redis_rate(port, ["-t", "set"], args.requests, pipeline=16)
         print(f"redis SET, pipelined 16: {set_rate:,.0f} commands/s")
         script = PULSE_LUA.read_text()
         for n in (int(x) for x in args.nodes.split(",")):
             keys = [f"p:{{b}}:pulse:node-{i}" for i in range(n)]
             calls = redis_rate(port, ["EVAL", script, str(n), *keys, "x" * 60, "3000"],
-                               max(2_000, 400_000 // n))
+                               max(200, args.requests // n))
             print(f"redis pulse.lua with {n} keys: {calls:,.0f} calls/s "
                   f"(a cluster of {n} pulses {n * 10:,} calls/s: "
                   f"{100 * n * 10 / calls:.1f} % of one shard)")
