@@ -384,7 +384,8 @@ class SchedulerNode:
         d = self.dispatcher
         stalled = self._stall.stalled(
             through, self.clock.now_ms(), starts=d.starts,
-            saturated=d.running >= d.max_in_flight, held=len(d.active))
+            saturated=d.running >= d.max_in_flight,
+            held=len(d.active) + self.claimer.claiming_count)
         return Progress(view=view, ready=ready, through_ms=through, stalled=stalled)
 
     def readiness(self) -> tuple[bool, dict[str, str]]:

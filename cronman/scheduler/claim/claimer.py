@@ -126,6 +126,9 @@ class Claimer:
         self.lock_losses = 0
         # The oldest due time of the fires being popped, claimed or handed over.
         self.claiming_due: int | None = None
+        # How many fires the claim under way holds (read on the pulse thread:
+        # work in hand, like the dispatcher's held runs, for ``StallWatch``).
+        self.claiming_count = 0
         self.extra_lead_ms = 0  # how much further ahead raised priorities are claimed
         self._starts: deque[tuple[int, int]] = deque()  # (ms, attempts started) samples
         self._round_ms: deque[int] = deque(maxlen=PACE_ROUNDS)  # the last batches' times
@@ -261,10 +264,12 @@ class Claimer:
                        lease_seconds=self._lease_seconds, lock_ttl_ms=LOCK_TTL_MS)
         self.claiming_due = min((f.due_ms for f in fires), default=None)
         self._claim_started = time.monotonic()
+        self.claiming_count = len(fires)
         try:
             res = await self._pool(call)
         except Exception:
             self.claiming_due = None
+            self.claiming_count = 0
             log.exception("claiming %d fires failed unexpectedly; they are not dispatched",
                           len(fires))
             return
@@ -293,6 +298,7 @@ class Claimer:
         finally:  # stopped meanwhile: the claimed rest is held all the same
             self._hand_over(dispatch[added:], res, pending, claimed)
             self.claiming_due = None  # all in the dispatcher now
+            self.claiming_count = 0
         self._standby.watch(res.standby)
         self._standby.watch_early(res.too_early)
 

@@ -128,11 +128,19 @@ class StallWatch:
     def stalled(self, through_ms: int, now_ms: int, *, starts: int, saturated: bool,
                 held: int) -> bool:
         """``starts``: attempts started so far; ``saturated``: every attempt
-        slot is taken; ``held``: runs the node holds (claimed, not ended)."""
+        slot is taken; ``held``: runs the node holds (claimed, not ended, or
+        being claimed).
+
+        The time without a start counts from the last start, or from when
+        the oldest waiting fire fell due (just after ``through_ms``) if that
+        is later: a node idle before a herd has started nothing for minutes,
+        and would otherwise count as stalled a second after the herd's
+        instant, while its first claim batch is still being written."""
         if starts != self._starts or saturated:
             self._starts, self._since = starts, now_ms
         deadline = STALL_MS + held * STALL_MS_PER_HELD
-        return now_ms - through_ms > STALL_MS and now_ms - self._since > deadline
+        waiting_since = max(self._since, through_ms + 1)
+        return now_ms - through_ms > STALL_MS and now_ms - waiting_since > deadline
 
 
 class Pulser:
