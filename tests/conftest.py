@@ -78,6 +78,10 @@ def _truncate_pg(url: str) -> None:
     engine.dispose()
 
 
+# Where serial tests may live: ops/test collects only these for its serial part.
+SERIAL_DIRS = ("tests/cluster/", "tests/chaos/")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Multi-process cluster tests are ``serial`` (``ops/test`` runs them
@@ -98,6 +102,9 @@ def pytest_collection_modifyitems(config, items):
             continue
         if item.nodeid.startswith("tests/cluster/") or item.get_closest_marker("cluster"):
             item.add_marker(pytest.mark.serial)
+        if item.get_closest_marker("serial") and not item.nodeid.startswith(SERIAL_DIRS):
+            raise pytest.UsageError(f"{item.nodeid} is serial: ops/test runs the serial "
+                                    f"part from {', '.join(SERIAL_DIRS)} only")
     if "soak" not in (config.getoption("markexpr") or ""):
         kept, dropped = [], []
         for item in items:

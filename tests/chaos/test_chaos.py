@@ -22,13 +22,17 @@ from tests.chaos.run import ChaosConfig, chaos_rig, run_chaos
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres, pytest.mark.slow, pytest.mark.serial]
 
-SEED = int(os.environ.get("CRONMAN_CHAOS_SEED", "39"))
+# Seed 949's plan puts eight fault kinds (node kill, clock set back, pause,
+# slow receiver, API kill, partitions from Redis, the database and everything)
+# in a 45 s window; seed 39 needed 75 s for eight kinds, none a node kill.
+SEED = int(os.environ.get("CRONMAN_CHAOS_SEED", "949"))
+WINDOW_S = 45.0
 # Where the processes' logs go (kept; default the test's temporary directory).
 WORKDIR = os.environ.get("CRONMAN_CHAOS_DIR")
 
 
 def test_seeded_chaos_run_accounts_for_every_fire(tmp_path):
-    config = ChaosConfig(seed=SEED, window_s=75.0)
+    config = ChaosConfig(seed=SEED, window_s=WINDOW_S)
     workdir = Path(WORKDIR) if WORKDIR else tmp_path
     print(f"logs in {workdir}")
     with chaos_rig(workdir) as rig:
