@@ -4,25 +4,63 @@
 A limit's update names the version it read (a stale one is a ``Conflict``,
 never an overwrite). Nodes read every limit and quota each sync poll
 (``all_limits``: the limits and the quotas carried out as limits).
+
+``hold_max_jobs`` is the quota's check inside a create's transaction: under
+a lock per namespace (PostgreSQL's transaction advisory lock; SQLite's
+writers are serialised), so two creates racing from two API processes see
+each other's jobs and cannot both pass the bound.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections import Counter
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import Row
+from sqlalchemy.engine import Connection, Row
 
-from cronman.errors import Conflict, NotFound
+from cronman.errors import Conflict, NotFound, QuotaExceeded
 from cronman.limits import Limit, Quota, quota_limit
-from cronman.store.dialect import labels_match
+from cronman.store.dialect import advisory_xact_lock, labels_match
 from cronman.store.engine import Database, Tx
 from cronman.store.tables import jobs, limits, namespace_quotas
 from cronman.timeutil import utcnow
 
 lt = limits
 nq = namespace_quotas
+# The advisory lock of a namespace's max_jobs is its name's digest under this
+# prefix, cut to PostgreSQL's signed 64 bits.
+QUOTA_LOCK_PREFIX = b"cronman.max_jobs:"
+
+
+def quota_lock_key(namespace: str) -> int:
+    digest = hashlib.sha256(QUOTA_LOCK_PREFIX + namespace.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _live_count(conn: Connection, namespace: str) -> int:
+    return int(conn.execute(select(func.count()).select_from(jobs).where(
+        jobs.c.namespace == namespace, jobs.c.deleted_at.is_(None))).scalar() or 0)
+
+
+def hold_max_jobs(tx: Tx, adding: Counter[str]) -> None:
+    """``QuotaExceeded`` when adding ``adding[ns]`` jobs takes a namespace
+    past its ``max_jobs``; in the creating transaction, first in it: each
+    bounded namespace's lock (in name order, so two bulk creates cannot
+    deadlock) is held to the commit, and the count after it is taken sees
+    every create committed before (READ COMMITTED: a snapshot per statement).
+    """
+    bounded = tx.conn.execute(select(nq.c.namespace, nq.c.max_jobs).where(
+        nq.c.namespace.in_(sorted(adding)), nq.c.max_jobs.is_not(None))).all()
+    for namespace, max_jobs in sorted(bounded):
+        advisory_xact_lock(tx.conn, quota_lock_key(namespace))
+        live = _live_count(tx.conn, namespace)
+        if live + adding[namespace] > max_jobs:
+            raise QuotaExceeded(
+                f"namespace {namespace!r} is at its quota max_jobs ({max_jobs}): "
+                f"{live} live jobs, {adding[namespace]} more asked for", field="namespace")
 
 
 def _limit(row: Row[Any]) -> Limit:
@@ -126,12 +164,6 @@ class SqlLimitStore:
     def delete_quota(self, namespace: str) -> bool:
         return bool(self._db.write(lambda tx: tx.conn.execute(
             delete(nq).where(nq.c.namespace == namespace)).rowcount))
-
-    def live_jobs(self, namespace: str) -> int:
-        """The namespace's live jobs (what ``max_jobs`` bounds)."""
-        with self._db.read() as conn:
-            return int(conn.execute(select(func.count()).select_from(jobs).where(
-                jobs.c.namespace == namespace, jobs.c.deleted_at.is_(None))).scalar() or 0)
 
     # -- for the nodes ------------------------------------------------------
 
