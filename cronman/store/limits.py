@@ -65,7 +65,8 @@ def hold_max_jobs(tx: Tx, adding: Counter[str]) -> None:
 
 def _limit(row: Row[Any]) -> Limit:
     return Limit(name=row.name, kind=row.match_kind, value=row.match_value, rate=row.rate,
-                 burst=row.burst, concurrency=row.concurrency, version=row.version)
+                 burst=row.burst, concurrency=row.concurrency, version=row.version,
+                 managed_by=row.managed_by)
 
 
 def _quota(row: Row[Any]) -> Quota:
@@ -76,7 +77,8 @@ def _quota(row: Row[Any]) -> Quota:
 
 def _values(limit: Limit) -> dict[str, Any]:
     return {"match_kind": limit.kind, "match_value": limit.value, "rate": limit.rate,
-            "burst": limit.burst, "concurrency": limit.concurrency}
+            "burst": limit.burst, "concurrency": limit.concurrency,
+            "managed_by": limit.managed_by}
 
 
 class SqlLimitStore:
