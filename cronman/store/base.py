@@ -507,6 +507,10 @@ class LimitStore(Protocol):
     def all_limits(self) -> list[Limit]:
         """Every limit, and every quota that bounds fires as a limit (a node's read)."""
 
+    def waiting_counts(self) -> dict[str, int]:
+        """Per limit name, the attempts waiting on it now (from their runs'
+        ``gate``: the nodes write it when an attempt starts to wait)."""
+
     def labelled_jobs(self, labels: list[str]) -> dict[str, frozenset[str]]:
         """Per label (``key:value``), the ids of the live jobs that carry it."""
 

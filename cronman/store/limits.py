@@ -25,7 +25,7 @@ from cronman.errors import Conflict, NotFound, QuotaExceeded
 from cronman.limits import Limit, Quota, quota_limit
 from cronman.store.dialect import advisory_xact_lock, labels_match
 from cronman.store.engine import Database, Tx
-from cronman.store.tables import jobs, limits, namespace_quotas
+from cronman.store.tables import IN_FLIGHT_STATUSES, jobs, limits, namespace_quotas, scheduled_jobs
 from cronman.timeutil import utcnow
 
 lt = limits
@@ -166,6 +166,21 @@ class SqlLimitStore:
     def delete_quota(self, namespace: str) -> bool:
         return bool(self._db.write(lambda tx: tx.conn.execute(
             delete(nq).where(nq.c.namespace == namespace)).rowcount))
+
+    def waiting_counts(self) -> dict[str, int]:
+        """Per limit, the attempts waiting on it now: in-flight runs whose
+        ``gate`` says they wait on it (a started one says how long it waited)."""
+        sj = scheduled_jobs
+        out: dict[str, int] = {}
+        with self._db.read() as conn:
+            gates = conn.execute(select(sj.c.gate).where(
+                sj.c.status.in_(IN_FLIGHT_STATUSES), sj.c.gate.is_not(None))).scalars()
+            for gate in gates:
+                held = gate.get("limit") if isinstance(gate, dict) else None
+                if isinstance(held, dict) and "since" in held and "waited_ms" not in held:
+                    name = str(held.get("name"))
+                    out[name] = out.get(name, 0) + 1
+        return out
 
     # -- for the nodes ------------------------------------------------------
 

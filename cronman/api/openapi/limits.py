@@ -115,8 +115,10 @@ def schemas() -> dict[str, Any]:
                           "in_flight": {"type": "integer"},
                           "starts_in_window": {"type": "integer"}},
                           ("in_flight", "starts_in_window"),
-                          description="now, cluster-wide (GET of one limit; null without "
-                                      "Redis or while it does not answer)"))},
+                          description="now, cluster-wide (null without Redis or while it "
+                                      "does not answer)")),
+                      "waiting": {"type": "integer",
+                                  "description": "attempts waiting on the limit now"}},
                      ("name", "match", "version")),
         "LimitList": obj({"items": {"type": "array", "items": ref("Limit")}}, ("items",)),
         "QuotaPut": quota_put,
