@@ -104,7 +104,7 @@ def console_cluster(tmp: Path, redis_url: str) -> Iterator[Console]:
         rx.reply("/fail", status=500, body=FAIL_BODY)
         env = {"CRONMAN_REDIS_URL": redis_url, "CRONMAN_REDIS_KEY_PREFIX": prefix}
         refused = f"http://127.0.0.1:{free_port()}/gone"  # nothing listens there
-        with running_api(url, workers=2, extra_env=env) as base:
+        with running_api(url, workers=2, extra_env=env, startup_timeout=90) as base:
             status, made, _ = http("POST", base + "/v1/jobs/bulk",
                                    {"jobs": seed_specs(rx, refused)}, token=admin)
             assert status == 201, made
