@@ -109,8 +109,9 @@ def console_cluster(tmp: Path, redis_url: str) -> Iterator[Console]:
                                    {"jobs": seed_specs(rx, refused)}, token=admin)
             assert status == 201, made
             jobs = {j["name"]: j for j in made["items"]}
-            procs.scheduler(url, "e2e-node-1", redis_url=redis_url, env={
-                "CRONMAN_REDIS_KEY_PREFIX": prefix})
+            node = procs.scheduler(url, "e2e-node-1", redis_url=redis_url, wait=False,
+                                   env={"CRONMAN_REDIS_KEY_PREFIX": prefix})
+            node.wait_for_log("ready: owns", timeout=90)  # a busy machine starts slowly
             (tmp / "agent-state").mkdir(exist_ok=True)
             procs.agent("e2e-agent-1", redis_url=redis_url, runtime="process", env={
                 **env, "CRONMAN_AGENT_LABELS": "kind=host",
