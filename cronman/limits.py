@@ -9,7 +9,8 @@ attempts it holds, cluster-wide: ``rate`` (starts per second: never more
 than ``rate`` in any second, ``rate < 1`` read as one start per ``1/rate``
 seconds), ``burst`` (optional: a token bucket of that size refilled at
 ``rate``, to spread the starts within the second) and ``concurrency``
-(attempts in flight at once).
+(attempts in flight at once). ``managed_by`` (optional) names the tool that
+manages it: ``jobs apply`` writes ``apply`` and prunes only those.
 
 A **quota** belongs to a namespace: ``max_jobs`` (refused at create), and
 ``fires_per_second`` / ``concurrent_runs``, carried out as a limit keyed by
@@ -52,7 +53,9 @@ MAX_CONCURRENCY = 1_000_000
 MAX_MATCH_VALUE = 2048
 MAX_JOBS_QUOTA = 10_000_000
 QUOTA_FIELDS = ("max_jobs", "fires_per_second", "burst", "concurrent_runs")
-LIMIT_FIELDS = ("name", "match", "rate", "burst", "concurrency")
+LIMIT_FIELDS = ("name", "match", "rate", "burst", "concurrency", "managed_by")
+MANAGED_BY_PATTERN = "^[a-z0-9][a-z0-9_.-]{0,31}$"
+MANAGED_BY_RE = re.compile(MANAGED_BY_PATTERN.replace("$", r"\Z"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +69,7 @@ class Limit:
     burst: int | None = None
     concurrency: int | None = None
     version: int = 1
+    managed_by: str | None = None
 
     @property
     def window_ms(self) -> int:
@@ -87,6 +91,8 @@ class Limit:
             out["burst"] = self.burst
         if self.concurrency is not None:
             out["concurrency"] = self.concurrency
+        if self.managed_by is not None:
+            out["managed_by"] = self.managed_by
         return out
 
     def describe(self) -> str:
@@ -210,8 +216,14 @@ def parse_limit(body: Any, *, name: str | None = None, version: int = 1) -> Limi
         raise ValidationError("a limit needs a rate, a concurrency, or both", field="rate")
     if burst_v is not None and rate_v is None:
         raise ValidationError("a burst needs a rate", field="burst")
+    managed_by = body.get("managed_by")
+    if managed_by is not None and (not isinstance(managed_by, str)
+                                   or not MANAGED_BY_RE.match(managed_by)):
+        raise ValidationError("must be 1 to 32 characters: lower-case letters, digits, "
+                              "'_', '.', '-', starting with a letter or digit",
+                              field="managed_by")
     return Limit(name=given, kind=kind, value=value, rate=rate_v, burst=burst_v,
-                 concurrency=conc_v, version=version)
+                 concurrency=conc_v, version=version, managed_by=managed_by)
 
 
 def parse_quota(namespace: str, body: Any) -> Quota:

@@ -58,6 +58,8 @@ class ScenarioParams:
     claimers: int | None = None
     kills: int | None = None
     claim_spin: bool = False
+    # limits: alternating pairs (none, 100 limits)
+    runs: int | None = None
 
 
 DEFAULTS: dict[str, dict[str, Any]] = {

@@ -52,6 +52,7 @@ class Workload:
     grace_s: int | None = None  # misfire grace (None: the job default)
     delivery: str | None = None  # cronman's delivery mode (None: at_least_once)
     max_attempts: int | None = None  # cronman's retry.max_attempts (None: the job default)
+    shards: int = 0  # > 0: job j carries the label shard: j % shards (the limits scenario)
 
     def __post_init__(self) -> None:
         if self.count < 1:
@@ -242,6 +243,8 @@ def cronman_definition(w: Jobs, i: int, url: str, run_label: str) -> dict[str, A
         "target": {"kind": "http", "url": url, "method": "POST", "timeout": 10},
         "labels": {"bench": run_label},
     }
+    if g.shards:
+        spec["labels"]["shard"] = str(j % g.shards)
     if misfire:
         spec["misfire"] = misfire
     if g.delivery:

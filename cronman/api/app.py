@@ -94,7 +94,7 @@ def create_app(settings: Settings, *, store: Store | None = None,
             return preflight
         if request.path.startswith(V1_PREFIX) or request.path == "/v1":
             g.principal = auth.authenticate(request.headers.get("Authorization"))
-            require_write_access(g.principal, request.method)
+            require_write_access(g.principal, request.method, request.path)
         return None
 
     app.after_request(guard.add_cors)

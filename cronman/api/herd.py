@@ -18,14 +18,36 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
+from typing import Any, Protocol
 
 from cronman.limits import Limit, LimitIndex, target_host
-from cronman.models import JobRow
 from cronman.schedules import IntervalSchedule, JobTimes, parse_schedule
 from cronman.timeutil import format_rfc3339, from_ms
 
 TOP_BREAKDOWN = 5  # namespaces and hosts listed per second
+
+
+class HerdRow(Protocol):
+    """What the forecast reads of a job: a live one's lean row
+    (``models.JobRow``), or a job proposed (``forecast_proposal``)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def schedule(self) -> str: ...  # JSON text
+    @property
+    def target(self) -> str: ...  # JSON text
+    @property
+    def start_at(self) -> datetime | None: ...
+    @property
+    def end_at(self) -> datetime | None: ...
+    @property
+    def paused(self) -> bool: ...
+    @property
+    def created_at(self) -> datetime: ...
 
 
 class TooManyFires(Exception):
@@ -96,14 +118,14 @@ def _fire_seconds(times: JobTimes, from_ms: int, to_ms: int, budget: int) -> lis
     return out
 
 
-def count_fires(rows: Iterable[JobRow], limits: LimitIndex, from_ms: int, to_ms: int, *,
+def count_fires(rows: Iterable[HerdRow], limits: LimitIndex, from_ms: int, to_ms: int, *,
                 max_fires: int, labelled: Mapping[str, frozenset[str]] | None = None) -> Herd:
     """Every fire time in ``[from_ms, to_ms)`` of the live, unpaused jobs
     (lean rows: their JSON as text, each distinct text decoded once;
     ``labelled``: the ids of the jobs carrying each label a limit matches);
     ``TooManyFires`` past ``max_fires``."""
     herd = Herd(from_ms, to_ms)
-    groups: dict[tuple[str, Any, Any], tuple[JobRow, Counter[_Member]]] = {}
+    groups: dict[tuple[str, Any, Any], tuple[HerdRow, Counter[_Member]]] = {}
     targets: dict[str, tuple[dict[str, Any], str]] = {}
     matched: dict[tuple[str, str, tuple[str, ...]], tuple[str, ...]] = {}
     labelled = labelled or {}
@@ -155,7 +177,7 @@ def count_fires(rows: Iterable[JobRow], limits: LimitIndex, from_ms: int, to_ms:
     return herd
 
 
-def _refuse_early(groups: Mapping[Any, tuple[JobRow, Counter[_Member]]], from_ms: int,
+def _refuse_early(groups: Mapping[Any, tuple[HerdRow, Counter[_Member]]], from_ms: int,
                   to_ms: int, max_fires: int) -> None:
     """``TooManyFires`` at once when the plain interval jobs alone hold more
     than ``max_fires`` fire times (counted arithmetically, none listed)."""

@@ -7,9 +7,10 @@ admin tokens only (whatever the auth state, as ``/v1/tokens``).
   ``version`` in the body must be the stored one: 409 otherwise).
 
 Every scheduler node reads the limits each sync poll: a change holds the
-fires of the whole cluster within a poll (2 s by default). ``GET`` of one
-limit adds its ``usage`` now, from the shared counters (Redis; null without
-Redis or while it does not answer).
+fires of the whole cluster within a poll (2 s by default). A ``GET`` adds
+to each limit its ``usage`` now, from the shared counters (Redis; null
+without Redis or while it does not answer), and ``waiting``: the attempts
+waiting on it now (their runs' ``gate``).
 """
 
 from __future__ import annotations
@@ -49,16 +50,26 @@ def _counters() -> LimitCounters | None:
     return counters
 
 
-def usage(limit: Limit) -> dict[str, int] | None:
-    """Slots in flight and starts within the window now, cluster-wide."""
+def usage(limits: list[Limit]) -> list[dict[str, int] | None]:
+    """Per limit: slots in flight and starts within the window now,
+    cluster-wide (one round trip; None each without Redis)."""
     counters = _counters()
-    if counters is None:
-        return None
+    if counters is None or not limits:
+        return [None] * len(limits)
     try:
-        [(in_flight, started)] = counters.usage([limit.name], [limit.window_ms or 1000])
+        got = counters.usage([lim.name for lim in limits],
+                             [lim.window_ms or 1000 for lim in limits])
     except CoordinatorUnavailable:
-        return None
-    return {"in_flight": in_flight, "starts_in_window": started}
+        return [None] * len(limits)
+    return [{"in_flight": in_flight, "starts_in_window": started}
+            for in_flight, started in got]
+
+
+def _with_state(limits: list[Limit]) -> list[dict[str, Any]]:
+    """The limits' JSON with what holds on them now: ``usage`` and ``waiting``."""
+    waiting = api_context().store.limits.waiting_counts()
+    return [{**limit_json(lim), "usage": used, "waiting": waiting.get(lim.name, 0)}
+            for lim, used in zip(limits, usage(limits), strict=True)]
 
 
 def _name(name: str) -> str:
@@ -79,8 +90,7 @@ def _version(body: Any) -> int | None:
 class LimitCollection(ApiView):
     def get(self) -> Response:
         require_admin(ADMIN_ONLY)
-        return json_response({"items": [limit_json(lim) for lim in
-                                        api_context().store.limits.list_limits()]})
+        return json_response({"items": _with_state(api_context().store.limits.list_limits())})
 
     def post(self) -> Response:
         who = require_admin(ADMIN_ONLY)
@@ -98,7 +108,7 @@ class LimitItem(ApiView):
         limit = api_context().store.limits.get_limit(_name(name))
         if limit is None:
             raise NotFound(f"no limit named {name!r}")
-        return json_response({**limit_json(limit), "usage": usage(limit)})
+        return json_response(_with_state([limit])[0])
 
     def put(self, name: str) -> Response:
         who = require_admin(ADMIN_ONLY)

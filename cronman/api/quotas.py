@@ -2,9 +2,10 @@
 (``cronman.limits.Quota``).
 
 - ``max_jobs``: a create (single or bulk) that would take the namespace's
-  live jobs past it is refused, 403 ``quota_exceeded`` naming the quota
-  (``enforce_max_jobs``). Checked at create, not in the insert's
-  transaction: two creates at the same moment may both pass.
+  live jobs past it is refused, 403 ``quota_exceeded`` naming the quota.
+  The store checks it in the insert's transaction, under a lock per
+  namespace (``cronman.store.limits.hold_max_jobs``): creates racing from
+  several API processes cannot pass it together.
 - ``fires_per_second`` (with an optional ``burst``) and ``concurrent_runs``:
   the namespace's fires are held to them cluster-wide, as a limit named
   ``quota:<namespace>`` keyed by the namespace (``/v1/limits``' machinery).
@@ -15,8 +16,6 @@ unbounded) and ``DELETE``: admin tokens only.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable
 from typing import Any
 
 from flask import Blueprint, Response
@@ -24,7 +23,6 @@ from flask import Blueprint, Response
 from cronman.api import validation as v
 from cronman.api.common import ApiView, json_response, principal, read_json, require_admin
 from cronman.api.context import api_context
-from cronman.errors import QuotaExceeded
 from cronman.limits import Quota, parse_quota
 
 bp = Blueprint("quotas", __name__, url_prefix="/v1/namespaces")
@@ -34,22 +32,6 @@ ADMIN_ONLY = "setting a namespace's quota"
 
 def quota_json(namespace: str, quota: Quota | None) -> dict[str, Any]:
     return {**(quota or Quota(namespace)).to_dict(), "default": quota is None}
-
-
-def enforce_max_jobs(namespaces: Iterable[str], prefix: str = "") -> None:
-    """403 ``quota_exceeded`` when creating jobs in ``namespaces`` (one entry
-    per job) takes one past its ``max_jobs``."""
-    limits = api_context().store.limits
-    for namespace, adding in Counter(namespaces).items():
-        quota = limits.get_quota(namespace)
-        if quota is None or quota.max_jobs is None:
-            continue
-        live = limits.live_jobs(namespace)
-        if live + adding > quota.max_jobs:
-            raise QuotaExceeded(
-                f"namespace {namespace!r} is at its quota max_jobs ({quota.max_jobs}): "
-                f"{live} live jobs, {adding} more asked for",
-                field=f"{prefix}namespace" if prefix else "namespace")
 
 
 class QuotaItem(ApiView):

@@ -1,7 +1,8 @@
 """Read-only tokens, and ``GET /v1/whoami``: what the caller's token allows.
 
 A token made with ``cronman tokens create --read-only`` may call GET (and
-HEAD) only; any other method on ``/v1`` is a 403, whatever its namespaces.
+HEAD) only, and the POSTs that change nothing (``READ_POSTS``); any other
+method on ``/v1`` is a 403, whatever its namespaces.
 The dashboard asks ``/v1/whoami`` to decide whether to show action buttons.
 """
 
@@ -16,10 +17,15 @@ from cronman.errors import Forbidden
 bp = Blueprint("whoami", __name__, url_prefix="/v1")
 
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# POSTs that only read: the forecast of a proposal (its body is too large
+# for a query).
+READ_POSTS = frozenset({"/v1/forecast"})
 
 
-def require_write_access(who: Principal, method: str) -> None:
+def require_write_access(who: Principal, method: str, path: str) -> None:
     """403 for a read-only token on anything but a read."""
+    if method.upper() == "POST" and path in READ_POSTS:
+        return
     if who.read_only and method.upper() not in READ_METHODS:
         raise Forbidden("this token is read-only: it may only read (GET)")
 

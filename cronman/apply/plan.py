@@ -72,9 +72,9 @@ class Change:
             return ""
         if self.action == "create":
             assert self.spec is not None
-            return _diff({}, _shown_spec(self.spec), "(none)", self.source or "")
+            return yaml_diff({}, _shown_spec(self.spec), "(none)", self.source or "")
         assert self.before is not None and self.after is not None and self.live is not None
-        text = _diff(_without_digest(self.before), _without_digest(self.after),
+        text = yaml_diff(_without_digest(self.before), _without_digest(self.after),
                      f"live {self.key} (version {self.live['version']})", self.source or "")
         return text or ("  (only the applied digest differs: a value the API shows only "
                         "redacted -- a target header or env value -- changed)")
@@ -252,8 +252,8 @@ def _without_digest(definition: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _diff(before: Mapping[str, Any], after: Mapping[str, Any], from_name: str,
-          to_name: str) -> str:
+def yaml_diff(before: Mapping[str, Any], after: Mapping[str, Any], from_name: str,
+              to_name: str) -> str:
     a = _yaml(before) if before else []
     b = _yaml(after)
     lines = difflib.unified_diff(a, b, fromfile=from_name, tofile=to_name, lineterm="", n=2)

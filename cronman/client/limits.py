@@ -72,3 +72,14 @@ class LimitCalls:
                  if v is not None]
         found: dict[str, Any] = self.request("GET", "/v1/forecast", query=query)
         return found
+
+    def forecast_proposal(self, proposal: Mapping[str, Any], *, since: str | None = None,
+                          until: str | None = None, namespace: str | None = None,
+                          top: int | None = None) -> dict[str, Any]:
+        """The forecast as ``proposal`` would leave the cluster (``jobs``: definitions
+        made, or replacing the live job whose ``id`` they carry; ``delete_jobs``;
+        ``limits``: the limits as they would be). Changes nothing."""
+        window = {k: v for k, v in (("from", since), ("to", until), ("namespace", namespace),
+                                    ("top", top)) if v is not None}
+        found: dict[str, Any] = self.request("POST", "/v1/forecast", {**window, **proposal})
+        return found

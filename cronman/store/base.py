@@ -55,7 +55,11 @@ class JobStore(Protocol):
 
         Each spec holds the normalised fields of ``Job`` except id, version
         and times. Raises ``Conflict`` (field ``name``, or ``jobs[i].name``
-        for more than one spec) when a name is taken in its namespace.
+        for more than one spec) when a name is taken in its namespace, and
+        ``QuotaExceeded`` (field ``namespace``) when the jobs would take a
+        namespace past its quota's ``max_jobs``: checked in the insert's
+        transaction under a lock per namespace, so concurrent creates (from
+        any number of API processes) never pass it together.
         With ``change``, each job's creation is recorded in its history
         (``cronman.store.history``) in the same transaction; so for every
         write below that takes one.
@@ -500,11 +504,12 @@ class LimitStore(Protocol):
 
     def delete_quota(self, namespace: str) -> bool: ...
 
-    def live_jobs(self, namespace: str) -> int:
-        """The namespace's live jobs (what ``max_jobs`` bounds)."""
-
     def all_limits(self) -> list[Limit]:
         """Every limit, and every quota that bounds fires as a limit (a node's read)."""
+
+    def waiting_counts(self) -> dict[str, int]:
+        """Per limit name, the attempts waiting on it now (from their runs'
+        ``gate``: the nodes write it when an attempt starts to wait)."""
 
     def labelled_jobs(self, labels: list[str]) -> dict[str, frozenset[str]]:
         """Per label (``key:value``), the ids of the live jobs that carry it."""

@@ -4,30 +4,69 @@
 A limit's update names the version it read (a stale one is a ``Conflict``,
 never an overwrite). Nodes read every limit and quota each sync poll
 (``all_limits``: the limits and the quotas carried out as limits).
+
+``hold_max_jobs`` is the quota's check inside a create's transaction: under
+a lock per namespace (PostgreSQL's transaction advisory lock; SQLite's
+writers are serialised), so two creates racing from two API processes see
+each other's jobs and cannot both pass the bound.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections import Counter
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import Row
+from sqlalchemy.engine import Connection, Row
 
-from cronman.errors import Conflict, NotFound
+from cronman.errors import Conflict, NotFound, QuotaExceeded
 from cronman.limits import Limit, Quota, quota_limit
-from cronman.store.dialect import labels_match
+from cronman.store.dialect import advisory_xact_lock, labels_match
 from cronman.store.engine import Database, Tx
-from cronman.store.tables import jobs, limits, namespace_quotas
+from cronman.store.tables import IN_FLIGHT_STATUSES, jobs, limits, namespace_quotas, scheduled_jobs
 from cronman.timeutil import utcnow
 
 lt = limits
 nq = namespace_quotas
+# The advisory lock of a namespace's max_jobs is its name's digest under this
+# prefix, cut to PostgreSQL's signed 64 bits.
+QUOTA_LOCK_PREFIX = b"cronman.max_jobs:"
+
+
+def quota_lock_key(namespace: str) -> int:
+    digest = hashlib.sha256(QUOTA_LOCK_PREFIX + namespace.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _live_count(conn: Connection, namespace: str) -> int:
+    return int(conn.execute(select(func.count()).select_from(jobs).where(
+        jobs.c.namespace == namespace, jobs.c.deleted_at.is_(None))).scalar() or 0)
+
+
+def hold_max_jobs(tx: Tx, adding: Counter[str]) -> None:
+    """``QuotaExceeded`` when adding ``adding[ns]`` jobs takes a namespace
+    past its ``max_jobs``; in the creating transaction, first in it: each
+    bounded namespace's lock (in name order, so two bulk creates cannot
+    deadlock) is held to the commit, and the count after it is taken sees
+    every create committed before (READ COMMITTED: a snapshot per statement).
+    """
+    bounded = tx.conn.execute(select(nq.c.namespace, nq.c.max_jobs).where(
+        nq.c.namespace.in_(sorted(adding)), nq.c.max_jobs.is_not(None))).all()
+    for namespace, max_jobs in sorted(bounded):
+        advisory_xact_lock(tx.conn, quota_lock_key(namespace))
+        live = _live_count(tx.conn, namespace)
+        if live + adding[namespace] > max_jobs:
+            raise QuotaExceeded(
+                f"namespace {namespace!r} is at its quota max_jobs ({max_jobs}): "
+                f"{live} live jobs, {adding[namespace]} more asked for", field="namespace")
 
 
 def _limit(row: Row[Any]) -> Limit:
     return Limit(name=row.name, kind=row.match_kind, value=row.match_value, rate=row.rate,
-                 burst=row.burst, concurrency=row.concurrency, version=row.version)
+                 burst=row.burst, concurrency=row.concurrency, version=row.version,
+                 managed_by=row.managed_by)
 
 
 def _quota(row: Row[Any]) -> Quota:
@@ -38,7 +77,8 @@ def _quota(row: Row[Any]) -> Quota:
 
 def _values(limit: Limit) -> dict[str, Any]:
     return {"match_kind": limit.kind, "match_value": limit.value, "rate": limit.rate,
-            "burst": limit.burst, "concurrency": limit.concurrency}
+            "burst": limit.burst, "concurrency": limit.concurrency,
+            "managed_by": limit.managed_by}
 
 
 class SqlLimitStore:
@@ -127,11 +167,20 @@ class SqlLimitStore:
         return bool(self._db.write(lambda tx: tx.conn.execute(
             delete(nq).where(nq.c.namespace == namespace)).rowcount))
 
-    def live_jobs(self, namespace: str) -> int:
-        """The namespace's live jobs (what ``max_jobs`` bounds)."""
+    def waiting_counts(self) -> dict[str, int]:
+        """Per limit, the attempts waiting on it now: in-flight runs whose
+        ``gate`` says they wait on it (a started one says how long it waited)."""
+        sj = scheduled_jobs
+        out: dict[str, int] = {}
         with self._db.read() as conn:
-            return int(conn.execute(select(func.count()).select_from(jobs).where(
-                jobs.c.namespace == namespace, jobs.c.deleted_at.is_(None))).scalar() or 0)
+            gates = conn.execute(select(sj.c.gate).where(
+                sj.c.status.in_(IN_FLIGHT_STATUSES), sj.c.gate.is_not(None))).scalars()
+            for gate in gates:
+                held = gate.get("limit") if isinstance(gate, dict) else None
+                if isinstance(held, dict) and "since" in held and "waited_ms" not in held:
+                    name = str(held.get("name"))
+                    out[name] = out.get(name, 0) + 1
+        return out
 
     # -- for the nodes ------------------------------------------------------
 

@@ -7,6 +7,7 @@ different statements, ``job_bulk`` and ``dialect`` hold them.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
@@ -27,6 +28,7 @@ from cronman.store.codec import (
 )
 from cronman.store.engine import Database, Tx
 from cronman.store.job_search import JobQueries
+from cronman.store.limits import hold_max_jobs
 from cronman.store.records import ChangeContext
 from cronman.store.tables import jobs
 from cronman.timeutil import utcnow
@@ -101,7 +103,10 @@ class SqlJobStore(JobQueries):
             seen[key] = i
             rows.append(row)
 
+        adding = Counter(row["namespace"] for row in rows)
+
         def fn(tx: Tx) -> None:
+            hold_max_jobs(tx, adding)
             taken = job_bulk.insert_jobs(tx, rows)
             if taken:
                 raise _first_taken(rows, seen, taken)

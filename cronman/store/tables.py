@@ -589,6 +589,8 @@ limits = Table(
     Column("created_at", UTCDateTime(), nullable=False),
     Column("updated_at", UTCDateTime(), nullable=False),
     Column("updated_by", String(36)),
+    # Who manages the limit ("apply": jobs apply, which prunes only its own).
+    Column("managed_by", String(32)),
 )
 
 # Each namespace's quota (cronman.limits.Quota): NULL bounds nothing.

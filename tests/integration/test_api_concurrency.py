@@ -6,6 +6,10 @@ Found by probing: 20 clients doing GET then ``PATCH {"priority": p + 1,
 PATCH racing a ``POST /pause`` undid the pause in 17 of 20 trials. Both are
 tested the way they were found: real threads against ``cronman api``
 (gunicorn) on PostgreSQL, and on the store of each backend.
+
+A namespace's ``max_jobs`` quota holds under a burst of creates from two API
+processes at once: checked before the insert's transaction, 24 concurrent
+creates (a third of them bulk creates of two) against a quota of 5 made 11.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from collections import Counter
 
 import pytest
 
-from cronman.errors import Conflict
+from cronman.errors import Conflict, QuotaExceeded
+from cronman.limits import Quota
+from cronman.store import open_store
 from tests.conftest import _truncate_pg
 from tests.support.api import http, job_spec, running_api
 
@@ -144,6 +150,72 @@ def test_put_without_version_is_applied_to_the_latest_state(api):
     got = http("GET", url)[1]
     assert got["version"] == 1 + 8
     assert got["labels"] == {"writer": str(got["priority"])}
+
+
+def test_store_create_holds_max_jobs_against_concurrent_creates(store):
+    store.limits.put_quota(Quota("pay", max_jobs=5), by=None)
+    outcomes: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def create(i: int) -> None:
+        try:
+            store.jobs.create_jobs([{**_spec(f"j{i}"), "namespace": "pay"}])
+            outcome = "created"
+        except QuotaExceeded as exc:
+            assert exc.field == "namespace" and "max_jobs (5)" in exc.message
+            outcome = "refused"
+        with lock:
+            outcomes[outcome] += 1
+
+    _race(12, create)
+    assert outcomes == {"created": 5, "refused": 7}
+    assert store.jobs.count_live_jobs() == 5
+
+
+@pytest.fixture
+def two_apis(pg_database_url):
+    """Two ``cronman api`` processes (two gunicorn workers each) on one database."""
+    _truncate_pg(pg_database_url)
+    with running_api(pg_database_url, workers=2, threads=8) as first, \
+            running_api(pg_database_url, workers=2, threads=8) as second:
+        yield pg_database_url, (first, second)
+
+
+@pytest.mark.postgres
+def test_max_jobs_holds_against_a_burst_of_creates_from_two_api_processes(two_apis):
+    url, apis = two_apis
+    answers: Counter[int] = Counter()
+    lock = threading.Lock()
+
+    def create(i: int) -> None:
+        base = apis[i % 2]
+        if i % 3 == 0:  # a bulk create of two
+            status, body, _ = http("POST", base + "/v1/jobs/bulk", {"jobs": [
+                job_spec(f"b{i}-{k}", namespace="pay") for k in range(2)]})
+        else:
+            status, body, _ = http("POST", base + "/v1/jobs", job_spec(f"j{i}", namespace="pay"))
+        assert status in (201, 403), (status, body)
+        if status == 403:
+            assert body["error"]["code"] == "quota_exceeded", body
+        with lock:
+            answers[status] += 1
+
+    for trial in range(3):
+        _truncate_pg(url)
+        store = open_store(url)
+        try:
+            store.limits.put_quota(Quota("pay", max_jobs=5), by=None)
+        finally:
+            store.close()
+        answers.clear()
+        _race(24, create)
+        status, page, _ = http("GET", apis[0] + "/v1/jobs?namespace=pay&limit=100")
+        assert status == 200
+        assert len(page["items"]) <= 5, (trial, len(page["items"]), answers)
+        assert answers[403] > 0 and answers[201] > 0, answers
+        # Refused only when the quota is full: at most one job short of it
+        # (a refused bulk create of two while one place was left).
+        assert len(page["items"]) >= 4, (trial, len(page["items"]), answers)
 
 
 def _spec(name: str) -> dict:

@@ -208,3 +208,28 @@ def test_a_limit_shows_its_usage_now_from_the_shared_counters(store, database_ur
         assert got["usage"] == {"in_flight": 2, "starts_in_window": 2}
     finally:
         node.close()
+
+
+def test_a_limit_shows_the_attempts_waiting_on_it_now(client, tokens, store):
+    from datetime import timedelta
+
+    from tests.support.store_data import base_time, make_run
+    from tests.support.store_data import job_spec as stored_spec
+
+    admin = tokens["admin"]
+    assert client.post("/v1/limits", json=BILLING, headers=admin).status_code == 201
+    (job,) = store.jobs.create_jobs([stored_spec("held")])
+    t0 = base_time()
+    waiting = {"limit": {"name": "billing", "reason": "waiting on limit billing: 50 of 50 "
+                         "in flight", "since": "2026-12-02T09:00:00Z"}}
+    store.runs.claim_runs([
+        make_run(job.id, t0, status="running", gate=waiting),
+        make_run(job.id, t0 + timedelta(seconds=1), status="running", gate=waiting),
+        # Started after its wait, and one ended while waiting: neither waits now.
+        make_run(job.id, t0 + timedelta(seconds=2), status="running",
+                 gate={"limit": {"name": "billing", "waited_ms": 840}}),
+        make_run(job.id, t0 + timedelta(seconds=3), status="skipped", gate=waiting),
+    ])
+    [item] = client.get("/v1/limits", headers=admin).get_json()["items"]
+    assert (item["name"], item["waiting"], item["usage"]) == ("billing", 2, None)
+    assert client.get("/v1/limits/billing", headers=admin).get_json()["waiting"] == 2

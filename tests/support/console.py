@@ -104,13 +104,14 @@ def console_cluster(tmp: Path, redis_url: str) -> Iterator[Console]:
         rx.reply("/fail", status=500, body=FAIL_BODY)
         env = {"CRONMAN_REDIS_URL": redis_url, "CRONMAN_REDIS_KEY_PREFIX": prefix}
         refused = f"http://127.0.0.1:{free_port()}/gone"  # nothing listens there
-        with running_api(url, workers=2, extra_env=env) as base:
+        with running_api(url, workers=2, extra_env=env, startup_timeout=90) as base:
             status, made, _ = http("POST", base + "/v1/jobs/bulk",
                                    {"jobs": seed_specs(rx, refused)}, token=admin)
             assert status == 201, made
             jobs = {j["name"]: j for j in made["items"]}
-            procs.scheduler(url, "e2e-node-1", redis_url=redis_url, env={
-                "CRONMAN_REDIS_KEY_PREFIX": prefix})
+            node = procs.scheduler(url, "e2e-node-1", redis_url=redis_url, wait=False,
+                                   env={"CRONMAN_REDIS_KEY_PREFIX": prefix})
+            node.wait_for_log("ready: owns", timeout=90)  # a busy machine starts slowly
             (tmp / "agent-state").mkdir(exist_ok=True)
             procs.agent("e2e-agent-1", redis_url=redis_url, runtime="process", env={
                 **env, "CRONMAN_AGENT_LABELS": "kind=host",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from cronman.api.forecast_proposal import MAX_PROPOSED
 from cronman.api.openapi.parts import (
     JSON,
     NAMESPACE,
@@ -21,6 +22,7 @@ from cronman.api.openapi.parts import (
 from cronman.api.timeparams import RELATIVE_PATTERN
 from cronman.limits import (
     LIMIT_NAME_PATTERN,
+    MANAGED_BY_PATTERN,
     MATCH_PATTERNS,
     MAX_CONCURRENCY,
     MAX_JOBS_QUOTA,
@@ -72,6 +74,9 @@ def _limit_fields() -> dict[str, Any]:
         "burst": {**COUNT, "description": "a token bucket of this size, refilled at the rate: "
                                           "spreads the starts within the second"},
         "concurrency": {**COUNT, "description": "attempts in flight at once, cluster-wide"},
+        "managed_by": {"type": "string", "pattern": MANAGED_BY_PATTERN,
+                       "description": "the tool that manages the limit: jobs apply writes "
+                                      "'apply' and prunes only those; absent: made by hand"},
     }
 
 
@@ -110,8 +115,10 @@ def schemas() -> dict[str, Any]:
                           "in_flight": {"type": "integer"},
                           "starts_in_window": {"type": "integer"}},
                           ("in_flight", "starts_in_window"),
-                          description="now, cluster-wide (GET of one limit; null without "
-                                      "Redis or while it does not answer)"))},
+                          description="now, cluster-wide (null without Redis or while it "
+                                      "does not answer)")),
+                      "waiting": {"type": "integer",
+                                  "description": "attempts waiting on the limit now"}},
                      ("name", "match", "version")),
         "LimitList": obj({"items": {"type": "array", "items": ref("Limit")}}, ("items",)),
         "QuotaPut": quota_put,
@@ -142,9 +149,28 @@ def schemas() -> dict[str, Any]:
                                    "arriving": {"type": "integer"},
                                    "allowed": {"type": "number"},
                                    "waiting": {"type": "integer"}})},
-            "held_truncated": {"type": "boolean"},
+                "held_truncated": {"type": "boolean"},
+            "proposal": obj({"jobs": {"type": "integer"}, "removed": {"type": "integer"},
+                             "limits": nullable({"type": "integer"})},
+                            description="a POST's: jobs proposed, live jobs left out "
+                                        "(replaced or deleted), limits proposed"),
         }, ("from", "to", "jobs", "jobs_truncated", "fires", "peak", "seconds", "namespaces",
             "hosts", "limits", "held", "held_truncated")),
+        "ForecastProposal": obj({
+            "from": AHEAD, "to": AHEAD, "namespace": NAMESPACE,
+            "top": {"type": "integer", "minimum": 1, "maximum": 1000},
+            "jobs": {"type": "array", "maxItems": MAX_PROPOSED,
+                     "description": "job definitions (as JobCreate) counted as if made; one "
+                                    "with the id of a live job replaces it (as JobReplace)",
+                     "items": {"type": "object"}},
+            "delete_jobs": {"type": "array", "maxItems": MAX_PROPOSED,
+                            "items": {"type": "string"},
+                            "description": "live jobs left out"},
+            "limits": {"type": "array", "maxItems": MAX_PROPOSED, "items": ref("LimitCreate"),
+                       "description": "the limits as they would be, in place of the live "
+                                      "ones (quotas stay); absent: the live ones"},
+        }, description="a proposal the forecast counts in place of what is live; nothing "
+                       "is written"),
     }
 
 
@@ -187,5 +213,10 @@ def paths() -> dict[str, Any]:
                           query("namespace", NAMESPACE, "only this namespace"),
                           query("top", {"type": "integer", "minimum": 1, "maximum": 1000},
                                 "busiest seconds listed (default 20)")]),
+            "post": op("forecastProposal", "The forecast of a proposal: jobs made, replaced "
+                       "or left out and limits changed (what jobs apply --dry-run shows); "
+                       "changes nothing, read-only tokens may ask",
+                       ok("200", "Forecast", "the forecast"), "400 403 413",
+                       body="ForecastProposal"),
         },
     }

@@ -335,9 +335,15 @@ class Dispatcher:
         self._go(ar)
 
     def limit_passed(self, ar: ActiveRun) -> None:
-        """Its limits granted the attempt (``LimitPassage``): start it."""
+        """Its limits granted the attempt (``LimitPassage``): start it; one that
+        waited has its row say how long (no longer waiting: the API counts
+        the fires waiting on a limit from the rows)."""
         if ar.done:
             return
+        held = (ar.gate or {}).get("limit")
+        if isinstance(held, dict) and "waited_ms" in held:
+            self.writer.update(RunUpdate(id=ar.run_id, scheduled_for=ar.scheduled_for,
+                                         status=ar.status, gate=ar.gate))
         if ar.check_job and ar.started_at is None and not self._still_wanted(ar):
             return  # it may have waited long
         self._go(ar)

@@ -8,6 +8,7 @@ import * as clusterView from "./views/cluster.js";
 import * as editView from "./views/edit.js";
 import * as jobView from "./views/job.js";
 import * as jobsView from "./views/jobs.js";
+import * as limitsView from "./views/limits.js";
 import * as plotsView from "./views/plots.js";
 import * as runView from "./views/run.js";
 import * as runsView from "./views/runs.js";
@@ -25,6 +26,7 @@ function pickView(path) {
   if (first === "runs") return runsView;
   if (first === "cluster") return clusterView;
   if (first === "plots") return plotsView;
+  if (first === "limits") return limitsView;
   return jobsView;
 }
 
