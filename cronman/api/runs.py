@@ -1,6 +1,7 @@
 """The ``/v1/runs`` resources: one run, and replaying a finished one. A
 worker run's JSON carries its queue's item while it has one (``worker``);
-its worker's calls are ``cronman.api.work``'s."""
+its worker's calls are ``cronman.api.work``'s. One run's JSON also holds its
+earlier attempts (``earlier_attempts``) and, when tracing is on, its trace id."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from cronman.api.common import MAX_BODY_BYTES, ApiView, json_response, principal
 from cronman.api.context import api_context
 from cronman.api.idempotency import idempotent
 from cronman.api.names import ID_RE
-from cronman.api.serialize import run_json
+from cronman.api.serialize import attempt_json, run_json
 from cronman.errors import Conflict, NotFound
 from cronman.models import Job, Run
+from cronman.observability import tracing
 from cronman.store.base import Store
 from cronman.store.work_records import WorkItem
 from cronman.timeutil import utcnow
@@ -48,7 +50,14 @@ def work_items(store: Store, runs: list[Run]) -> dict[str, WorkItem]:
 class RunItem(ApiView):
     def get(self, run_id: str) -> Response:
         run, _ = load_run(run_id)
-        return json_response(run_json(run, work_items(api_context().store, [run]).get(run.id)))
+        store = api_context().store
+        out = run_json(run, work_items(store, [run]).get(run.id))
+        out["earlier_attempts"] = ([attempt_json(a) for a in store.runs.earlier_attempts(run.id)]
+                                   if run.attempt > 1 else [])
+        traces = tracing.active()
+        if traces is not None:  # a run's trace id is derived from its id (observability.tracing)
+            out["trace_id"] = traces.run_log_ids(run.id)[0]
+        return json_response(out)
 
 
 class RunReplay(ApiView):
