@@ -102,7 +102,7 @@ class RunContext:
             return None
         now = self._output()
         with self._lock:
-            if now == self._output_sent:
+            if now == (self._output_sent or ("", "")):  # nothing new (nothing yet: no news)
                 return None
             self._output_sent = now
         return {"stdout": without_nul(now[0]), "stderr": without_nul(now[1])}

@@ -2,7 +2,8 @@
 of a retried run with its answer; a worker run's worker, heartbeats,
 progress and its stdout and stderr apart, tailing while it runs; cancel from
 the page (checked through the API), neither cancel nor replay for a
-read-only token; the Queues view; the trace id when the API traces. Nothing
+read-only token; a running container's output as its agent publishes it; the
+Queues view; the trace id when the API traces. Nothing
 wider than the viewport, no console error, no request off loopback.
 """
 
@@ -207,3 +208,44 @@ def test_the_trace_id_shows_when_the_api_traces(console, browser, retried):
             watch.assert_clean()
         finally:
             context.close()
+
+
+def test_a_running_containers_page_tails_its_output(console, browser):
+    """The agent publishes a running container's tails every 2 s; the page
+    follows them, stdout and stderr apart, and offers no cancel (the API
+    cancels only runs with a work queue)."""
+    job = made(console, {
+        "name": "container-tail", "schedule": {"kind": "interval", "every": 86400},
+        "retry": {"max_attempts": 1},
+        "target": {"kind": "container", "image": "unused", "selector": {"kind": "host"},
+                   "timeout": 60, "command": [
+                       "sh", "-c", "i=0; while [ $i -lt 60 ]; do i=$((i+1)); echo out-$i; "
+                       "echo err-$i >&2; sleep 0.25; done"]}})
+    context, page, watch = open_page(browser, console, console.admin, width=390, height=844)
+    try:
+        run_id = trigger(console, job)
+        live = wait_for(lambda: run_of(console, run_id).get("live_output"), 30,
+                        "the container's first published output")
+        assert live["agent_id"] == "e2e-agent-1" and "out-" in live["stdout"], live
+        assert "err-" in live["stderr"] and "out-" not in live["stderr"], live
+        goto(page, console, f"runs/{run_id}")
+        page.wait_for_selector("#run-stdout")
+        first = page.inner_text("#run-stdout")
+        assert "out-" in first and "err-" not in first
+        assert page.inner_text("h2:has-text('stdout')") == "stdout so far"
+        until(page, f"document.querySelector('#run-stdout') && document.querySelector("
+                    f"'#run-stdout').innerText !== {first!r}", 20)
+        assert page.locator("#run-actions button[data-action=cancel]").count() == 0
+        fits(page)
+        shot(page, "390-run-container-live", console.shots)
+        ended = wait_for(lambda: (lambda r: r if r["status"] == "succeeded" else None)(
+            run_of(console, run_id)), 40, "the container's end")
+        assert "live_output" not in ended
+        assert ended["result"]["logs_tail"]["stdout"].rstrip().endswith("out-60")
+        until(page, "document.querySelector('#run-stdout') && "
+                    "document.querySelector('#run-stdout').innerText.trim().endsWith('out-60')",
+              20)
+        watch.assert_clean()
+    finally:
+        context.close()
+        console.api("DELETE", f"/v1/jobs/{job['id']}?force=true")

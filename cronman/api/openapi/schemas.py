@@ -226,6 +226,12 @@ RUN = obj({
         "error")), "description": (
         "GET /v1/runs/{run_id} only: the run's attempts before its latest (whose outcome is "
         "the run's own fields), oldest first, the last 20 at most")},
+    "live_output": {**obj({
+        "agent_id": nullable(STRING), "stdout": nullable(STRING), "stderr": nullable(STRING),
+        "at": nullable(TIME)}, ("agent_id", "stdout", "stderr", "at")), "description": (
+        "GET /v1/runs/{run_id} only, while a container run runs: the tails of its stdout "
+        "and stderr so far (4096 bytes each) as its agent published them last (every 2 s "
+        "when they change; the result's logs_tail holds them once it ends)")},
     "trace_id": {"type": "string", "pattern": "^[0-9a-f]{32}$", "description": (
         "GET /v1/runs/{run_id} only, when tracing is on: the run's trace (derived from its "
         "id)")},

@@ -2,7 +2,7 @@
 // every attempt (status, times, node, result, error; the earlier ones kept by
 // the API in earlier_attempts); the latest attempt's answer (HTTP status and
 // the answer's first KiB, the SQS message id, a container's or a worker's exit
-// code with stdout and stderr apart -- a worker's so far while it runs); a
+// code with stdout and stderr apart -- so far, while it runs); a
 // worker run's worker, heartbeats and progress; why it waited or was skipped
 // (its gate). Replay it when finished, cancel it while it runs (when this API
 // has POST /v1/runs/{id}/cancel). Refreshed every 2 s until the run ends.
@@ -33,7 +33,9 @@ export function render(ctx) {
       if (!job || job.id !== run.job_id) {
         job = await api(`v1/jobs/${encodeURIComponent(run.job_id)}`).catch(() => null);
       }
-      const cancellable = !FINAL.has(run.status) && await hasApiPath(CANCEL_PATH, "post");
+      // Only a run with a work queue's item (a worker's, an http callback's) can be cancelled.
+      const cancellable = !FINAL.has(run.status) && Boolean(run.worker)
+        && await hasApiPath(CANCEL_PATH, "post");
       renderHead(cancellable);
       renderAttempts();
       renderAttempt();
@@ -111,7 +113,8 @@ export function render(ctx) {
 
   function renderAttempt() {
     const result = run.result || {};
-    const live = !FINAL.has(run.status) && run.worker ? run.worker.output : null;
+    const live = FINAL.has(run.status) ? null
+      : (run.worker && run.worker.output) || run.live_output || null;
     const logs = result.logs_tail || live || null;
     // append() (not Element.append) leaves out the parts a run lacks (null).
     append(clear(attempt), [
@@ -131,7 +134,7 @@ export function render(ctx) {
       logs ? streams(logs, live ? " so far" : "", "run") : null,
       !FINAL.has(run.status) ? h("p", { class: "muted", text:
         "Still running: this page refreshes every 2 s; a worker's output comes with its " +
-        "heartbeats, a container's when it ends." })
+        "heartbeats, a container's as its agent publishes it (every 2 s)." })
         : null]);
   }
 
