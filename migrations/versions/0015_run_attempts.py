@@ -53,6 +53,7 @@ FOR EACH ROW WHEN ({_FIRES}) EXECUTE FUNCTION cronman_keep_attempt()
 """
 # SQLite cannot change NEW: the row is updated again after the update (a
 # trigger's own UPDATE fires no trigger while recursive triggers are off).
+# Its times are UTC text, "YYYY-MM-DD HH:MM:SS.ffffff": kept to the microsecond.
 _SQLITE_TRIGGER = f"""
 CREATE TRIGGER scheduled_jobs_keep_attempt AFTER UPDATE OF attempt ON scheduled_jobs
 FOR EACH ROW WHEN {_FIRES}
@@ -61,8 +62,8 @@ BEGIN
     SELECT CASE WHEN json_array_length(k) > {ATTEMPTS_KEPT} THEN json_remove(k, '$[0]') ELSE k END
     FROM (SELECT json_insert(COALESCE(OLD.attempts, '[]'), '$[#]', json_object(
       'attempt', OLD.attempt, 'status', OLD.status, 'node_id', OLD.node_id,
-      'started_at', strftime('%Y-%m-%dT%H:%M:%fZ', OLD.started_at),
-      'finished_at', strftime('%Y-%m-%dT%H:%M:%fZ', OLD.finished_at),
+      'started_at', replace(OLD.started_at, ' ', 'T') || 'Z',
+      'finished_at', replace(OLD.finished_at, ' ', 'T') || 'Z',
       'duration_ms', OLD.duration_ms, 'result', json(OLD.result), 'error', OLD.error)) AS k))
   WHERE id = NEW.id AND scheduled_for = NEW.scheduled_for;
 END
