@@ -1,19 +1,26 @@
 """The ``/v1/runs`` resources: one run, and replaying a finished one. A
 worker run's JSON carries its queue's item while it has one (``worker``);
-its worker's calls are ``cronman.api.work``'s."""
+its worker's calls are ``cronman.api.work``'s. One run's JSON also holds its
+earlier attempts (``earlier_attempts``), a running container's output so far
+as its agent published it (``live_output``) and, when tracing is on, its
+trace id."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from flask import Blueprint, Response
 
 from cronman.api.changes import change
+from cronman.api.cluster import agent_directory
 from cronman.api.common import MAX_BODY_BYTES, ApiView, json_response, principal
 from cronman.api.context import api_context
 from cronman.api.idempotency import idempotent
 from cronman.api.names import ID_RE
-from cronman.api.serialize import run_json
-from cronman.errors import Conflict, NotFound
+from cronman.api.serialize import attempt_json, run_json
+from cronman.errors import Conflict, CoordinatorUnavailable, NotFound
 from cronman.models import Job, Run
+from cronman.observability import tracing
 from cronman.store.base import Store
 from cronman.store.work_records import WorkItem
 from cronman.timeutil import utcnow
@@ -45,10 +52,37 @@ def work_items(store: Store, runs: list[Run]) -> dict[str, WorkItem]:
     return store.work.items(ids, now=utcnow()) if ids else {}
 
 
+def live_output(run: Run, job: Job | None) -> dict[str, Any] | None:
+    """A running container's output so far, as its agent last published it
+    (``worker_agent.agent``: every 2 s); None when there is none to read."""
+    if run.status != "running" or job is None or job.target.get("kind") != "container":
+        return None
+    directory = agent_directory()
+    if directory is None:
+        return None
+    try:
+        found = directory.output(run.id)
+    except CoordinatorUnavailable:
+        return None
+    if found is None or found.get("attempt") != run.attempt:
+        return None
+    return {k: found.get(k) for k in ("agent_id", "stdout", "stderr", "at")}
+
+
 class RunItem(ApiView):
     def get(self, run_id: str) -> Response:
-        run, _ = load_run(run_id)
-        return json_response(run_json(run, work_items(api_context().store, [run]).get(run.id)))
+        run, job = load_run(run_id)
+        store = api_context().store
+        out = run_json(run, work_items(store, [run]).get(run.id))
+        live = live_output(run, job)
+        if live is not None:
+            out["live_output"] = live
+        out["earlier_attempts"] = ([attempt_json(a) for a in store.runs.earlier_attempts(run.id)]
+                                   if run.attempt > 1 else [])
+        traces = tracing.active()
+        if traces is not None:  # a run's trace id is derived from its id (observability.tracing)
+            out["trace_id"] = traces.run_log_ids(run.id)[0]
+        return json_response(out)
 
 
 class RunReplay(ApiView):

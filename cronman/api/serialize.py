@@ -16,6 +16,7 @@ from cronman.timeutil import format_rfc3339, to_ms
 if TYPE_CHECKING:  # the light client install has neither Flask nor SQLAlchemy
     from cronman.api.auth import Principal
     from cronman.store.base import Edge
+    from cronman.store.records import AttemptOutcome
     from cronman.store.work_records import QueueStats, WorkItem
 
 log = logging.getLogger(__name__)
@@ -134,6 +135,20 @@ def run_json(run: Run, work: WorkItem | None = None) -> dict[str, Any]:
     return out
 
 
+def attempt_json(a: AttemptOutcome) -> dict[str, Any]:
+    """An earlier attempt of a run (``earlier_attempts`` of one run's JSON)."""
+    return {
+        "attempt": a.attempt,
+        "status": a.status,
+        "node_id": a.node_id,
+        "started_at": format_rfc3339(a.started_at),
+        "finished_at": format_rfc3339(a.finished_at),
+        "duration_ms": a.duration_ms,
+        "result": a.result,
+        "error": a.error,
+    }
+
+
 def work_json(item: WorkItem) -> dict[str, Any]:
     """Where a worker run stands with its queue (``worker`` of the run JSON)."""
     return {
@@ -145,6 +160,8 @@ def work_json(item: WorkItem) -> dict[str, Any]:
         "lease_expires_at": format_rfc3339(item.lease_expires_at),
         "progress": item.progress,
         "percent": item.percent,
+        "heartbeats": item.heartbeats,
+        "output": item.output,
         "cancel_requested": item.cancel_requested,
     }
 

@@ -128,7 +128,8 @@ class RunHeartbeat(ApiView):
         _authorise(_store(), run_id)
         body = _check(HEARTBEAT, read_json())
         ack = _store().work.heartbeat(run_id, body["lease_token"], progress=body["progress"],
-                                      percent=body["percent"], now=utcnow())
+                                      percent=body["percent"], output=body["output"],
+                                      now=utcnow())
         return json_response({"cancel_requested": ack.cancel_requested,
                               "lease_expires_at": format_rfc3339(ack.lease_expires_at)})
 

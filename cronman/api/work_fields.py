@@ -13,6 +13,7 @@ from cronman.callbacks.target_fields import (
 )
 from cronman.errors import ValidationError
 from cronman.fieldspec import Choice, Custom, Int, Num, Obj, Str
+from cronman.logtail import LOG_TAIL_BYTES
 from cronman.vocabulary import DEFAULT_NAMESPACE
 
 MAX_WORKER_ID = 128
@@ -77,6 +78,12 @@ HEARTBEAT = Obj({
     "progress": _text(MAX_PROGRESS, description="what the worker is doing (shown on the run)"),
     "percent": Num(lo=0, hi=100, type_message="must be a number",
                    range_message="must be between {lo:g} and {hi:g}", nullable=True),
+    "output": Obj({
+        "stdout": _text(LOG_TAIL_BYTES, description="the tail of the run's stdout so far"),
+        "stderr": _text(LOG_TAIL_BYTES, description="the tail of the run's stderr so far"),
+    }, nullable=True, unknown_message="unknown field {key!r}",
+        description="the run's output so far (each stream's last 4096 characters at most), "
+                    "shown on the run while it runs"),
 }, name="HeartbeatRequest", unknown_message="unknown field {key!r}")
 
 COMPLETE = Obj({

@@ -10,7 +10,9 @@ with the last ``LOG_TAIL_BYTES`` of each stream (the container target's bound;
 NUL bytes as U+FFFD, since the API takes no NUL).
 
 A line ``CRONMAN_PROGRESS [PERCENT] [TEXT]`` on the command's stdout is sent
-as the run's progress (``CRONMAN_PROGRESS 42 copied 4200 rows``).
+as the run's progress (``CRONMAN_PROGRESS 42 copied 4200 rows``); each
+heartbeat carries the tails of both streams so far when they changed (the run
+page shows them while the command runs).
 
 A cancel (asked through the API, the lease lost, the timeout, the worker
 stopping) sends SIGTERM to the command's process group, SIGKILL after
@@ -98,6 +100,7 @@ class CommandHandler:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env=self._env(data, ctx), start_new_session=True, close_fds=True)
         out, err = LogTail(self.tail_bytes), LogTail(self.tail_bytes)
+        ctx.follow_output(lambda: (out.text(), err.text()))
         assert proc.stdin and proc.stdout and proc.stderr
         readers = [
             _thread(_feed, proc.stdin, data.encode("utf-8")),

@@ -45,7 +45,8 @@ class LeaseCalls(Protocol):
     """The API calls a held run makes (``CronmanClient``'s)."""
 
     def heartbeat(self, run_id: str, lease_token: str, *, progress: str | None = None,
-                  percent: float | None = None, retry: RetryPolicy | None = None,
+                  percent: float | None = None, output: dict[str, str] | None = None,
+                  retry: RetryPolicy | None = None,
                   timeout: float | None = None) -> Heartbeat: ...
 
     def complete(self, run_id: str, lease_token: str, status: Outcome, *,
@@ -108,12 +109,13 @@ class HeldRun:
                 self.ctx.cancel(TIMED_OUT)
             wait = self.interval
             pending = self.ctx.take_progress()
+            output = self.ctx.take_output()
             sent_at = self._clock()
             try:
                 answer = self.api.heartbeat(
                     self.ctx.run_id, self.token, retry=NO_RETRY, timeout=self._call_timeout(),
                     progress=None if pending is None else pending[0],
-                    percent=None if pending is None else pending[1])
+                    percent=None if pending is None else pending[1], output=output)
             except (ConflictError, NotFoundError) as exc:
                 if not self._done.is_set():  # else: refused as the report took the lease
                     self._lose(f"{LEASE_LOST}: {exc}")
@@ -121,6 +123,8 @@ class HeldRun:
             except ApiError as exc:
                 if pending is not None:
                     self.ctx.restore_progress(pending)
+                if output is not None:
+                    self.ctx.restore_output()
                 if self._clock() >= self.lease_expires:
                     self._lose(f"{LEASE_LOST}: no heartbeat answered for "
                                f"{self.heartbeat_timeout:g} s ({exc})")

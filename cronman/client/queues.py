@@ -52,11 +52,15 @@ class QueueCalls:
         return None if answer is None else cast(Claim, answer)
 
     def heartbeat(self, run_id: str, lease_token: str, *, progress: str | None = None,
-                  percent: float | None = None, retry: RetryPolicy | None = None,
+                  percent: float | None = None, output: dict[str, str] | None = None,
+                  retry: RetryPolicy | None = None,
                   timeout: float | None = None) -> Heartbeat:
         """Renew a held run's lease, with optional progress (text ≤ 1024 characters,
-        a percent 0..100); the answer says whether a cancel was asked."""
+        a percent 0..100) and output so far (``{"stdout", "stderr"}``, each ≤ 4096
+        characters, shown on the run); the answer says whether a cancel was asked."""
         body: dict[str, Any] = {"lease_token": lease_token}
+        if output is not None:
+            body["output"] = output
         if progress is not None:
             body["progress"] = progress
         if percent is not None:

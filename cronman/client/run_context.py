@@ -1,7 +1,8 @@
 """What a worker's handler is given for one run (``RunContext``) and how it fails one (``RunFailed``).
 
 A handler is ``handler(payload, ctx)``: it returns the run's result (a JSON
-object, or None) or raises. ``ctx.progress`` is sent on the next heartbeat;
+object, or None) or raises. ``ctx.progress`` is sent on the next heartbeat, and so is the
+output a handler follows (``ctx.follow_output``) when it changed;
 ``ctx.cancelled`` is set when the run should stop: a cancel was asked, its
 lease is gone, its timeout passed, or the worker is stopping
 (``ctx.cancel_reason`` says which).
@@ -53,6 +54,8 @@ class RunContext:
     cancelled: threading.Event = field(default_factory=threading.Event)
     cancel_reason: str | None = None
     _progress: tuple[str | None, float | None] | None = None
+    _output: Callable[[], tuple[str, str]] | None = None
+    _output_sent: tuple[str, str] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -87,6 +90,27 @@ class RunContext:
         with self._lock:
             pending, self._progress = self._progress, None
         return pending
+
+    def follow_output(self, source: Callable[[], tuple[str, str]]) -> None:
+        """``source`` gives the tails of the run's stdout and stderr so far (each
+        at most 4096 characters): read at each heartbeat, sent when it changed."""
+        self._output = source
+
+    def take_output(self) -> dict[str, str] | None:
+        """The followed output when it changed since it was last sent, else None."""
+        if self._output is None:
+            return None
+        now = self._output()
+        with self._lock:
+            if now == (self._output_sent or ("", "")):  # nothing new (nothing yet: no news)
+                return None
+            self._output_sent = now
+        return {"stdout": without_nul(now[0]), "stderr": without_nul(now[1])}
+
+    def restore_output(self) -> None:
+        """The output taken was not sent: send it on the next heartbeat."""
+        with self._lock:
+            self._output_sent = None
 
     def restore_progress(self, pending: tuple[str | None, float | None]) -> None:
         """Keep ``pending`` for the next heartbeat unless newer progress came meanwhile."""

@@ -190,6 +190,14 @@ class AgentDirectory(Protocol):
     def release(self, agent_id: str, run_id: str, attempt: int) -> None:
         """Drop the agent's reservation for a run it will not run."""
 
+    def put_output(self, run_id: str, output: dict[str, Any], ttl_ms: int) -> None:
+        """Publish a running container's output so far (``{"attempt",
+        "agent_id", "stdout", "stderr", "at"}``) for ``ttl_ms``, replacing the
+        run's earlier one."""
+
+    def output(self, run_id: str) -> dict[str, Any] | None:
+        """The output an agent published last for the run, while it lasts."""
+
     # -- the scheduler's side ---------------------------------------------
 
     def live_agents(self) -> list[AgentInfo]:

@@ -63,6 +63,7 @@ class InProcessAgentDirectory:
         self._reserved: dict[str, dict[str, tuple[float, int, int]]] = {}
         self._inbox: dict[str, deque[dict[str, Any]]] = {}
         self._placements: dict[str, _Placement] = {}
+        self._outputs: dict[str, tuple[dict[str, Any], float]] = {}  # run id -> (output, until)
 
     def _wall(self, t: float) -> datetime:
         mono, wall = self._anchor
@@ -244,6 +245,17 @@ class InProcessAgentDirectory:
                 self._push(p.agent_id, {"kind": "stop", "run_id": run_id, "attempt": attempt})
                 return STOPPING
             return p.state if p.state == STOPPING else None
+
+    def put_output(self, run_id: str, output: dict[str, Any], ttl_ms: int) -> None:
+        with self._lock:
+            now = self._clock()
+            self._outputs = {k: v for k, v in self._outputs.items() if v[1] > now}
+            self._outputs[run_id] = (dict(output), now + ttl_ms / 1000.0)
+
+    def output(self, run_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            found = self._outputs.get(run_id)
+            return dict(found[0]) if found and found[1] > self._clock() else None
 
     def close(self) -> None:
         with self._lock:

@@ -109,6 +109,34 @@ class RedisAgentDirectory:
     def release(self, agent_id: str, run_id: str, attempt: int) -> None:
         self._call("release", agent_id, run_id, int(attempt))
 
+    def output_key(self, run_id: str) -> str:
+        return f"{self.prefix}:output:{run_id}"
+
+    def put_output(self, run_id: str, output: dict[str, Any], ttl_ms: int) -> None:
+        text = json.dumps(output, separators=(",", ":"))
+        self._plain("publishing a run's output", lambda c: c.set(
+            self.output_key(run_id), text, px=max(1, int(ttl_ms))))
+
+    def output(self, run_id: str) -> dict[str, Any] | None:
+        text = self._plain("reading a run's output", lambda c: c.get(self.output_key(run_id)))
+        try:
+            found = json.loads(text) if text else None
+        except ValueError:
+            return None
+        return found if isinstance(found, dict) else None
+
+    def _plain(self, what: str, fn: Any) -> Any:
+        """One plain command on the shard (not the hand-over's script: nothing else
+        changes with it)."""
+        try:
+            reply = fn(self.shard.client)
+        except _ERRORS as exc:
+            self.shard.failed(exc)
+            raise CoordinatorUnavailable(f"Redis {self.shard.name} did not answer {what}: "
+                                         f"{exc}") from None
+        self.shard.succeeded()
+        return reply
+
     # -- the scheduler's side ---------------------------------------------
 
     def live_agents(self) -> list[AgentInfo]:

@@ -32,7 +32,7 @@ from cronman.models import (
 from cronman.schedules import parse_calendar
 from cronman.schedules.calendars import ExclusionCalendar
 from cronman.signing_keys import KeyState
-from cronman.store.records import ChangeContext, KeyRecord, Member, TokenActor
+from cronman.store.records import AttemptOutcome, ChangeContext, KeyRecord, Member, TokenActor
 from cronman.store.work_records import (
     Claim,
     ExpiryReport,
@@ -187,6 +187,10 @@ class RunStore(Protocol):
         lease expired before ``spare_before``."""
 
     def get_run(self, run_id: str) -> Run | None: ...
+
+    def earlier_attempts(self, run_id: str) -> list[AttemptOutcome]:
+        """The outcomes of the run's attempts before its latest, oldest first
+        (the last ``ATTEMPTS_KEPT`` of migration 0016); [] for no such run."""
 
     def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
         """The runs of these ids that exist, by id (ids of no run left out)."""
@@ -437,8 +441,11 @@ class WorkQueueStore(Protocol):
         again, and nothing is written when nothing is claimable."""
 
     def heartbeat(self, run_id: str, token: str, *, progress: str | None,
-                  percent: float | None, now: datetime) -> HeartbeatAck:
-        """Renew the lease. ``StaleLease`` when the token is not the run's
+                  percent: float | None, now: datetime,
+                  output: dict[str, Any] | None = None) -> HeartbeatAck:
+        """Renew the lease, counting the heartbeat; ``progress``, ``percent``
+        and ``output`` (the tails of stdout and stderr so far) replace the
+        item's when given. ``StaleLease`` when the token is not the run's
         current lease, ``NotFound`` when there is no such run."""
 
     def complete(self, run_id: str, token: str, *, status: str,

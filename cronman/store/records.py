@@ -64,3 +64,19 @@ class KeyRecord:
     status_code: int | None
     body: str | None
     created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptOutcome:
+    """How one earlier attempt of a run ended, as its row read when the next
+    attempt began (a status still ``running`` or ``claimed``: the attempt's
+    end was never written, e.g. its node died and a sweeper took the run)."""
+
+    attempt: int
+    status: str
+    node_id: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    duration_ms: int | None = None
+    result: dict[str, Any] | None = None
+    error: str | None = None

@@ -1,4 +1,4 @@
-"""Reads by run id and by job: ``get_run``, ``list_runs``, ``last_runs``,
+"""Reads by run id and by job: ``get_run``, ``earlier_attempts``, ``list_runs``, ``last_runs``,
 ``in_flight_runs``, ``count_buffered`` of the SQL run store (the operator's searches across jobs
 are ``run_search``)."""
 
@@ -17,9 +17,10 @@ from cronman.store import run_bulk
 from cronman.store.codec import decode_run_cursor, encode_run_cursor, run_from_row
 from cronman.store.dialect import recent_runs_start
 from cronman.store.engine import Database
+from cronman.store.records import AttemptOutcome
 from cronman.store.tables import IN_FLIGHT_STATUSES
 from cronman.store.tables import scheduled_jobs as sj
-from cronman.timeutil import utcnow
+from cronman.timeutil import parse_rfc3339, utcnow
 from cronman.vocabulary import BUFFERED_PREFIX, RunStatus
 
 _ONE_MS = timedelta(milliseconds=1)
@@ -62,6 +63,17 @@ class RunReads:
         with self._db.read() as conn:
             row = conn.execute(stmt).first()
         return None if row is None else run_from_row(row)
+
+    def earlier_attempts(self, run_id: str) -> list[AttemptOutcome]:
+        """See ``RunStore.earlier_attempts``."""
+        span = run_key_range(run_id)
+        if span is None:
+            return []
+        stmt = select(sj.c.attempts).where(sj.c.id == run_id, sj.c.scheduled_for >= span[0],
+                                           sj.c.scheduled_for < span[1])
+        with self._db.read() as conn:
+            kept = conn.execute(stmt).scalar()
+        return [_attempt_of(e) for e in kept or () if isinstance(e, dict)]
 
     def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
         """See ``RunStore.get_runs``."""
@@ -141,3 +153,16 @@ class RunReads:
                     run = run_from_row(row)
                     found.setdefault(run.job_id, []).append(run)
         return found
+
+
+def _attempt_of(e: dict[str, Any]) -> AttemptOutcome:
+    """An entry of ``scheduled_jobs.attempts`` as the trigger wrote it."""
+    def when(name: str) -> datetime | None:
+        value = e.get(name)
+        return parse_rfc3339(value) if isinstance(value, str) else None
+    result = e.get("result")
+    return AttemptOutcome(
+        attempt=int(e.get("attempt") or 0), status=str(e.get("status") or ""),
+        node_id=e.get("node_id"), started_at=when("started_at"),
+        finished_at=when("finished_at"), duration_ms=e.get("duration_ms"),
+        result=result if isinstance(result, dict) else None, error=e.get("error"))

@@ -181,6 +181,9 @@ scheduled_jobs = Table(
     # What gated the run: the upstream runs it consumed or found fresh, what
     # it waited for and how long, the calendar that skipped it; NULL: nothing.
     Column("gate", NullableJsonType),
+    # The outcomes of the run's earlier attempts, oldest first (the row holds
+    # the latest): written by a trigger only (migration 0016, ATTEMPT_COLUMNS).
+    Column("attempts", NullableJsonType),
     PrimaryKeyConstraint("id", "scheduled_for", name="pk_scheduled_jobs"),
     UniqueConstraint("job_id", "scheduled_for", name="uq_scheduled_jobs_job_id_scheduled_for"),
     postgresql_partition_by="RANGE (scheduled_for)",
@@ -205,6 +208,9 @@ Index(
 # Columns of scheduled_jobs that the scheduler never reads or writes (not in
 # ``models.Run``): its inserts leave them NULL.
 NOTIFIER_RUN_COLUMNS = ("notified_attempt",)
+# Written by the database itself (a trigger, when a run's attempt goes up) and
+# read by the API's run detail only (``RunStore.run_attempts``).
+ATTEMPT_COLUMNS = ("attempts",)
 # The runs the notifier has yet to read: failed or lost, in this attempt,
 # and not read yet. Small (it holds only failures not yet read), so the
 # notifier finds them without a watermark -- a result written late (after a
@@ -541,6 +547,10 @@ work_items = Table(
     Column("last_heartbeat", UTCDateTime()),
     Column("progress", Text),
     Column("percent", Float),
+    # The attempt's heartbeats so far, and the tail of its stdout and stderr
+    # as the latest one reported it ({"stdout", "stderr"}; NULL: none sent).
+    Column("heartbeats", Integer, nullable=False, server_default=text("0")),
+    Column("output", NullableJsonType),
     Column("cancel_requested", Boolean, nullable=False, server_default=text("false")),
     Column("cancel_reason", Text),
     # vocabulary.DeliveryMode and the job's retry object, as fired.

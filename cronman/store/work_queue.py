@@ -225,7 +225,7 @@ class SqlWorkQueue:
             update(wi).where(wi.c.run_id == row.run_id, wi.c.state == WorkState.QUEUED.value)
             .values(state=WorkState.HELD.value, lease_token_hash=token_hash(token),
                     worker_id=worker_id, claimed_at=now, lease_expires_at=lease,
-                    last_heartbeat=now, progress=None, percent=None,
+                    last_heartbeat=now, progress=None, percent=None, heartbeats=0, output=None,
                     deadline_at=now + timedelta(seconds=int(row.timeout)))
             .returning(*wi.c)).one()
         run = tx.conn.execute(
@@ -244,13 +244,17 @@ class SqlWorkQueue:
         return item, run_from_row(run)
 
     def heartbeat(self, run_id: str, token: str, *, progress: str | None,
-                  percent: float | None, now: datetime) -> HeartbeatAck:
+                  percent: float | None, now: datetime,
+                  output: dict[str, Any] | None = None) -> HeartbeatAck:
         """See ``WorkQueueStore.heartbeat``."""
 
         def fn(tx: Tx) -> HeartbeatAck:
             row = self._held(tx, run_id, token)
             lease = now + timedelta(seconds=int(row.heartbeat_timeout))
-            values: dict[str, Any] = {"lease_expires_at": lease, "last_heartbeat": now}
+            values: dict[str, Any] = {"lease_expires_at": lease, "last_heartbeat": now,
+                                      "heartbeats": wi.c.heartbeats + 1}
+            if output is not None:
+                values["output"] = storable(output)
             if progress is not None:
                 values["progress"] = storable(progress)
             if percent is not None:

@@ -61,6 +61,8 @@ class WorkItem:
     progress: str | None = None
     percent: float | None = None
     cancel_requested: bool = False
+    heartbeats: int = 0
+    output: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,8 @@ from cronman.vocabulary import RunStatus, WorkKind, WorkState
 ITEM_FIELDS = ("run_id", "scheduled_for", "job_id", "namespace", "queue", "priority", "due_at",
                "available_at", "attempt", "state", "payload", "heartbeat_timeout", "timeout",
                "deadline_at", "capacity_idle", "capacity_wait", "worker_id", "claimed_at",
-               "lease_expires_at", "last_heartbeat", "progress", "percent", "cancel_requested")
+               "lease_expires_at", "last_heartbeat", "progress", "percent", "cancel_requested",
+               "heartbeats", "output")
 # An item whose run ended failed or lost, kept until a node has sent it to
 # the job's dead letter (not a ``WorkState``: it is with no queue any more).
 ENDED = "ended"
@@ -144,6 +145,7 @@ def fail_attempt(tx: Tx, item: Row[Any], now: datetime, error: str, *,
         state=WorkState.QUEUED.value, attempt=m["attempt"] + 1, available_at=available,
         lease_token_hash=None, worker_id=None, claimed_at=None, lease_expires_at=None,
         last_heartbeat=None, deadline_at=None, progress=None, percent=None,
+        heartbeats=0, output=None,
         last_error=error[:MAX_ERROR_CHARS]))
     if m["state"] == WorkState.HELD:
         release_worker(tx, m["namespace"], m["queue"], m["worker_id"])

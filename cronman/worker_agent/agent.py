@@ -13,6 +13,9 @@ One asyncio loop; the directory (Redis) calls go to a small thread pool.
   ``STOP``: stop the container and report. ``FENCED`` (the run was placed
   elsewhere, or recorded lost, while this agent was away): kill the
   container and report nothing.
+- **Output**: every ``OUTPUT_PERIOD`` the tails of each running container's
+  stdout and stderr, when they changed, go to the directory (``put_output``,
+  kept a few periods): the run's page shows them while it runs.
 - **Reattach**: on start, the agent lists the containers labelled with its
   id (containerd keeps them running while the agent is down) and renews each
   one's lease: held ones are waited for again and reported once; fenced ones
@@ -73,6 +76,8 @@ T = TypeVar("T")
 #: How long a finished run's outcome is kept for its waiter (or an adopter).
 OUTCOME_KEEP_MS = 3600 * 1000
 INBOX_POLL = 0.5
+#: Seconds between publications of the running containers' output; each is kept 5 times as long.
+OUTPUT_PERIOD = 2.0
 
 
 def container_name(run_id: str, attempt: int) -> str:
@@ -107,6 +112,7 @@ class HeldRun:
     started_at: datetime | None = None
     stopping: asyncio.Task[None] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    output_sent: tuple[str, str] | None = None  # the tails published last
 
 
 class WorkerAgent:
@@ -153,7 +159,8 @@ class WorkerAgent:
         await self._reattach()
         tasks = [asyncio.create_task(self._heartbeat_loop(stop)),
                  asyncio.create_task(self._inbox_loop(stop)),
-                 asyncio.create_task(self._lease_loop(stop))]
+                 asyncio.create_task(self._lease_loop(stop)),
+                 asyncio.create_task(self._output_loop(stop))]
         self.ready.set()
         log.info("agent %s ready (%s runtime, capacity %s, labels %s)", self.agent_id,
                  self.runtime.name, self.capacity.to_dict(), self.labels or "none")
@@ -257,6 +264,29 @@ class WorkerAgent:
                 self._fence(held)
             elif answer == STOP:
                 self._stop(held, "stopped by the scheduler")
+
+    async def _output_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await _sleep_or_stop(stop, OUTPUT_PERIOD)
+            await self.publish_output()
+
+    async def publish_output(self) -> None:
+        """The tails of each held run's container, when they changed since last."""
+        for held in list(self.held.values()):
+            if held.container_id is None:
+                continue
+            try:
+                tails = await self.call(self.runtime.tails, held.container_id)
+                if tails == held.output_sent:
+                    continue
+                await self.call(self.directory.put_output, held.run_id, {
+                    "attempt": held.attempt, "agent_id": self.agent_id, "stdout": tails[0],
+                    "stderr": tails[1], "at": format_rfc3339(utcnow())},
+                    int(OUTPUT_PERIOD * 5000))
+                held.output_sent = tails
+            except (CoordinatorUnavailable, RuntimeError_) as exc:
+                log.debug("run %s: output not published: %s", held.run_id, exc)
+                return
 
     # -- one run ----------------------------------------------------------
 

@@ -110,6 +110,9 @@ class ContainerRuntime(Protocol):
         """Create and start the container; returns its id once it runs. Raises
         ``ImageNotFound`` for a missing image, ``RuntimeError_`` when it cannot start."""
 
+    def tails(self, container_id: str) -> tuple[str, str]:
+        """The tails of a container's stdout and stderr so far (running or not)."""
+
     async def wait(self, container_id: str) -> ContainerExit:
         """Wait for the container to exit (attaching to its logs if this
         runtime object did not start it, as after an agent restart). Survives

@@ -154,3 +154,15 @@ def test_an_agent_whose_heartbeat_lapsed_is_not_live(directory):
     time.sleep(0.6)
     assert d.live_agents() == []
     assert place(d, "a1", "r1") == GONE
+
+
+def test_a_running_containers_output_is_kept_for_its_ttl_and_replaced(directory):
+    d = directory
+    assert d.output("r1") is None
+    first = {"attempt": 1, "agent_id": "a1", "stdout": "one\n", "stderr": "", "at": "t"}
+    d.put_output("r1", first, 300)
+    assert d.output("r1") == first
+    d.put_output("r1", {**first, "stdout": "one\ntwo\n"}, 300)
+    assert d.output("r1")["stdout"] == "one\ntwo\n" and d.output("r2") is None
+    time.sleep(0.4)
+    assert d.output("r1") is None

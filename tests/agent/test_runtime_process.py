@@ -103,3 +103,23 @@ def test_output_is_bounded_on_disk():
             await rt.close()
 
     asyncio.run(main())
+
+
+def test_the_tails_are_read_while_the_process_runs():
+    async def main():
+        rt = ProcessRuntime()
+        try:
+            cid = await rt.start(ContainerSpec(name="t1", image="", command=[
+                "sh", "-c", "echo first; echo warn >&2; sleep 30"]))
+            deadline = time.monotonic() + 10
+            while rt.tails(cid) != ("first\n", "warn\n") and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert rt.tails(cid) == ("first\n", "warn\n")
+            await rt.stop(cid, 0.5)
+            end = await rt.wait(cid)
+            assert (end.stdout, end.stderr) == ("first\n", "warn\n")
+            await rt.remove(cid)
+        finally:
+            await rt.close()
+
+    asyncio.run(main())

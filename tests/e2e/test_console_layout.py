@@ -91,6 +91,7 @@ def views(console: Console) -> list[tuple[str, str, str]]:
     return [("jobs", "jobs", "#jobs-list .strip"),
             ("runs", f"runs?status={EVERY_STATUS}&since=-1h", "#runs-list tbody tr:not(.empty)"),
             ("cluster", "cluster", "#cluster-agents tbody tr:not(.empty)"),
+            ("queues", "queues", "#queues-list table"),
             ("plots", "plots", "svg.chart"),
             ("job-long", job(LONG_NAME), table), ("job-failing", job("search-broken"), table),
             ("job-container", job("ops-container"), table), ("job-sqs", job("sqs-export"), table),

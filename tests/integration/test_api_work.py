@@ -90,6 +90,12 @@ def test_claim_heartbeat_complete(client, store):
     assert hb.status_code == 200 and hb.get_json()["cancel_requested"] is False
     shown = client.get(f"/v1/runs/{run_id}").get_json()["worker"]
     assert (shown["worker_id"], shown["progress"], shown["percent"]) == ("w1", "stage 2", 40)
+    assert (shown["heartbeats"], shown["output"]) == (1, None)
+    output = {"stdout": "copied 10 rows\n", "stderr": "warning: slow disk\n"}
+    assert client.post(f"/v1/runs/{run_id}/heartbeat",
+                       json={"lease_token": token, "output": output}).status_code == 200
+    shown = client.get(f"/v1/runs/{run_id}").get_json()["worker"]
+    assert (shown["heartbeats"], shown["output"], shown["progress"]) == (2, output, "stage 2")
     listed = client.get(f"/v1/jobs/{job['id']}/runs").get_json()["items"]
     assert listed[0]["worker"] == shown
     searched = client.get("/v1/runs?namespace=default").get_json()["items"]
@@ -158,6 +164,12 @@ def test_a_failed_report_is_retried(client, store):
     time.sleep(1.1)
     again = claim(client, worker_id="w2").get_json()
     assert again["attempt"] == 2 and again["run"]["id"] == run_id
+    assert again["run"]["worker"]["heartbeats"] == 0
+    shown = client.get(f"/v1/runs/{run_id}").get_json()
+    (first,) = shown["earlier_attempts"]
+    assert (first["attempt"], first["status"], first["error"], first["result"]) == (
+        1, "retrying", "exit 3", {"worker_id": "w1"})
+    assert first["started_at"] == run["started_at"] and "trace_id" not in shown
 
 
 def test_cancel(client, store):
@@ -205,6 +217,12 @@ def test_cancel_of_another_kind_of_run_is_a_conflict(client):
     ("/v1/runs/{run}/heartbeat", {"lease_token": "t", "percent": -1}, "percent"),
     ("/v1/runs/{run}/heartbeat", {"lease_token": "t", "extra": 1}, "extra"),
     ("/v1/runs/{run}/heartbeat", {"lease_token": "a b"}, "lease_token"),
+    ("/v1/runs/{run}/heartbeat", {"lease_token": "t", "output": "x"}, "output"),
+    ("/v1/runs/{run}/heartbeat", {"lease_token": "t", "output": {"stdout": "x" * 4097}},
+     "output.stdout"),
+    ("/v1/runs/{run}/heartbeat", {"lease_token": "t", "output": {"stderr": 3}},
+     "output.stderr"),
+    ("/v1/runs/{run}/heartbeat", {"lease_token": "t", "output": {"log": ""}}, "output.log"),
     ("/v1/runs/{run}/complete", {"lease_token": "t"}, "status"),
     ("/v1/runs/{run}/complete", {"lease_token": "t", "status": "lost"}, "status"),
     ("/v1/runs/{run}/complete", {"lease_token": "t", "status": "failed", "error": "e" * 4097},

@@ -41,6 +41,8 @@ class Console:
     viewer: str
     jobs: dict[str, dict[str, Any]]
     shots: Path = field(default_factory=lambda: artifact_dir("dashboard"))
+    database_url: str = ""
+    env: dict[str, str] = field(default_factory=dict)  # the Redis settings of its processes
 
     def api(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         status, data, _ = http(method, self.base + path, body, token=self.admin)
@@ -116,7 +118,7 @@ def console_cluster(tmp: Path, redis_url: str) -> Iterator[Console]:
             procs.agent("e2e-agent-1", redis_url=redis_url, runtime="process", env={
                 **env, "CRONMAN_AGENT_LABELS": "kind=host",
                 "CRONMAN_AGENT_STATE_DIR": str(tmp / "agent-state")})
-            c = Console(base, admin, viewer, jobs)
+            c = Console(base, admin, viewer, jobs, database_url=url, env=env)
             status, _ = c.api("POST", f"/v1/jobs/{jobs['ops-container']['id']}/trigger")
             assert status == 202
             wait_for(lambda: len(c.api("GET", "/v1/runs?status=failed&since=-5m")[1]["items"])

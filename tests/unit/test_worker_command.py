@@ -73,6 +73,10 @@ def test_a_command_gets_the_run_and_its_exit_and_output_are_reported(server, tmp
     err = result["logs_tail"]["stderr"]
     assert len(err.encode()) == LOG_TAIL_BYTES and err.endswith("x end\n")
     assert {"progress": "halfway there", "percent": 40.0}.items() <= item.heartbeats[0].items()
+    # The heartbeats carry the output so far, each stream apart, only when it changed.
+    outputs = [b["output"] for b in item.heartbeats if "output" in b]
+    assert outputs and outputs[0]["stdout"].startswith('stdin={"table": "users"}'), outputs
+    assert len(outputs) == len({(o["stdout"], o["stderr"]) for o in outputs})
     log = worker.log_text()
     assert f"run {item.run_id} started" in log and f"run {item.run_id} failed after" in log
 

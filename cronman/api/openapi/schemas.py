@@ -210,6 +210,31 @@ RUN = obj({
     "result": {"type": ["object", "null"]},
     "error": nullable(STRING),
     "gate": {"type": ["object", "null"]},
+    "earlier_attempts": {"type": "array", "items": obj({
+        "attempt": {"type": "integer", "minimum": 1},
+        "status": {**STRING, "description": (
+            "the row's status when the next attempt began: retrying, or a final one a replay "
+            "followed; running or claimed when the attempt's end was never written (its "
+            "node died and the lease sweeper took the run)")},
+        "node_id": nullable(STRING),
+        "started_at": nullable(TIME),
+        "finished_at": nullable(TIME),
+        "duration_ms": {"type": ["integer", "null"]},
+        "result": {"type": ["object", "null"]},
+        "error": nullable(STRING),
+    }, ("attempt", "status", "node_id", "started_at", "finished_at", "duration_ms", "result",
+        "error")), "description": (
+        "GET /v1/runs/{run_id} only: the run's attempts before its latest (whose outcome is "
+        "the run's own fields), oldest first, the last 20 at most")},
+    "live_output": {**obj({
+        "agent_id": nullable(STRING), "stdout": nullable(STRING), "stderr": nullable(STRING),
+        "at": nullable(TIME)}, ("agent_id", "stdout", "stderr", "at")), "description": (
+        "GET /v1/runs/{run_id} only, while a container run runs: the tails of its stdout "
+        "and stderr so far (4096 bytes each) as its agent published them last (every 2 s "
+        "when they change; the result's logs_tail holds them once it ends)")},
+    "trace_id": {"type": "string", "pattern": "^[0-9a-f]{32}$", "description": (
+        "GET /v1/runs/{run_id} only, when tracing is on: the run's trace (derived from its "
+        "id)")},
 }, ("id", "job_id", "scheduled_for", "status", "attempt", "origin", "result", "error"))
 
 ERROR = obj({

@@ -46,9 +46,15 @@ def run_worker() -> dict[str, Any]:
         "lease_expires_at": nullable(TIME),
         "progress": nullable(STRING),
         "percent": {"type": ["number", "null"]},
+        "heartbeats": {"type": "integer", "minimum": 0,
+                       "description": "heartbeats of the attempt so far"},
+        "output": {"anyOf": [obj({"stdout": nullable(STRING), "stderr": nullable(STRING)}),
+                             {"type": "null"}],
+                   "description": "the tails of stdout and stderr as the latest heartbeat "
+                                  "that carried them reported them"},
         "cancel_requested": {"type": "boolean"},
     }, ("queue", "state", "worker_id", "claimed_at", "last_heartbeat", "lease_expires_at",
-        "progress", "percent", "cancel_requested"),
+        "progress", "percent", "heartbeats", "output", "cancel_requested"),
         description="where the run stands with its work queue (worker targets only, "
                     "while the run is with the queue; the worker id stays in "
                     "result.worker_id after)")

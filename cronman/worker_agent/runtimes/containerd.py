@@ -100,7 +100,7 @@ class ContainerdRuntime:
         return (f"binary://{quote(str(self._keeper))}?dir={quote(str(directory), safe='')}"
                 f"&limit={self.log_tail_bytes}")
 
-    def _tails(self, container_id: str) -> tuple[str, str]:
+    def tails(self, container_id: str) -> tuple[str, str]:
         directory = self.state_dir / container_id
         out, err = (read_tail(directory, name, self.log_tail_bytes) for name in STREAMS)
         return _text(out), _text(err)
@@ -193,7 +193,7 @@ class ContainerdRuntime:
             if not not_found(exc):
                 log.warning("task of %s not deleted after its exit (its logs may miss their "
                             "last lines): %s", container_id, exc.details())
-        return self._tails(container_id)
+        return self.tails(container_id)
 
     def _oom_killed(self, container_id: str) -> bool:
         """Whether the kernel OOM-killed a process of the container's cgroup

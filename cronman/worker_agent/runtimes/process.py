@@ -146,6 +146,12 @@ class ProcessRuntime:
             self._runs[container_id] = run
         return run
 
+    def tails(self, container_id: str) -> tuple[str, str]:
+        directory = self._run(container_id).directory
+        out, err = (_text(logkeeper.read_tail(directory, name, self.log_tail_bytes))
+                    for name in logkeeper.STREAMS)
+        return out, err
+
     async def wait(self, container_id: str) -> ContainerExit:
         run = self._run(container_id)
         if run.exit is not None:
@@ -156,8 +162,7 @@ class ProcessRuntime:
             while not (run.directory / logkeeper.EXIT_FILE).exists() and _alive(
                     run.supervisor_pid):
                 await asyncio.sleep(POLL)
-        out, err = (_text(logkeeper.read_tail(run.directory, name, self.log_tail_bytes))
-                    for name in logkeeper.STREAMS)
+        out, err = self.tails(container_id)
         try:
             code, at = (run.directory / logkeeper.EXIT_FILE).read_text().split()
         except (OSError, ValueError):

@@ -10,6 +10,7 @@ import * as jobView from "./views/job.js";
 import * as jobsView from "./views/jobs.js";
 import * as limitsView from "./views/limits.js";
 import * as plotsView from "./views/plots.js";
+import * as queuesView from "./views/queues.js";
 import * as runView from "./views/run.js";
 import * as runsView from "./views/runs.js";
 
@@ -25,6 +26,7 @@ function pickView(path) {
   if (first === "runs" && second) return runView;
   if (first === "runs") return runsView;
   if (first === "cluster") return clusterView;
+  if (first === "queues") return queuesView;
   if (first === "plots") return plotsView;
   if (first === "limits") return limitsView;
   return jobsView;

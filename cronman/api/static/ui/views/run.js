@@ -1,11 +1,16 @@
-// One run: its times, status and attempt, the attempt's answer (HTTP status
-// and the answer's first KiB, the SQS message id, a container's exit code and
-// its stdout and stderr apart), why it waited or was skipped (its gate), the
-// error; replay it when finished, cancel it while it runs (when this API has
-// POST /v1/runs/{id}/cancel). Refreshed every 2 s until the run ends.
+// One run: its times, status and attempt, its trace id when tracing is on;
+// every attempt (status, times, node, result, error; the earlier ones kept by
+// the API in earlier_attempts); the latest attempt's answer (HTTP status and
+// the answer's first KiB, the SQS message id, a container's or a worker's exit
+// code with stdout and stderr apart -- so far, while it runs); a
+// worker run's worker, heartbeats and progress; why it waited or was skipped
+// (its gate). Replay it when finished, cancel it while it runs (when this API
+// has POST /v1/runs/{id}/cancel). Refreshed every 2 s until the run ends.
 
 import { api } from "../api.js";
-import { append, clear, fmtMs, gateText, h, resultText, statusBadge, timeCell } from "../dom.js";
+import {
+  append, clear, fmtMs, fmtRelative, gateText, h, resultText, statusBadge, table, timeCell,
+} from "../dom.js";
 import { actionButton, errorBox, FINAL, hasApiPath, loaded } from "./common.js";
 
 const CANCEL_PATH = "/v1/runs/{run_id}/cancel";
@@ -14,9 +19,11 @@ export function render(ctx) {
   const { root, path } = ctx;
   const runId = path[1];
   const head = h("section", { class: "card", id: "run-head" });
+  const attempts = h("section", { class: "card", id: "run-attempts" });
   const attempt = h("section", { class: "card", id: "run-attempt" });
+  const worker = h("section", { class: "card", id: "run-worker", hidden: true });
   const gate = h("section", { class: "card", id: "run-gate" });
-  root.append(head, attempt, gate);
+  root.append(head, attempts, attempt, worker, gate);
   let run = null;
   let job = null;
 
@@ -26,9 +33,13 @@ export function render(ctx) {
       if (!job || job.id !== run.job_id) {
         job = await api(`v1/jobs/${encodeURIComponent(run.job_id)}`).catch(() => null);
       }
-      const cancellable = !FINAL.has(run.status) && await hasApiPath(CANCEL_PATH, "post");
+      // Only a run with a work queue's item (a worker's, an http callback's) can be cancelled.
+      const cancellable = !FINAL.has(run.status) && Boolean(run.worker)
+        && await hasApiPath(CANCEL_PATH, "post");
       renderHead(cancellable);
+      renderAttempts();
       renderAttempt();
+      renderWorker();
       renderGate();
       loaded(root);
     } catch (err) {
@@ -61,7 +72,9 @@ export function render(ctx) {
         h("dt", { text: "Lateness" }), h("dd", { text: fmtMs(run.lateness_ms) }),
         h("dt", { text: "Duration" }), h("dd", { text: fmtMs(run.duration_ms) }),
         run.skipped_before ? [h("dt", { text: "Skipped before" }),
-          h("dd", { text: `${run.skipped_before} missed fire(s) folded into this one` })] : null),
+          h("dd", { text: `${run.skipped_before} missed fire(s) folded into this one` })] : null,
+        run.trace_id ? [h("dt", { text: "Trace id" }),
+          h("dd", null, h("code", { id: "run-trace-id", text: run.trace_id }))] : null),
       h("div", { class: "actions", id: "run-actions" },
         FINAL.has(run.status) ? actionButton(ctx, "Replay", {
           title: "Replay this run?", text: `Dispatch run ${run.id} again, as a new attempt.`,
@@ -74,9 +87,35 @@ export function render(ctx) {
           done: "Cancel requested", after: load }) : null));
   }
 
+  function renderAttempts() {
+    const all = [...(run.earlier_attempts || []), {
+      attempt: run.attempt, status: run.status, node_id: run.node_id, started_at: run.started_at,
+      finished_at: run.finished_at, duration_ms: run.duration_ms, result: run.result,
+      error: run.error, latest: true }];
+    append(clear(attempts), [
+      h("h2", { text: `Attempts (${all.length})` }),
+      table([
+        { title: "Attempt", cls: "num", cell: (a) => String(a.attempt) },
+        { title: "Status", cell: (a) => statusBadge(a.latest || FINAL.has(a.status)
+          || a.status === "retrying" ? a.status : "lost") },
+        { title: "Node", cls: "opt", clip: true, cell: (a) => a.node_id || "—" },
+        { title: "Started", cell: (a) => timeCell(a.started_at) },
+        { title: "Finished", cls: "opt", cell: (a) => timeCell(a.finished_at) },
+        { title: "Duration", cls: "num", cell: (a) => fmtMs(a.duration_ms) },
+        { title: "Result", clip: true, cell: (a) => resultText(a.result) || "—" },
+        { title: "Error", clip: true, cell: (a) => a.error
+          || (a.latest || FINAL.has(a.status) || a.status === "retrying" ? "—"
+            : "its end was never recorded (the lease ran out)") },
+      ], all, "no attempt yet", { id: "run-attempts-table",
+                                  rowAttrs: (a) => ({ dataset: { attempt: a.attempt } }) }),
+      (run.earlier_attempts || []).map((a) => outputFold(a))]);
+  }
+
   function renderAttempt() {
     const result = run.result || {};
-    const logs = result.logs_tail || null;
+    const live = FINAL.has(run.status) ? null
+      : (run.worker && run.worker.output) || run.live_output || null;
+    const logs = result.logs_tail || live || null;
     // append() (not Element.append) leaves out the parts a run lacks (null).
     append(clear(attempt), [
       h("h2", { text: `Attempt ${run.attempt}` }),
@@ -92,14 +131,35 @@ export function render(ctx) {
                                               text: run.error || "—" })),
       result.response_snippet !== undefined ? h("div", null, h("h2", { text: "Answer (first KiB)" }),
         h("pre", { class: "log", id: "run-answer", text: result.response_snippet })) : null,
-      logs ? h("div", { class: "grid2 logs" },
-        h("div", null, h("h2", { text: "stdout" }),
-          h("pre", { class: "log", id: "run-stdout", text: logs.stdout || "" })),
-        h("div", null, h("h2", { text: "stderr" }),
-          h("pre", { class: "log err", id: "run-stderr", text: logs.stderr || "" }))) : null,
+      logs ? streams(logs, live ? " so far" : "", "run") : null,
       !FINAL.has(run.status) ? h("p", { class: "muted", text:
-        "Still running: this page refreshes every 2 s; a container's output comes when it ends." })
+        "Still running: this page refreshes every 2 s; a worker's output comes with its " +
+        "heartbeats, a container's as its agent publishes it (every 2 s)." })
         : null]);
+  }
+
+  function renderWorker() {
+    const w = run.worker;
+    worker.hidden = !w;
+    if (!w) return;
+    const pct = typeof w.percent === "number" ? w.percent : null;
+    append(clear(worker), [
+      h("h2", { text: "Worker" }),
+      h("dl", { class: "facts" },
+        h("dt", { text: "Queue" }), h("dd", { text: w.queue }),
+        h("dt", { text: "State" }), h("dd", { id: "run-worker-state", text: w.state }),
+        h("dt", { text: "Worker" }), h("dd", { id: "run-worker-id", text: w.worker_id || "—" }),
+        h("dt", { text: "Claimed" }), h("dd", null, timeCell(w.claimed_at)),
+        h("dt", { text: "Last heartbeat" }), h("dd", { id: "run-worker-heartbeat",
+          title: w.last_heartbeat || "", text: w.last_heartbeat
+            ? `${fmtRelative(w.last_heartbeat)} (${w.heartbeats} this attempt)` : "—" }),
+        h("dt", { text: "Lease until" }), h("dd", null, timeCell(w.lease_expires_at)),
+        h("dt", { text: "Progress" }), h("dd", { id: "run-worker-progress" },
+          pct !== null ? h("progress", { max: "100", value: String(pct) }) : null,
+          `${pct !== null ? ` ${pct} % ` : ""}${w.progress || (pct === null ? "—" : "")}`),
+        w.cancel_requested ? [h("dt", { text: "Cancel" }),
+          h("dd", { id: "run-worker-cancel", class: "bad",
+                    text: "asked: the worker is told on its next heartbeat" })] : null)]);
   }
 
   function renderGate() {
@@ -122,6 +182,26 @@ export function render(ctx) {
   load();
   ctx.every(2000, () => { if (run && !FINAL.has(run.status)) load(); });
   return null;
+}
+
+/** A run's stdout and stderr side by side (``id`` prefixes the blocks' ids). */
+function streams(logs, note, id) {
+  return h("div", { class: "grid2 logs" },
+    h("div", null, h("h2", { text: `stdout${note}` }),
+      h("pre", { class: "log", id: `${id}-stdout`, text: logs.stdout || "" })),
+    h("div", null, h("h2", { text: `stderr${note}` }),
+      h("pre", { class: "log err", id: `${id}-stderr`, text: logs.stderr || "" })));
+}
+
+/** An earlier attempt's answer or output, folded (null when it has neither). */
+function outputFold(a) {
+  const result = a.result || {};
+  if (result.response_snippet === undefined && !result.logs_tail) return null;
+  return h("details", { class: "attempt-output", dataset: { attempt: a.attempt } },
+    h("summary", { text: `Attempt ${a.attempt}: ${resultText(a.result)}` }),
+    result.response_snippet !== undefined
+      ? h("pre", { class: "log", text: result.response_snippet }) : null,
+    result.logs_tail ? streams(result.logs_tail, "", `run-attempt-${a.attempt}`) : null);
 }
 
 /** The upstream runs a gate names: consumed (``upstream``) or found fresh (``depends_on``). */
