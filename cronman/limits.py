@@ -29,6 +29,8 @@ from urllib.parse import urlsplit
 from cronman.errors import ValidationError
 
 MATCH_KINDS = ("host", "queue_url", "label", "namespace")
+# What the API adds to a limit's JSON: not part of its definition.
+STATE_KEYS = ("version", "usage", "waiting")
 LIMIT_NAME_PATTERN = "^[a-z0-9][a-z0-9_.-]{0,62}$"
 LIMIT_NAME_RE = re.compile(LIMIT_NAME_PATTERN.replace("$", r"\Z"))
 # What each kind of match takes (the OpenAPI document states the same

@@ -21,12 +21,10 @@ from cronman.apply.labels import MANAGED_VALUE
 from cronman.apply.plan import PlanError, yaml_diff
 from cronman.client import ApiError, ConflictError, CronmanClient, NotFoundError
 from cronman.errors import ValidationError
-from cronman.limits import parse_limit
+from cronman.limits import STATE_KEYS, parse_limit
 
 MATCH_KEY = "match"
 MANAGED_KEY = "managed_by"
-# The keys the API assigns on a limit; one exported from the API may carry them.
-SERVER_KEYS = ("version", "usage")
 
 
 def is_limit(spec: Mapping[str, Any]) -> bool:
@@ -77,7 +75,7 @@ class LimitPlan:
 
     def after(self, live: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """The limits as they would be once the plan is carried out."""
-        out = {item["name"]: {k: v for k, v in item.items() if k not in SERVER_KEYS}
+        out = {item["name"]: {k: v for k, v in item.items() if k not in STATE_KEYS}
                for item in live}
         for change in [*self.creates, *self.updates]:
             assert change.spec is not None
@@ -89,11 +87,11 @@ class LimitPlan:
 
 def _normal(spec: Mapping[str, Any]) -> dict[str, Any]:
     """The limit's JSON form as the API would store it (``ValidationError``)."""
-    return parse_limit({k: v for k, v in spec.items() if k not in SERVER_KEYS}).to_dict()
+    return parse_limit({k: v for k, v in spec.items() if k not in STATE_KEYS}).to_dict()
 
 
 def _shown(spec: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in spec.items() if k not in SERVER_KEYS}
+    return {k: v for k, v in spec.items() if k not in STATE_KEYS}
 
 
 def make_limit_plan(definitions: Sequence[tuple[str, Mapping[str, Any]]],
