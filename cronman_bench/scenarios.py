@@ -58,6 +58,7 @@ class ScenarioParams:
     claimers: int | None = None
     kills: int | None = None
     claim_spin: bool = False
+    claim_max: int | None = None
 
 
 DEFAULTS: dict[str, dict[str, Any]] = {
