@@ -48,6 +48,7 @@ from cronman_bench.systems import BenchOptions, CronmanSystem
 
 NAMESPACE = "bench"
 API_THREADS = 4  # cronman api's default threads per worker
+NODES_READY_WAIT = 120
 
 
 @dataclass
@@ -68,6 +69,7 @@ class WorkQueueParams:
     claim_wait: float = 20.0
     spin: bool = False  # claimers claim again at once after an early 204 (no pause)
     claim_max: int = 10  # runs a claim call takes at most (1: one run a call)
+    drain: float = 30.0  # s after the window for its runs to be claimed
     lead: float = 5.0  # s from job creation to the window's warm-up (nodes see new jobs)
     hold_lead: float | None = None  # s to the held runs' instant (default 10 + held / 250)
 
@@ -180,6 +182,13 @@ class WorkBench:
         self.api = ApiServer(s.db.url, self.opts.workdir, self.tag, workers=self.wp.api_workers,
                              env={"CRONMAN_REDIS_URL": s.redis.url}).start()
         s.start()
+        # The phases' jobs are due a few seconds after they are made: the nodes
+        # must be up by then (on a busy machine a node takes tens of seconds).
+        deadline = time.monotonic() + NODES_READY_WAIT
+        while any(t is None for t in s.ready_ms().values()):
+            if time.monotonic() > deadline:
+                raise BenchError(f"the nodes were not ready within {NODES_READY_WAIT} s")
+            time.sleep(0.2)
         self.client = CronmanClient(self.api.url, retry=NO_RETRY, timeout=120)
         return self.client
 
@@ -251,7 +260,7 @@ def fire_to_claim(b: WorkBench) -> dict[str, Any]:
         time.sleep(0.2)
     api_s, pg_s = api_cpu.stop(), pg_cpu.stop()
     owed = wp.rate * wp.duration
-    drain_until = time.monotonic() + 30
+    drain_until = time.monotonic() + wp.drain
     while time.monotonic() < drain_until:
         got = {e["run"] for _, out in claimers for e in _events(out)
                if e["ev"] == "claim" and start_ms <= e["sched"] < end_ms}
