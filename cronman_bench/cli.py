@@ -124,6 +124,9 @@ def _parse_peers(value: str | None) -> tuple[str, ...] | None:
                    "pause.")
 @click.option("--runs", type=click.IntRange(1, 50), default=None,
               help="limits: alternating pairs of runs, none and 100 limits (default 3).")
+@click.option("--claim-max", type=click.IntRange(1, 100), default=None,
+              help="work-queue: runs one claim call takes at most (default 10; 1: one run "
+                   "a call, the answer without `max`).")
 @click.option("--peer-processes", type=click.IntRange(1, 16), default=3, show_default=True,
               help="APScheduler 4: scheduler processes sharing its data store.")
 @click.option("--keep", is_flag=True, help="Keep scratch databases and receiver logs.")
@@ -136,7 +139,7 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
                   probe_duration: float, grace: int | None, high_jobs: int, steady_jobs: int,
                   skews: str | None, minutes: float | None, seed: int | None,
                   claimers: int | None, kills: int | None,
-                  claim_spin: bool, runs: int | None,
+                  claim_spin: bool, runs: int | None, claim_max: int | None,
                   peer_processes: int, keep: bool) -> None:
     """Benchmark cronman against APScheduler on this machine, measured at a receiver.
 
@@ -242,7 +245,8 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
                             grace=grace, high_jobs=high_jobs, steady_jobs=steady_jobs,
                             skews=tuple(x.strip() for x in skews.split(",") if x.strip())
                             if skews else None, minutes=minutes, seed=seed,
-                            claimers=claimers, kills=kills, claim_spin=claim_spin, runs=runs)
+                            claimers=claimers, kills=kills, claim_spin=claim_spin, runs=runs,
+                            claim_max=claim_max)
     try:
         ensure_postgres(admin_url)
     except BenchError as exc:

@@ -60,6 +60,7 @@ class ScenarioParams:
     claim_spin: bool = False
     # limits: alternating pairs (none, 100 limits)
     runs: int | None = None
+    claim_max: int | None = None
 
 
 DEFAULTS: dict[str, dict[str, Any]] = {

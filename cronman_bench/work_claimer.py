@@ -8,7 +8,8 @@ written, so a SIGKILLed process leaves what it saw):
 
 - ``claim`` mode: claim with a long-poll, write ``{"ev": "claim", "t", "sched",
   "run", "ms"}`` (``t``: Unix ms when the answer came; ``ms``: the call's
-  duration), hand the run to a reporting thread (``succeeded``), claim again;
+  duration), hand the run to a reporting thread (``succeeded``), claim again
+  (``--max`` N: up to N runs a call, each logged with the call's ``batch``);
   an empty answer that came early (the API had no long-poll to spare) is
   followed by the client ``Worker``'s pause, unless ``--spin``;
 - ``hold`` mode: claim up to ``--hold`` runs and keep them, then heartbeat each
@@ -30,6 +31,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from cronman.client import NO_RETRY, CronmanClient
+from cronman.client.types import Claim
 from cronman.client.worker import EARLY_PAUSE
 from cronman.errors import CronmanError
 from cronman.timeutil import parse_rfc3339
@@ -77,14 +79,13 @@ def claim_loop(client: CronmanClient, args: argparse.Namespace, worker_id: str, 
     while not stop.is_set():
         t0 = time.perf_counter()
         try:
-            claim = client.claim(args.queue, worker_id, namespace=args.namespace,
-                                 wait=args.wait, retry=NO_RETRY)
+            claims = take(client, args, worker_id, args.max, slots=args.max)
         except CronmanError as exc:
             log.write(ev="error", t=_now_ms(), error=str(exc)[:200])
             time.sleep(0.05)
             continue
         t = _now_ms()
-        if claim is None:
+        if not claims:
             took = time.perf_counter() - t0
             log.write(ev="empty", t=t, ms=round(took * 1000, 2))
             # As the client's Worker does: an API with no long-poll to spare answers
@@ -92,12 +93,25 @@ def claim_loop(client: CronmanClient, args: argparse.Namespace, worker_id: str, 
             if not args.spin and took < args.wait / 2:
                 stop.wait(random.uniform(EARLY_PAUSE / 2, EARLY_PAUSE))
             continue
-        run = claim["run"]
-        log.write(ev="claim", t=t, sched=_ms(run["scheduled_for"]), run=run["id"],
-                  handoff=_ms(run["started_at"]),
-                  attempt=claim["attempt"], ms=round((time.perf_counter() - t0) * 1000, 2))
-        if not args.no_complete:
-            todo.put((run["id"], claim["lease_token"]))
+        ms = round((time.perf_counter() - t0) * 1000, 2)
+        for claim in claims:
+            run = claim["run"]
+            log.write(ev="claim", t=t, sched=_ms(run["scheduled_for"]), run=run["id"],
+                      handoff=_ms(run["started_at"]), attempt=claim["attempt"], ms=ms,
+                      batch=len(claims))
+            if not args.no_complete:
+                todo.put((run["id"], claim["lease_token"]))
+
+
+def take(client: CronmanClient, args: argparse.Namespace, worker_id: str, most: int, *,
+         slots: int) -> list[Claim]:
+    """One claim call: one run (``most`` 1, the single answer) or up to ``most``."""
+    if most == 1:
+        claim = client.claim(args.queue, worker_id, namespace=args.namespace,
+                             wait=args.wait, slots=slots, retry=NO_RETRY)
+        return [] if claim is None else [claim]
+    return client.claim_many(args.queue, worker_id, most=most, namespace=args.namespace,
+                             wait=args.wait, slots=slots, retry=NO_RETRY)
 
 
 def hold_loop(client: CronmanClient, args: argparse.Namespace, worker_id: str, log: Log,
@@ -106,19 +120,21 @@ def hold_loop(client: CronmanClient, args: argparse.Namespace, worker_id: str, l
     while len(held) < share and not stop.is_set():
         t0 = time.perf_counter()
         try:
-            claim = client.claim(args.queue, worker_id, namespace=args.namespace,
-                                 wait=args.wait, slots=share, retry=NO_RETRY)
+            claims = take(client, args, worker_id, min(args.max, share - len(held)),
+                          slots=share)
         except CronmanError as exc:
             log.write(ev="error", t=_now_ms(), error=str(exc)[:200])
             time.sleep(0.05)
             continue
-        if claim is None:
+        if not claims:
             stop.wait(0.05)
             continue
-        run = claim["run"]
-        held.append((run["id"], claim["lease_token"]))
-        log.write(ev="held", t=_now_ms(), run=run["id"], sched=_ms(run["scheduled_for"]),
-                  ms=round((time.perf_counter() - t0) * 1000, 2))
+        ms = round((time.perf_counter() - t0) * 1000, 2)
+        for claim in claims:
+            run = claim["run"]
+            held.append((run["id"], claim["lease_token"]))
+            log.write(ev="held", t=_now_ms(), run=run["id"], sched=_ms(run["scheduled_for"]),
+                      ms=ms, batch=len(claims))
     claimed_all()
     if not held:
         return
@@ -155,6 +171,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-complete", action="store_true")
     p.add_argument("--spin", action="store_true",
                    help="claim again at once after an early empty answer")
+    p.add_argument("--max", type=int, default=1,
+                   help="runs one claim call takes at most (1: the single-run answer)")
     p.add_argument("--hold", type=int, default=1, help="hold: runs to claim in all")
     p.add_argument("--period", type=float, default=10.0, help="hold: seconds between beats")
     p.add_argument("--out", required=True)

@@ -48,6 +48,7 @@ from cronman_bench.systems import BenchOptions, CronmanSystem
 
 NAMESPACE = "bench"
 API_THREADS = 4  # cronman api's default threads per worker
+NODES_READY_WAIT = 120
 
 
 @dataclass
@@ -67,6 +68,8 @@ class WorkQueueParams:
     api_workers: int = 2
     claim_wait: float = 20.0
     spin: bool = False  # claimers claim again at once after an early 204 (no pause)
+    claim_max: int = 10  # runs a claim call takes at most (1: one run a call)
+    drain: float = 30.0  # s after the window for its runs to be claimed
     lead: float = 5.0  # s from job creation to the window's warm-up (nodes see new jobs)
     hold_lead: float | None = None  # s to the held runs' instant (default 10 + held / 250)
 
@@ -83,6 +86,12 @@ def _pct(values: Iterable[float]) -> dict[str, Any]:
     v = sorted(values)
     return {"count": len(v), "p50": percentile(v, 50), "p99": percentile(v, 99),
             "max": v[-1] if v else None}
+
+
+def _per_call(claims: list[dict[str, Any]]) -> float | None:
+    """Runs per claim call, over the calls these claims came in."""
+    calls = sum(1 / e.get("batch", 1) for e in claims)
+    return round(len(claims) / calls, 2) if calls else None
 
 
 def _events(path: Path) -> list[dict[str, Any]]:
@@ -173,6 +182,13 @@ class WorkBench:
         self.api = ApiServer(s.db.url, self.opts.workdir, self.tag, workers=self.wp.api_workers,
                              env={"CRONMAN_REDIS_URL": s.redis.url}).start()
         s.start()
+        # The phases' jobs are due a few seconds after they are made: the nodes
+        # must be up by then (on a busy machine a node takes tens of seconds).
+        deadline = time.monotonic() + NODES_READY_WAIT
+        while any(t is None for t in s.ready_ms().values()):
+            if time.monotonic() > deadline:
+                raise BenchError(f"the nodes were not ready within {NODES_READY_WAIT} s")
+            time.sleep(0.2)
         self.client = CronmanClient(self.api.url, retry=NO_RETRY, timeout=120)
         return self.client
 
@@ -221,8 +237,8 @@ class WorkBench:
 def fire_to_claim(b: WorkBench) -> dict[str, Any]:
     wp, echo = b.wp, b.opts.echo
     spin = ("--spin",) if wp.spin else ()
-    claimers = [b.claimer("steady", "--threads", "1", "--wait", str(wp.claim_wait), *spin)
-                for _ in range(wp.claimers)]
+    claimers = [b.claimer("steady", "--threads", "1", "--wait", str(wp.claim_wait),
+                          "--max", str(wp.claim_max), *spin) for _ in range(wp.claimers)]
     now = _now_ms()
     start_ms = (now // 1000) * 1000 + int((wp.warmup + wp.lead) * 1000)
     end_ms = start_ms + wp.duration * 1000
@@ -244,7 +260,7 @@ def fire_to_claim(b: WorkBench) -> dict[str, Any]:
         time.sleep(0.2)
     api_s, pg_s = api_cpu.stop(), pg_cpu.stop()
     owed = wp.rate * wp.duration
-    drain_until = time.monotonic() + 30
+    drain_until = time.monotonic() + wp.drain
     while time.monotonic() < drain_until:
         got = {e["run"] for _, out in claimers for e in _events(out)
                if e["ev"] == "claim" and start_ms <= e["sched"] < end_ms}
@@ -270,6 +286,7 @@ def fire_to_claim(b: WorkBench) -> dict[str, Any]:
         "handoff_to_claim_ms": _pct(e["t"] - e["handoff"] for e in first.values()
                                     if e.get("handoff") is not None),
         "claim_call_ms": _pct(e["ms"] for e in in_window),
+        "runs_per_claim_call": _per_call(in_window),
         "empty_claims_per_s": round(len(empty) / wp.duration, 1),
         "errors": sum(1 for e in events if e["ev"] == "error"),
         "api_cpu_cores": round(api_s / wp.duration, 2),
@@ -300,7 +317,8 @@ def claims_and_heartbeats(b: WorkBench) -> tuple[dict[str, Any], dict[str, Any]]
     per_proc = [wp.held // procs + (1 if n < wp.held % procs else 0) for n in range(procs)]
     load_claims = _load()
     holders = [b.claimer("hold", "--mode", "hold", "--threads", str(threads), "--wait", "0",
-                         "--hold", str(n), "--period", str(wp.hb_period)) for n in per_proc]
+                         "--hold", str(n), "--period", str(wp.hb_period),
+                         "--max", str(wp.claim_max)) for n in per_proc]
     deadline = time.monotonic() + 60 + wp.held / 50
     while True:
         done = sum(1 for _, out in holders
@@ -320,7 +338,8 @@ def claims_and_heartbeats(b: WorkBench) -> tuple[dict[str, Any], dict[str, Any]]
         "runs": len(held), "claimers": procs * threads,
         "queue_filled_s_after_due": round(filled_s, 1),
         "claims_per_s": round(len(held) / max((t1 - t0) / 1000, 1e-3), 1),
-        "claim_call_ms": _pct(e["ms"] for e in held), "load_avg": load_claims,
+        "claim_call_ms": _pct(e["ms"] for e in held), "runs_per_claim_call": _per_call(held),
+        "load_avg": load_claims,
     }
     echo(f"  [work-queue] {len(held):,} runs claimed at {claims['claims_per_s']}/s; "
          f"heartbeating every {wp.hb_period:g} s")
@@ -415,13 +434,15 @@ def kill_to_requeue(b: WorkBench) -> dict[str, Any]:
 
 def work_queue(opts: BenchOptions, params: ScenarioParams) -> dict[str, Any]:
     """``--scenario work-queue``: ``--rate`` (200), ``--duration`` (30), ``--jobs``
-    (held runs, 10,000), ``--claimers`` (4), ``--kills`` (5), ``--claim-spin``."""
+    (held runs, 10,000), ``--claimers`` (4), ``--kills`` (5), ``--claim-spin``,
+    ``--claim-max`` (10)."""
     wp = WorkQueueParams(
         rate=int(params.rate or 200), duration=int(params.duration or 30),
         warmup=opts.warmup, held=params.jobs or 10_000,
         claimers=params.claimers or WorkQueueParams.claimers,
         hb_seconds=max(float(params.duration or 30), 2 * WorkQueueParams.hb_period),
-        kills=params.kills or WorkQueueParams.kills, spin=params.claim_spin)
+        kills=params.kills or WorkQueueParams.kills, spin=params.claim_spin,
+        claim_max=params.claim_max or WorkQueueParams.claim_max)
     return run_work_queue(opts, wp)
 
 
@@ -441,7 +462,10 @@ def run_work_queue(opts: BenchOptions, wp: WorkQueueParams) -> dict[str, Any]:
             figures["claims"], figures["heartbeats"] = claims_and_heartbeats(b)
         except BenchError as exc:
             figures["claims_error"] = str(exc)
-        figures["kill"] = kill_to_requeue(b)
+        try:
+            figures["kill"] = kill_to_requeue(b)
+        except BenchError as exc:
+            figures["kill_error"] = str(exc)
     finally:
         b.teardown()
     return {"scenario": "work-queue", "params": asdict(wp), "figures": figures,
@@ -458,12 +482,14 @@ def work_table(f: dict[str, Any]) -> str:
                      f"p99 {fh['p99']}, hand-off→claim p50 {hc['p50']} p99 {hc['p99']}); "
                      f"claims {fc['claim_rate']}/s, "
                      f"missed {fc['missed']} of {fc['owed']}, empty claims "
-                     f"{fc['empty_claims_per_s']}/s; API {fc['api_cpu_cores']} cores, "
+                     f"{fc['empty_claims_per_s']}/s, {fc['runs_per_claim_call']} runs a "
+                     f"call; API {fc['api_cpu_cores']} cores, "
                      f"PostgreSQL {fc['pg_cpu_cores']} (load {fc['load_avg']})")
     if (c := f.get("claims")) is not None:
         lines.append(f"claims: {c['runs']:,} runs by {c['claimers']} claimers at "
                      f"{c['claims_per_s']}/s, call p50 {c['claim_call_ms']['p50']} ms p99 "
-                     f"{c['claim_call_ms']['p99']} ms (load {c['load_avg']})")
+                     f"{c['claim_call_ms']['p99']} ms, {c['runs_per_claim_call']} runs a call "
+                     f"(load {c['load_avg']})")
     if (h := f.get("heartbeats")) is not None:
         lines.append(f"heartbeats: {h['held']:,} held every {h['period_s']:g} s, "
                      f"{h['reached_per_s']}/s of {h['offered_per_s']}/s, call p50 "

@@ -5,7 +5,7 @@ A claim takes the queue's next run at once or waits for one (the
 long-poll): up to its ``wait``, bounded by ``CRONMAN_CLAIM_WAIT_MAX``, and
 only while this process holds fewer than ``CRONMAN_API_LONG_POLLS`` of them
 (beyond that a claim answers at once: long-polls never take every thread
-of the API). The store wakes it when work comes (``wait_for_work``).
+of the API). The store wakes one waiting claim per run enqueued (``waiting``).
 Heartbeats and reports go by the claim's lease token: a stale one is a 409
 ``stale_lease`` and changes nothing. Every call needs a token covering the
 queue's (or the run's) namespace, as every ``/v1`` call.
@@ -29,7 +29,7 @@ from cronman.api.names import ID_RE
 from cronman.api.runs import load_run, work_items
 from cronman.api.serialize import queue_json, run_json
 from cronman.api.work_fields import CANCEL, CLAIM, COMPLETE, HEARTBEAT, QUEUE
-from cronman.errors import Conflict, ValidationError
+from cronman.errors import Conflict, NotFound, StaleLease, ValidationError
 from cronman.models import Run
 from cronman.store.base import Store
 from cronman.store.work_records import Claim, WorkItem
@@ -88,29 +88,33 @@ class QueueClaim(ApiView):
         settings = api_context().settings
         wait = max(0.0, min(float(body["wait"]), settings.claim_wait_max))
         work = _store().work
-        worker, slots = body["worker_id"], body["slots"]
+        worker, slots, many = body["worker_id"], body["slots"], body["max"]
 
-        def take(first: bool = False) -> Claim | None:
-            return work.claim(namespace, queue, worker, slots=slots, now=utcnow(), seen=first)
+        def take(first: bool = False) -> list[Claim]:
+            return work.claim_many(namespace, queue, worker, slots=slots, now=utcnow(),
+                                   seen=first, limit=many or 1)
 
-        seen = work.wait_for_work(namespace, queue, 0)
-        claim = take(first=True)
-        if claim is None and wait > 0:
-            polls = _long_polls(current_app)
-            if polls is not None and polls.acquire(blocking=False):
-                try:
-                    deadline = time.monotonic() + wait
-                    while claim is None and (left := deadline - time.monotonic()) > 0:
-                        seen = work.wait_for_work(namespace, queue, left, seen)
-                        claim = take()
-                finally:
-                    polls.release()
-        if claim is None:
+        with work.waiting(namespace, queue) as waiter:
+            claims = take(first=True)
+            if not claims and wait > 0:
+                polls = _long_polls(current_app)
+                if polls is not None and polls.acquire(blocking=False):
+                    try:
+                        deadline = time.monotonic() + wait
+                        while not claims and (left := deadline - time.monotonic()) > 0:
+                            waiter.wait(left)
+                            claims = take()
+                    finally:
+                        polls.release()
+        if not claims:
             return current_app.response_class(status=204)
         metrics: ApiMetrics = current_app.extensions[METRICS_KEY]
-        metrics.claimed(namespace, queue, max(0.0, (
-            (claim.item.claimed_at or utcnow()) - claim.item.available_at).total_seconds()))
-        return json_response(claim_json(claim))
+        for claim in claims:
+            metrics.claimed(namespace, queue, max(0.0, (
+                (claim.item.claimed_at or utcnow()) - claim.item.available_at).total_seconds()))
+        if many is None:
+            return json_response(claim_json(claims[0]))
+        return json_response({"claims": [claim_json(c) for c in claims]})
 
 
 def _authorise(store: Store, run_id: str) -> None:
@@ -125,11 +129,21 @@ def _authorise(store: Store, run_id: str) -> None:
 
 class RunHeartbeat(ApiView):
     def post(self, run_id: str) -> Response:
-        _authorise(_store(), run_id)
-        body = _check(HEARTBEAT, read_json())
-        ack = _store().work.heartbeat(run_id, body["lease_token"], progress=body["progress"],
-                                      percent=body["percent"], output=body["output"],
-                                      now=utcnow())
+        store = _store()
+        # One statement, limited to the token's namespaces; a refusal says why
+        # as every worker call does (403 for another namespace's run first).
+        try:
+            body = _check(HEARTBEAT, read_json())
+        except ValidationError:
+            _authorise(store, run_id)
+            raise
+        try:
+            ack = store.work.heartbeat(run_id, body["lease_token"], progress=body["progress"],
+                                       percent=body["percent"], output=body["output"],
+                                       now=utcnow(), namespaces=principal().namespaces)
+        except (StaleLease, NotFound):
+            _authorise(store, run_id)
+            raise
         return json_response({"cancel_requested": ack.cancel_requested,
                               "lease_expires_at": format_rfc3339(ack.lease_expires_at)})
 

@@ -18,6 +18,7 @@ from cronman.vocabulary import DEFAULT_NAMESPACE
 
 MAX_WORKER_ID = 128
 MAX_SLOTS = 1000
+MAX_CLAIM_RUNS = 100
 MAX_CLAIM_WAIT = 30
 DEFAULT_CLAIM_WAIT = 20
 MAX_PROGRESS = 1024
@@ -71,6 +72,11 @@ CLAIM = Obj({
                  range_message="must be between {lo} and {hi}", nullable=True, default=1,
                  description="how many runs the worker carries at once (its idle slots "
                              "count for capacity)"),
+    "max": Int(lo=1, hi=MAX_CLAIM_RUNS, type_message="must be an integer",
+               range_message="must be between {lo} and {hi}", nullable=True,
+               description="take up to this many runs in one call: the answer is then "
+                           "{\"claims\": [...]}, one claim per run, each with its own "
+                           "lease token (without it: one run, the claim itself)"),
 }, name="ClaimRequest", unknown_message="unknown field {key!r}")
 
 HEARTBEAT = Obj({

@@ -7,6 +7,9 @@
             ...
         api.complete(run_id, token, "succeeded", result={"rows": 120})
 
+    for claim in api.claim_many("spark", "host-1", most=8, namespace="ml"):
+        ...  # up to 8 runs in one call, each with its own lease token
+
 A heartbeat or a completion whose lease is gone (expired, re-queued, ended)
 is refused with ``ConflictError`` (409, code ``stale_lease``) and changes
 nothing. :class:`cronman.client.worker.Worker` does all of this for a handler.
@@ -22,6 +25,7 @@ from cronman.client.types import Claim, Heartbeat, Run
 
 #: The API's bounds (SPEC §5, the worker calls).
 CLAIM_WAIT_MAX = 30.0
+CLAIM_MAX_RUNS = 100
 PROGRESS_MAX_CHARS = 1024
 ERROR_MAX_CHARS = 4096
 RESULT_MAX_BYTES = 64 * 1024
@@ -50,6 +54,21 @@ class QueueCalls:
         answer = self.request("POST", "/v1/queues/" + quote_segment(queue) + "/claim", body,
                               timeout=wait + CLAIM_TIMEOUT_MARGIN, retry=retry)
         return None if answer is None else cast(Claim, answer)
+
+    def claim_many(self, queue: str, worker_id: str, *, most: int,
+                   namespace: str = "default", wait: float = 20.0, slots: int = 1,
+                   retry: RetryPolicy | None = None) -> list[Claim]:
+        """As ``claim``, up to ``most`` runs (1..100) in one call, each under a lease
+        token of its own; answered as soon as one is there (empty: none came)."""
+        if not 0 <= wait <= CLAIM_WAIT_MAX:
+            raise ValueError(f"wait must be 0..{CLAIM_WAIT_MAX:g} seconds")
+        if not 1 <= most <= CLAIM_MAX_RUNS:
+            raise ValueError(f"most must be 1..{CLAIM_MAX_RUNS}")
+        body = {"worker_id": worker_id, "namespace": namespace, "wait": wait, "slots": slots,
+                "max": most}
+        answer = self.request("POST", "/v1/queues/" + quote_segment(queue) + "/claim", body,
+                              timeout=wait + CLAIM_TIMEOUT_MARGIN, retry=retry)
+        return [] if answer is None else cast(list[Claim], answer["claims"])
 
     def heartbeat(self, run_id: str, lease_token: str, *, progress: str | None = None,
                   percent: float | None = None, output: dict[str, str] | None = None,

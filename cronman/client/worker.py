@@ -12,8 +12,8 @@
 
     Worker(CronmanClient.from_env(), "spark", retrain, namespace="ml", concurrency=2).run()
 
-``run()`` claims while a slot is free (``concurrency`` runs at once), each
-run in a thread of its own with its lease kept by heartbeats
+``run()`` claims while a slot is free (``concurrency`` runs at once; every
+free slot asked for in one call), each run in a thread of its own with its lease kept by heartbeats
 (:mod:`cronman.client.held_run`). A handler that returns reports the run
 ``succeeded`` with the dict it returned; one that raises reports it
 ``failed`` with the exception's message (``RunFailed`` carries a result too).
@@ -72,6 +72,10 @@ class QueueApi(LeaseCalls, Protocol):
     def claim(self, queue: str, worker_id: str, *, namespace: str = "default",
               wait: float = 20.0, slots: int = 1,
               retry: RetryPolicy | None = None) -> Claim | None: ...
+
+    def claim_many(self, queue: str, worker_id: str, *, most: int,
+                   namespace: str = "default", wait: float = 20.0, slots: int = 1,
+                   retry: RetryPolicy | None = None) -> list[Claim]: ...
 
 
 def default_worker_id() -> str:
@@ -154,13 +158,14 @@ class Worker:
         while not self._stopping.is_set():
             if not self._slots.acquire(timeout=0.2):
                 continue
+            free = 1  # every free slot is asked for in one claim
+            while free < self.concurrency and self._slots.acquire(blocking=False):
+                free += 1
             asked = time.monotonic()
             try:
-                claim = self.client.claim(self.queue, self.worker_id,
-                                          namespace=self.namespace, wait=self.wait,
-                                          slots=self.concurrency, retry=NO_RETRY)
+                claims = self._take(free)
             except ApiError as exc:
-                self._slots.release()
+                self._release(free)
                 if not transient(exc):
                     log.error("worker %s: claim refused: %s", self.worker_id, exc)
                     raise
@@ -171,23 +176,38 @@ class Worker:
                 self._stopping.wait(delay)
                 continue
             failures = 0
-            if claim is None:
-                self._slots.release()
+            self._release(free - len(claims))
+            if not claims:
                 # An API with no long-poll to spare answers at once: no busy loop.
                 if time.monotonic() - asked < self.wait / 2:
                     self._stopping.wait(random.uniform(EARLY_PAUSE / 2, EARLY_PAUSE)
                                         if self.wait >= EARLY_PAUSE else self.wait)
                 continue
-            held = self._hold(claim)
-            if self._stopping.is_set():
-                self._slots.release()
-                self._log_end(held.finish("failed", None, WORKER_STOPPED), 0.0)
-                break
-            thread = threading.Thread(target=self._work_in_slot, args=(held,), daemon=True,
-                                      name=f"run-{held.ctx.run_id}")
-            with self._lock:
-                self._held[held.ctx.run_id] = (held, thread)
-            thread.start()
+            for claim in claims:
+                held = self._hold(claim)
+                if self._stopping.is_set():
+                    self._slots.release()
+                    self._log_end(held.finish("failed", None, WORKER_STOPPED), 0.0)
+                    continue
+                thread = threading.Thread(target=self._work_in_slot, args=(held,),
+                                          daemon=True, name=f"run-{held.ctx.run_id}")
+                with self._lock:
+                    self._held[held.ctx.run_id] = (held, thread)
+                thread.start()
+
+    def _take(self, free: int) -> list[Claim]:
+        """Claim for ``free`` slots: one run, or up to ``free`` in one call."""
+        if free == 1:
+            claim = self.client.claim(self.queue, self.worker_id, namespace=self.namespace,
+                                      wait=self.wait, slots=self.concurrency, retry=NO_RETRY)
+            return [] if claim is None else [claim]
+        return self.client.claim_many(self.queue, self.worker_id, most=free,
+                                      namespace=self.namespace, wait=self.wait,
+                                      slots=self.concurrency, retry=NO_RETRY)
+
+    def _release(self, slots: int) -> None:
+        for _ in range(slots):
+            self._slots.release()
 
     def _work_in_slot(self, held: HeldRun) -> None:
         try:

@@ -11,7 +11,8 @@ Database failures surface as ``cronman.errors.StoreUnavailable``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -440,13 +441,22 @@ class WorkQueueStore(Protocol):
         ``seen`` False (a long-poll looking again): the worker is not recorded
         again, and nothing is written when nothing is claimable."""
 
+    def claim_many(self, namespace: str, queue: str, worker_id: str, *, slots: int,
+                   now: datetime, seen: bool = True, limit: int = 1) -> list[Claim]:
+        """As ``claim``, up to ``limit`` items at once (in claim order, each under
+        a lease token of its own) in one transaction; empty: nothing to claim."""
+
     def heartbeat(self, run_id: str, token: str, *, progress: str | None,
                   percent: float | None, now: datetime,
-                  output: dict[str, Any] | None = None) -> HeartbeatAck:
-        """Renew the lease, counting the heartbeat; ``progress``, ``percent``
-        and ``output`` (the tails of stdout and stderr so far) replace the
-        item's when given. ``StaleLease`` when the token is not the run's
-        current lease, ``NotFound`` when there is no such run."""
+                  output: dict[str, Any] | None = None,
+                  namespaces: Collection[str] | None = None) -> HeartbeatAck:
+        """Renew the lease (one statement, no read before it), for ``now`` plus
+        the run's heartbeat timeout, counting the heartbeat; ``progress``,
+        ``percent`` and ``output`` (the tails of stdout and stderr so far)
+        replace the item's when given. ``StaleLease`` when the token is not the
+        run's current lease, or the run's queue is in none of ``namespaces``
+        (None: any); ``NotFound`` when there is no such run. The worker's row
+        is recorded as seen at most every few seconds."""
 
     def complete(self, run_id: str, token: str, *, status: str,
                  result: dict[str, Any] | None, error: str | None, now: datetime) -> Run:
@@ -481,11 +491,18 @@ class WorkQueueStore(Protocol):
         """Each queue's figures in (namespace, queue) order (``namespaces``
         None: every namespace), after ``after`` (a keyset cursor)."""
 
-    def wait_for_work(self, namespace: str, queue: str, timeout: float,
-                      seen: int | None = None) -> int:
-        """The queue's enqueue counter: at once without ``seen``; else once it
-        differs from ``seen`` (work came) or a short poll interval (at most
-        ``timeout``) passed, whichever is first."""
+    def waiting(self, namespace: str, queue: str) -> AbstractContextManager[WorkWaiter]:
+        """Wait for work on the queue within the block (a long-poll's claim,
+        entered before its first look). Each run enqueued from then on wakes
+        one waiter of the queue per process, not all of them."""
+
+
+class WorkWaiter(Protocol):
+    """A claim waiting on its queue (``WorkQueueStore.waiting``)."""
+
+    def wait(self, timeout: float) -> bool:
+        """Until a run is announced for this waiter (True), or a short poll
+        interval (at most ``timeout``) passed."""
 
 
 class LimitStore(Protocol):

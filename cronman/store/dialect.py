@@ -12,6 +12,8 @@ different SQL is one function, and only those functions look at the dialect:
   daily partitions change (``partitioned_history``, ``recent_runs_start``)
   and PostgreSQL's percentiles (``sql_percentiles``); ``NOTIFY`` at commit
   (``notify``: nothing on SQLite, whose listeners are in this process);
+  a time plus a column's seconds (``plus_seconds``: interval arithmetic vs.
+  ``strftime`` on SQLite's text times);
 - ``change_seq``: drawing change_seq values (a sequence under an advisory
   lock vs. max + 1) and settling writers before a watermark read;
 - ``run_bulk``: inserting runs (``INSERT ... ON CONFLICT DO NOTHING``
@@ -42,7 +44,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Table, exists, func, select, text, type_coerce
+from sqlalchemy import String, Table, cast, exists, func, literal, select, text, type_coerce
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import Insert as PgInsert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -110,6 +112,21 @@ def upsert(table: Table, key: Sequence[str], dialect: str, *,
     names = changes if changes is not None else [c.name for c in table.c if c.name not in key]
     return ins.on_conflict_do_update(index_elements=list(key),
                                      set_={n: ins.excluded[n] for n in names})
+
+
+# -- time arithmetic --------------------------------------------------------------
+
+def plus_seconds(moment: ColumnElement[Any], seconds: ColumnElement[Any],
+                 dialect: str) -> ColumnElement[Any]:
+    """The time ``moment`` (a bound ``UTCDateTime``) plus ``seconds`` (an integer
+    column), computed by the database. SQLite keeps times as naive UTC text
+    (``YYYY-MM-DD HH:MM:SS.ffffff``, SQLAlchemy's form): ``strftime`` adds the
+    whole seconds and the fraction is carried over as it was written."""
+    if dialect == POSTGRESQL:
+        return moment + func.make_interval(0, 0, 0, 0, 0, 0, seconds)
+    shift = literal("+", String).concat(cast(seconds, String)).concat(" seconds")
+    whole = func.strftime("%Y-%m-%d %H:%M:%S", moment, shift)
+    return whole.concat(func.substr(moment, 20))
 
 
 # -- notifications ----------------------------------------------------------------

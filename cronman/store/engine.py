@@ -20,15 +20,16 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import create_engine, event
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.engine import URL, Connection, CursorResult, Engine, Row
 from sqlalchemy.pool import StaticPool
+from sqlalchemy.sql.base import Executable
 
 from cronman.errors import StoreUnavailable
 from cronman.store.connect import MemberWatch, engine_connect_args
@@ -181,6 +182,10 @@ def _retryable(exc: sa_exc.DBAPIError) -> bool:
     return isinstance(orig, sqlite3.OperationalError) and "locked" in str(orig)
 
 
+def _rows(result: CursorResult[Any]) -> list[Row[Any]]:
+    return list(result.all()) if result.returns_rows else []
+
+
 class _NullAnnouncer:
     def in_transaction(self, conn: Connection, ids: Sequence[str]) -> None:
         pass
@@ -232,6 +237,16 @@ class Database:
                 log.info("write transaction retried (attempt %d): %s", attempt, exc)
                 time.sleep(0.01 * attempt)
         raise AssertionError("unreachable")
+
+    def write_one(self, stmt: Executable, params: Mapping[str, Any]) -> list[Row[Any]]:
+        """One statement as a transaction of its own, and the rows it returns.
+        On PostgreSQL it runs in autocommit: a single statement is atomic by
+        itself, and BEGIN and COMMIT would be two more round trips."""
+        if not self.is_postgres:
+            return self.write(lambda tx: _rows(tx.conn.execute(stmt, params)))
+        with translate_errors(), self.engine.connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT")
+            return _rows(conn.execute(stmt, params))
 
     def _write_once(self, fn: Callable[[Tx], T]) -> T:
         with self._write_lock, self.engine.connect() as conn:

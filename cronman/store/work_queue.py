@@ -16,20 +16,37 @@ What runs out is ``work_expiry``'s; waking long-polls, ``work_signals``'.
 from __future__ import annotations
 
 import secrets
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Integer, and_, case, cast, delete, func, insert, or_, select, update
-from sqlalchemy.engine import Row
+from sqlalchemy import (
+    Float,
+    Integer,
+    Text,
+    and_,
+    bindparam,
+    case,
+    cast,
+    delete,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.engine import Connection, Row
 
-from cronman.errors import NotFound, StaleLease
+from cronman.errors import CronmanError, NotFound, StaleLease
 from cronman.models import Run
 from cronman.store.codec import run_from_row, storable
-from cronman.store.dialect import for_update_skip_locked, upsert
+from cronman.store.dialect import for_update_skip_locked, plus_seconds, upsert
 from cronman.store.engine import Database, Tx
-from cronman.store.tables import IN_FLIGHT_STATUSES
+from cronman.store.tables import IN_FLIGHT_STATUSES, NullableJsonType, UTCDateTime
 from cronman.store.tables import scheduled_jobs as sj
 from cronman.store.tables import work_items as wi
 from cronman.store.tables import work_workers as ww
@@ -54,12 +71,12 @@ from cronman.store.work_runs import (
     item_from_row,
     token_hash,
 )
-from cronman.store.work_signals import WorkSignals
+from cronman.store.work_signals import Waiter, WorkSignals
 from cronman.timeutil import utcnow
 from cronman.vocabulary import RunStatus, WorkKind, WorkState
 
-# Candidates a claim looks at (the first whose capacity holds and that no
-# other claim has locked wins; only that row is locked).
+# Candidates a claim looks at beyond the runs it asks for (the first whose
+# capacity holds and that no other claim has locked win; only those are locked).
 CLAIM_PICK = 16
 # Workers not seen for this long are dropped from the queue's list.
 WORKER_FORGET = timedelta(days=1)
@@ -68,6 +85,10 @@ FORGET_INTERVAL = 60.0
 DELETED_CHECK_INTERVAL = 10.0
 # Workers listed with a queue: those seen this recently.
 WORKER_LISTED = timedelta(minutes=10)
+# A heartbeat records its worker as seen at most this often (seconds, per
+# process): enough for the idle count, whose window is 30 s at least.
+WORKER_TOUCH = 5.0
+TOUCHED_KEPT = 10_000
 
 
 class SqlWorkQueue:
@@ -80,6 +101,9 @@ class SqlWorkQueue:
         self.signals = signals or WorkSignals(db)
         self._next_forget = 0.0
         self._next_deleted_check = 0.0
+        self._renew = {r: _renew_statement(db.dialect, r) for r in (False, True)}
+        self._touched: dict[tuple[str, str, str], float] = {}
+        self._touch_lock = threading.Lock()
 
     # -- the scheduler's hand-off -----------------------------------------
 
@@ -182,19 +206,25 @@ class SqlWorkQueue:
     def claim(self, namespace: str, queue: str, worker_id: str, *, slots: int,
               now: datetime, seen: bool = True) -> Claim | None:
         """See ``WorkQueueStore.claim``."""
-        token = secrets.token_urlsafe(32)
+        got = self.claim_many(namespace, queue, worker_id, slots=slots, now=now, seen=seen)
+        return got[0] if got else None
+
+    def claim_many(self, namespace: str, queue: str, worker_id: str, *, slots: int,
+                   now: datetime, seen: bool = True, limit: int = 1) -> list[Claim]:
+        """See ``WorkQueueStore.claim_many``."""
         claimable = (wi.c.namespace == namespace, wi.c.queue == queue,
                      wi.c.state == WorkState.QUEUED.value, wi.c.available_at <= now)
         if not seen:
             # A long-poll's next look: no write (and on SQLite no write lock) for nothing.
             with self._db.read() as conn:
                 if conn.execute(select(wi.c.run_id).where(*claimable).limit(1)).first() is None:
-                    return None
+                    return []
 
-        def fn(tx: Tx) -> tuple[Row[Any], Run] | None:
+        def fn(tx: Tx) -> list[Claim]:
             _seen(tx, namespace, queue, worker_id, now, slots=slots)
             idle: dict[int, int] = {}
-            for cand in _candidates(tx, claimable):
+            picked = []
+            for cand in _candidates(tx, claimable, limit + CLAIM_PICK - 1):
                 need = cand.capacity_idle
                 if need is not None:
                     hb = int(cand.heartbeat_timeout)
@@ -203,67 +233,52 @@ class SqlWorkQueue:
                                                 now - idle_window(hb))
                     if idle[hb] < need:
                         continue
-                # Lock this one row only; one another claimer holds is skipped.
-                row = tx.conn.execute(for_update_skip_locked(
-                    select(wi).where(wi.c.run_id == cand.run_id, *claimable),
-                    self._db.dialect)).first()
-                got = None if row is None else self._hand_out(tx, row, worker_id, token, now)
-                if got is not None:
-                    return got
-            return None
+                picked.append(cand.run_id)
+            if not picked:
+                return []
+            # Lock the first ``limit`` of them; rows another claimer holds are skipped.
+            rows = tx.conn.execute(for_update_skip_locked(
+                select(wi).where(wi.c.run_id.in_(picked), *claimable)
+                .order_by(wi.c.priority.desc(), wi.c.available_at).limit(limit),
+                self._db.dialect)).all()
+            return _hand_out(tx, rows, worker_id, now) if rows else []
 
-        got = self._db.write(fn)
-        if got is None:
-            return None
-        item, run = got
-        return Claim(item_from_row(item), run, token)
-
-    def _hand_out(self, tx: Tx, row: Row[Any], worker_id: str, token: str,
-                  now: datetime) -> tuple[Row[Any], Run] | None:
-        lease = now + timedelta(seconds=int(row.heartbeat_timeout))
-        item = tx.conn.execute(
-            update(wi).where(wi.c.run_id == row.run_id, wi.c.state == WorkState.QUEUED.value)
-            .values(state=WorkState.HELD.value, lease_token_hash=token_hash(token),
-                    worker_id=worker_id, claimed_at=now, lease_expires_at=lease,
-                    last_heartbeat=now, progress=None, percent=None, heartbeats=0, output=None,
-                    deadline_at=now + timedelta(seconds=int(row.timeout)))
-            .returning(*wi.c)).one()
-        run = tx.conn.execute(
-            update(sj).where(sj.c.id == row.run_id, sj.c.scheduled_for == row.scheduled_for,
-                             sj.c.node_id.is_(None))
-            .values(status=RunStatus.RUNNING.value, attempt=row.attempt,
-                    started_at=func.coalesce(sj.c.started_at, now), lease_expires_at=lease,
-                    next_attempt_at=None)
-            .returning(*sj.c)).first()
-        if run is None:  # its run row is gone (the partition dropped): the item goes too
-            tx.conn.execute(delete(wi).where(wi.c.run_id == row.run_id))
-            return None
-        tx.conn.execute(update(ww).where(ww.c.namespace == row.namespace,
-                                         ww.c.queue == row.queue, ww.c.worker_id == worker_id)
-                        .values(held=ww.c.held + 1))
-        return item, run_from_row(run)
+        return self._db.write(fn)
 
     def heartbeat(self, run_id: str, token: str, *, progress: str | None,
                   percent: float | None, now: datetime,
-                  output: dict[str, Any] | None = None) -> HeartbeatAck:
+                  output: dict[str, Any] | None = None,
+                  namespaces: Collection[str] | None = None) -> HeartbeatAck:
         """See ``WorkQueueStore.heartbeat``."""
+        params: dict[str, Any] = {
+            "b_run_id": run_id, "b_token_hash": token_hash(token), "b_now": now,
+            "b_progress": None if progress is None else storable(progress),
+            "b_percent": percent,
+            "b_output": None if output is None else storable(output)}
+        if namespaces is not None:
+            params["b_namespaces"] = sorted(namespaces)
+        rows = self._db.write_one(self._renew[namespaces is not None], params)
+        if not rows:
+            with self._db.read() as conn:
+                raise _refusal(conn, run_id)
+        row = rows[0]
+        self._touch(row.namespace, row.queue, row.worker_id, now)
+        return HeartbeatAck(bool(row.cancel_requested), row.lease_expires_at)
 
-        def fn(tx: Tx) -> HeartbeatAck:
-            row = self._held(tx, run_id, token)
-            lease = now + timedelta(seconds=int(row.heartbeat_timeout))
-            values: dict[str, Any] = {"lease_expires_at": lease, "last_heartbeat": now,
-                                      "heartbeats": wi.c.heartbeats + 1}
-            if output is not None:
-                values["output"] = storable(output)
-            if progress is not None:
-                values["progress"] = storable(progress)
-            if percent is not None:
-                values["percent"] = percent
-            tx.conn.execute(update(wi).where(wi.c.run_id == run_id).values(**values))
-            _seen(tx, row.namespace, row.queue, row.worker_id, now)
-            return HeartbeatAck(bool(row.cancel_requested), lease)
-
-        return self._db.write(fn)
+    def _touch(self, namespace: str, queue: str, worker_id: str, now: datetime) -> None:
+        """Record a heartbeating worker as seen, at most every ``WORKER_TOUCH`` s
+        from this process (its row is one for all the runs it holds)."""
+        key = (namespace, queue, worker_id)
+        t = time.monotonic()
+        with self._touch_lock:
+            if t - self._touched.get(key, -WORKER_TOUCH) < WORKER_TOUCH:
+                return
+            self._touched[key] = t
+            if len(self._touched) > TOUCHED_KEPT:
+                self._touched = {k: v for k, v in self._touched.items()
+                                 if t - v < WORKER_TOUCH}
+        self._db.write_one(_TOUCH, {"b_namespace": namespace, "b_queue": queue,
+                                    "b_worker_id": worker_id, "b_now": now})
 
     def complete(self, run_id: str, token: str, *, status: str,
                  result: dict[str, Any] | None, error: str | None, now: datetime) -> Run:
@@ -294,10 +309,7 @@ class SqlWorkQueue:
             .with_for_update()).first()
         if row is not None:
             return row
-        if _run_exists(tx, run_id):
-            raise StaleLease("the lease token is not this run's current lease (it expired, "
-                             "or the run was re-queued or completed)", field="lease_token")
-        raise NotFound(f"no run {run_id!r}")
+        raise _refusal(tx.conn, run_id)
 
     # -- operators -----------------------------------------------------------
 
@@ -413,10 +425,9 @@ class SqlWorkQueue:
                                   int(r[3] or 0) if r else 0, oldest, workers.get(key, [])))
         return out
 
-    def wait_for_work(self, namespace: str, queue: str, timeout: float,
-                      seen: int | None = None) -> int:
-        """See ``WorkQueueStore.wait_for_work``."""
-        return self.signals.wait(namespace, queue, timeout, seen)
+    def waiting(self, namespace: str, queue: str) -> AbstractContextManager[Waiter]:
+        """See ``WorkQueueStore.waiting``."""
+        return self.signals.waiting(namespace, queue)
 
     def close(self) -> None:
         self.signals.close()
@@ -442,8 +453,54 @@ def _aware(value: Any) -> datetime:
     return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
-def _candidates(tx: Tx, claimable: tuple[Any, ...]) -> list[Row[Any, Any, Any]]:
-    """The queue's next ``CLAIM_PICK`` claimable rows: highest priority, then due
+def _hand_out(tx: Tx, rows: Sequence[Row[Any]], worker_id: str,
+              now: datetime) -> list[Claim]:
+    """Hold the locked queued ``rows`` for the worker, each under a lease token of
+    its own, in three statements however many they are (values per run by CASE)."""
+    tokens = {r.run_id: secrets.token_urlsafe(32) for r in rows}
+    ids = list(tokens)
+    leases = {r.run_id: now + timedelta(seconds=int(r.heartbeat_timeout)) for r in rows}
+    items = {r.run_id: r for r in tx.conn.execute(
+        update(wi).where(wi.c.run_id.in_(ids), wi.c.state == WorkState.QUEUED.value)
+        .values(state=WorkState.HELD.value, worker_id=worker_id, claimed_at=now,
+                lease_token_hash=_per_run(wi.c.run_id, {k: token_hash(t)
+                                                        for k, t in tokens.items()}, Text()),
+                lease_expires_at=_per_run(wi.c.run_id, leases, UTCDateTime()),
+                deadline_at=_per_run(wi.c.run_id, {
+                    r.run_id: now + timedelta(seconds=int(r.timeout)) for r in rows},
+                    UTCDateTime()),
+                last_heartbeat=now, progress=None, percent=None, heartbeats=0, output=None)
+        .returning(*wi.c))}
+    runs = {r.id: r for r in tx.conn.execute(
+        update(sj).where(sj.c.id.in_(ids),
+                         sj.c.scheduled_for.in_(sorted({r.scheduled_for for r in rows})),
+                         sj.c.node_id.is_(None))
+        .values(status=RunStatus.RUNNING.value,
+                attempt=_per_run(sj.c.id, {r.run_id: int(r.attempt) for r in rows}, Integer()),
+                started_at=func.coalesce(sj.c.started_at, now),
+                lease_expires_at=_per_run(sj.c.id, leases, UTCDateTime()),
+                next_attempt_at=None)
+        .returning(*sj.c))}
+    gone = [k for k in ids if k not in runs]
+    if gone:  # their run rows are gone (the partition dropped): the items go too
+        tx.conn.execute(delete(wi).where(wi.c.run_id.in_(gone)))
+    out = [Claim(item_from_row(items[k]), run_from_row(runs[k]), tokens[k])
+           for k in ids if k in runs and k in items]
+    if out:
+        first = rows[0]
+        tx.conn.execute(update(ww).where(ww.c.namespace == first.namespace,
+                                         ww.c.queue == first.queue, ww.c.worker_id == worker_id)
+                        .values(held=ww.c.held + len(out)))
+    return out
+
+
+def _per_run(key: Any, values: dict[str, Any], type_: Any) -> Any:
+    """``CASE key WHEN run id THEN its value ... END``."""
+    return case({k: literal(v, type_) for k, v in values.items()}, value=key)
+
+
+def _candidates(tx: Tx, claimable: tuple[Any, ...], pick: int) -> list[Row[Any, Any, Any]]:
+    """The queue's next ``pick`` claimable rows: highest priority, then due
     first (ties in the index's order). Read a priority level at a time, each in the pick index's own order
     (namespace, queue, state, priority, available_at): "priority descending,
     due time ascending" is no order that index yields, and asked for at once
@@ -451,7 +508,7 @@ def _candidates(tx: Tx, claimable: tuple[Any, ...]) -> list[Row[Any, Any, Any]]:
     7,000 queued, growing with the backlog it then feeds)."""
     out: list[Row[Any, Any, Any]] = []
     below: int | None = None
-    while len(out) < CLAIM_PICK:
+    while len(out) < pick:
         level = claimable if below is None else (*claimable, wi.c.priority < below)
         # Both orders are the index's own (backward, then forward): no sort to choose,
         # even where the planner's statistics still think the queue is empty.
@@ -463,7 +520,7 @@ def _candidates(tx: Tx, claimable: tuple[Any, ...]) -> list[Row[Any, Any, Any]]:
             select(wi.c.run_id, wi.c.capacity_idle, wi.c.heartbeat_timeout)
             .where(*claimable, wi.c.priority == top)
             .order_by(wi.c.priority, wi.c.available_at)
-            .limit(CLAIM_PICK - len(out))).all())
+            .limit(pick - len(out))).all())
         below = int(top)
     return out
 
@@ -482,8 +539,40 @@ def _seen(tx: Tx, namespace: str, queue: str, worker_id: str, now: datetime, *,
          "slots": slots, "last_seen": now})
 
 
-def _run_exists(tx: Tx, run_id: str) -> bool:
-    return tx.conn.execute(select(sj.c.id).where(sj.c.id == run_id).limit(1)).first() is not None
+def _refusal(conn: Connection, run_id: str) -> CronmanError:
+    """Why a worker's call found no held item under its token: ``StaleLease``
+    when the run exists, else ``NotFound``."""
+    if conn.execute(select(sj.c.id).where(sj.c.id == run_id).limit(1)).first() is not None:
+        return StaleLease("the lease token is not this run's current lease (it expired, "
+                          "or the run was re-queued or completed)", field="lease_token")
+    return NotFound(f"no run {run_id!r}")
+
+
+def _renew_statement(dialect: str, restricted: bool) -> Any:
+    """A heartbeat as one statement: the held item under (run id, token hash),
+    in one of ``namespaces`` when ``restricted``, renewed from ``now`` by its
+    heartbeat timeout and counted; progress, percent and output kept unless given."""
+    now = bindparam("b_now", type_=UTCDateTime())
+    where = [wi.c.run_id == bindparam("b_run_id"), wi.c.state == WorkState.HELD.value,
+             wi.c.lease_token_hash == bindparam("b_token_hash")]
+    if restricted:
+        where.append(wi.c.namespace.in_(bindparam("b_namespaces", expanding=True)))
+    return (update(wi).where(*where)
+            .values(lease_expires_at=plus_seconds(now, wi.c.heartbeat_timeout, dialect),
+                    last_heartbeat=now, heartbeats=wi.c.heartbeats + 1,
+                    output=func.coalesce(bindparam("b_output", type_=NullableJsonType),
+                                         wi.c.output),
+                    progress=func.coalesce(bindparam("b_progress", type_=Text()), wi.c.progress),
+                    percent=func.coalesce(bindparam("b_percent", type_=Float()), wi.c.percent))
+            .returning(wi.c.cancel_requested, wi.c.lease_expires_at, wi.c.namespace,
+                       wi.c.queue, wi.c.worker_id))
+
+
+_TOUCH = (update(ww).where(ww.c.namespace == bindparam("b_namespace"),
+                           ww.c.queue == bindparam("b_queue"),
+                           ww.c.worker_id == bindparam("b_worker_id"),
+                           ww.c.last_seen < bindparam("b_now", type_=UTCDateTime()))
+          .values(last_seen=bindparam("b_now", type_=UTCDateTime())))
 
 
 def _cancelled(reason: str | None, error: str | None) -> str:

@@ -143,6 +143,32 @@ def test_a_waiting_claim_takes_what_is_enqueued(client, store):
     assert answers[0].get_json()["run"]["id"] == run_id
 
 
+def test_a_claim_with_max_takes_several_runs(client, store):
+    job = create(client)
+    ids = [fire(store, job, offset=i) for i in range(3)]
+    resp = claim(client, max=2, slots=4)
+    assert resp.status_code == 200
+    got = resp.get_json()["claims"]
+    assert [c["run"]["id"] for c in got] == ids[:2]
+    assert all(c["run"]["status"] == "running" and c["attempt"] == 1 for c in got)
+    assert got[0]["lease_token"] != got[1]["lease_token"]
+    for c in got:
+        beat = client.post(f"/v1/runs/{c['run']['id']}/heartbeat",
+                           json={"lease_token": c["lease_token"]})
+        assert beat.status_code == 200 and beat.get_json()["cancel_requested"] is False
+    rest = claim(client, max=5).get_json()["claims"]
+    assert [c["run"]["id"] for c in rest] == ids[2:]
+    assert claim(client, max=5).status_code == 204
+    # A waiting claim with max answers as soon as one run is there.
+    answers = []
+    t = threading.Thread(target=lambda: answers.append(claim(client, max=5, wait=2)))
+    t.start()
+    time.sleep(0.3)
+    late = fire(store, job, offset=5)
+    t.join(5)
+    assert [c["run"]["id"] for c in answers[0].get_json()["claims"]] == [late]
+
+
 def test_long_polls_beyond_the_cap_answer_at_once(client):
     first = threading.Thread(target=lambda: claim(client, wait=1.5))
     first.start()
@@ -208,6 +234,9 @@ def test_cancel_of_another_kind_of_run_is_a_conflict(client):
     ("/v1/queues/spark/claim", {"worker_id": "w", "slots": 0}, "slots"),
     ("/v1/queues/spark/claim", {"worker_id": "w", "slots": 1001}, "slots"),
     ("/v1/queues/spark/claim", {"worker_id": "w", "slots": 1.5}, "slots"),
+    ("/v1/queues/spark/claim", {"worker_id": "w", "max": 0}, "max"),
+    ("/v1/queues/spark/claim", {"worker_id": "w", "max": 101}, "max"),
+    ("/v1/queues/spark/claim", {"worker_id": "w", "max": "2"}, "max"),
     ("/v1/queues/spark/claim", {"worker_id": "w", "other": 1}, "other"),
     ("/v1/queues/sp%20ark/claim", {"worker_id": "w"}, "queue"),
     ("/v1/queues/" + "q" * 65 + "/claim", {"worker_id": "w"}, "queue"),
@@ -283,6 +312,16 @@ def test_tokens_hold_to_their_namespaces(store, database_url):
     assert client.get("/v1/queues?namespace=team-b", headers=as_a).status_code == 403
     got = client.post("/v1/queues/spark/claim", json=body, headers=as_admin)
     assert got.status_code == 200
+    # The run's own lease token under another namespace's token: 403, nothing renewed.
+    token = got.get_json()["lease_token"]
+    before = store.work.items([run_id], now=utcnow())[run_id]
+    resp = client.post(f"/v1/runs/{run_id}/heartbeat", json={"lease_token": token,
+                                                              "progress": "x"}, headers=as_a)
+    assert resp.status_code == 403
+    assert store.work.items([run_id], now=utcnow())[run_id] == before
+    resp = client.post(f"/v1/runs/{run_id}/heartbeat", json={"lease_token": token},
+                       headers=as_admin)
+    assert resp.status_code == 200
 
 
 def test_metrics_count_claims_and_show_depth(client, store):

@@ -431,7 +431,7 @@ def test_bench_work_queue_smoke_run_measures_every_phase(tmp_path) -> None:
                         echo=lambda _line: None)
     wp = WorkQueueParams(rate=10, duration=3, warmup=1, lead=3, claimers=2, held=30,
                          holders=4, hb_period=1, hb_seconds=2, kills=1, kill_hb_timeout=2,
-                         hold_lead=3, claim_wait=2)
+                         hold_lead=3, claim_wait=2, drain=3)
     f = run_work_queue(opts, wp)["figures"]
     fc = f["fire_to_claim"]
     assert fc["owed"] == 30 and fc["claimed"] + fc["missed"] == 30 and fc["claimed"] > 0

@@ -244,24 +244,84 @@ def test_a_cancelled_run_whose_worker_is_gone_fails_at_its_lease_end(store, job)
     assert (row.status, row.error) == ("failed", "cancelled: stop")
 
 
-def test_wait_for_work_wakes_on_an_enqueue(store, job):
-    seen = store.work.wait_for_work("default", "spark", 0)
-    woke = []
+def test_an_enqueue_wakes_one_waiter_of_its_queue(store, job):
+    woke: list[tuple[int, float]] = []
+    ready = threading.Barrier(3)
 
-    def waiter():
-        # Each wait returns by the poll interval at the latest; the counter
-        # moves only when the enqueue is heard.
-        deadline = time.monotonic() + 10
-        count = seen
-        while count == seen and time.monotonic() < deadline:
-            count = store.work.wait_for_work("default", "spark", 5.0, seen)
-        woke.append(count)
+    def waiter(n):
+        with store.work.waiting("default", "spark") as w:
+            ready.wait()
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline:
+                if w.wait(deadline - time.monotonic()):
+                    woke.append((n, time.monotonic()))
+                    return
 
-    thread = threading.Thread(target=waiter)
-    thread.start()
+    threads = [threading.Thread(target=waiter, args=(n,)) for n in range(2)]
+    for t in threads:
+        t.start()
+    ready.wait()
+    sent = time.monotonic()
     _queued(store, job, base_time())
-    thread.join(12)
-    assert woke and woke[0] != seen
+    for t in threads:
+        t.join(6)
+    # One run, one waiter woken (the other slept its wait out), and soon.
+    assert len(woke) == 1 and woke[0][1] - sent < 0.9
+    # No waiter: nothing is kept for later ones (once the announcement was heard:
+    # the listener's slice is 1 s).
+    _queued(store, job, base_time() + timedelta(seconds=1))
+    time.sleep(1.2)
+    with store.work.waiting("default", "spark") as w:
+        assert not w.wait(0.3)
+
+
+def test_a_claim_takes_up_to_its_limit_in_claim_order(store, job):
+    t = base_time() - timedelta(minutes=5)
+    runs = [_queued(store, job, t + timedelta(seconds=i)) for i in range(5)]
+    high = _queued(store, job, t + timedelta(seconds=9), priority=3, hb=30)
+    now = utcnow()
+    got = store.work.claim_many("default", "spark", "w1", slots=10, now=now, limit=4)
+    assert [c.run.id for c in got] == [high.id] + [r.id for r in runs[:3]]
+    assert len({c.lease_token for c in got}) == 4
+    assert got[0].item.lease_expires_at == now + timedelta(seconds=30)
+    assert got[1].item.lease_expires_at == now + timedelta(seconds=60)
+    assert all(c.run.status == "running" and c.item.worker_id == "w1" for c in got)
+    assert [c.run.attempt for c in got] == [1, 1, 1, 1]
+    assert store.runs.get_run(got[1].run.id).lease_expires_at == now + timedelta(seconds=60)
+    (stats,) = store.work.queues(["default"], now=now)
+    assert (stats.depth, stats.held, [(w.id, w.held) for w in stats.workers]) == (
+        2, 4, [("w1", 4)])
+    # Each lease is its own: one run's token is no other's.
+    with pytest.raises(StaleLease):
+        store.work.heartbeat(got[1].run.id, got[0].lease_token, progress=None, percent=None,
+                             now=now)
+    rest = store.work.claim_many("default", "spark", "w2", slots=10, now=now, limit=10)
+    assert [c.run.id for c in rest] == [r.id for r in runs[3:]]
+    assert store.work.claim_many("default", "spark", "w2", slots=10, now=now, limit=10) == []
+
+
+def test_a_heartbeat_keeps_to_its_namespaces_and_touches_its_worker_seldom(store, job):
+    run = _queued(store, job, base_time())
+    now = utcnow()
+    claim = store.work.claim("default", "spark", "w1", slots=1, now=now)
+    with pytest.raises(StaleLease):  # the run's queue is in none of them: nothing changes
+        store.work.heartbeat(run.id, claim.lease_token, progress="x", percent=1,
+                             now=now + timedelta(seconds=5), namespaces={"other"})
+    item = store.work.items([run.id], now=now)[run.id]
+    assert (item.progress, item.lease_expires_at) == (None, now + timedelta(seconds=60))
+    later = now + timedelta(seconds=7)
+    ack = store.work.heartbeat(run.id, claim.lease_token, progress="half", percent=None,
+                               now=later, namespaces={"default"})
+    assert ack.lease_expires_at == later + timedelta(seconds=60)
+    # Progress given once stays until another comes.
+    store.work.heartbeat(run.id, claim.lease_token, progress=None, percent=None,
+                         now=later + timedelta(seconds=1))
+    item = store.work.items([run.id], now=later)[run.id]
+    assert (item.progress, item.last_heartbeat) == ("half", later + timedelta(seconds=1))
+    assert item.lease_expires_at == later + timedelta(seconds=61)
+    # The worker's row: seen at the first heartbeat, not again within WORKER_TOUCH.
+    (w,) = store.work.queues(["default"], now=later)[0].workers
+    assert w.last_seen == later
 
 
 def test_two_claimers_never_take_one_run(database_url, job):

@@ -195,18 +195,25 @@ class WorkQueueServer:
                 if left <= 0:
                     return 204, None
                 self._cond.wait(min(left, 0.05))
+            most = body.get("max")
+            taken = [i for i in self.items.values() if i.status == "queued"
+                     and i.queue == queue and i.namespace == namespace][:most or 1]
             now = time.monotonic()
-            item.status, item.token, item.worker_id = "held", secrets.token_hex(16), \
-                body["worker_id"]
-            item.lease_expires = now + item.heartbeat_timeout
-            item.deadline = item.deadline or now + item.timeout
+            claims = []
+            for item in taken:
+                item.status, item.token, item.worker_id = "held", secrets.token_hex(16), \
+                    body["worker_id"]
+                item.lease_expires = now + item.heartbeat_timeout
+                item.deadline = item.deadline or now + item.timeout
+                claims.append({
+                    "run": item.run_json(), "payload": item.payload, "attempt": item.attempt,
+                    "lease_token": item.token, "heartbeat_timeout": item.heartbeat_timeout,
+                    "timeout": item.timeout,
+                    "deadline_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(
+                        time.time() + item.deadline - now))})
             if self._drop_answer(path="claim"):
                 return DROP, None
-            return 200, {"run": item.run_json(), "payload": item.payload,
-                         "attempt": item.attempt, "lease_token": item.token,
-                         "heartbeat_timeout": item.heartbeat_timeout, "timeout": item.timeout,
-                         "deadline_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(
-                             time.time() + item.deadline - now))}
+            return 200, claims[0] if most is None else {"claims": claims}
 
     def _held(self, run_id: str, path: str, token: Any) -> Item | None:
         self._expire()

@@ -192,13 +192,15 @@ def test_stopping_lets_held_runs_finish_within_the_grace_then_reports_them_stopp
     thread = threading.Thread(target=worker.run)
     thread.start()
     server.wait_for(lambda: len(started) == 2)
+    asked = len(server.claims)
     worker.stop()
     thread.join(5)
     assert not thread.is_alive()
     assert quick.status == "succeeded" and quick.result == {"slept": 0.3}
     assert slow.status == "failed" and slow.error == WORKER_STOPPED
     assert cancelled == [WORKER_STOPPED]
-    assert len(server.claims) == 2  # none after the stop
+    assert len(server.claims) == asked  # none after the stop
+    assert server.claims[0]["max"] == 2  # both free slots asked for in one call
 
 
 def test_a_handler_that_ignores_its_cancel_is_reported_without_it(server, client):

@@ -88,6 +88,12 @@ def schemas() -> dict[str, Any]:
             "deadline_at": TIME,
         }, ("run", "payload", "attempt", "lease_token", "heartbeat_timeout", "timeout",
             "deadline_at")),
+        "ClaimedMany": obj({"claims": {"type": "array", "items": ref("Claimed"), "minItems": 1,
+                                       "description": "in claim order, each under a lease "
+                                                      "token of its own"}}, ("claims",)),
+        "ClaimAnswer": {"oneOf": [ref("Claimed"), ref("ClaimedMany")],
+                        "description": "a claim without `max`: the run's claim; with it: "
+                                       "`claims`, up to `max` of them"},
         "HeartbeatAck": obj({"cancel_requested": {"type": "boolean"},
                              "lease_expires_at": TIME},
                             ("cancel_requested", "lease_expires_at")),
@@ -115,8 +121,9 @@ def paths() -> dict[str, Any]:
                                 CURSOR_TEXT)]),
         },
         "/v1/queues/{queue}/claim": {
-            "post": op("claimRun", "Claim the queue's next run (a long-poll of up to `wait` "
-                       "seconds)", {**ok("200", "Claimed", "a run, under a lease"),
+            "post": op("claimRun", "Claim the queue's next run, or up to `max` of them (a "
+                       "long-poll of up to `wait` seconds, answered once one is there)",
+                       {**ok("200", "ClaimAnswer", "runs, under leases"),
                                     "204": {"description": "nothing came within the wait"}},
                        "400 403 413", [QUEUE_PARAM], body="ClaimRequest"),
         },
