@@ -31,6 +31,9 @@ class WorkOrder:
     node_id: str
     capacity_idle: int | None = None
     capacity_wait: int | None = None
+    # The attempt's trace context (``traceparent``, ``tracestate``), empty
+    # unless tracing is on: the claim hands it to the worker.
+    trace: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +64,8 @@ class WorkItem:
     progress: str | None = None
     percent: float | None = None
     cancel_requested: bool = False
+    traceparent: str | None = None
+    tracestate: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,8 +80,13 @@ def schemas() -> dict[str, Any]:
             "heartbeat_timeout": {"type": "integer", "minimum": 1},
             "timeout": {"type": "integer", "minimum": 1},
             "deadline_at": TIME,
+            "traceparent": {**nullable(STRING), "description": (
+                "the W3C trace context the run was handed over with (null when tracing "
+                "is off): the worker's spans join the run's trace under it, and its "
+                "heartbeats and report may send it as their traceparent header")},
+            "tracestate": {**nullable(STRING), "description": "the W3C tracestate with it"},
         }, ("run", "payload", "attempt", "lease_token", "heartbeat_timeout", "timeout",
-            "deadline_at")),
+            "deadline_at", "traceparent", "tracestate")),
         "HeartbeatAck": obj({"cancel_requested": {"type": "boolean"},
                              "lease_expires_at": TIME},
                             ("cancel_requested", "lease_expires_at")),
