@@ -19,7 +19,7 @@ from cronman.cli.group import RET_ERROR, cli
 
 _SCENARIO_CHOICES = ("steady", "max-rate", "herd", "million", "kill", "overload",
                      "priority-herd", "skew", "patroni-failover", "chaos", "work-queue",
-                     "all")
+                     "tracing", "all")
 _PEER_CHOICES = ("apscheduler-memory", "apscheduler-sqlalchemy", "apscheduler4-postgres",
                  "none")
 
@@ -122,6 +122,8 @@ def _parse_peers(value: str | None) -> tuple[str, ...] | None:
               help="work-queue: claimers claim again at once after an empty answer that "
                    "came early (no long-poll to spare), instead of the client Worker's "
                    "pause.")
+@click.option("--rounds", type=click.IntRange(1, 20), default=3, show_default=True,
+              help="tracing: rounds of the three phases (off, 1 %, 100 %).")
 @click.option("--peer-processes", type=click.IntRange(1, 16), default=3, show_default=True,
               help="APScheduler 4: scheduler processes sharing its data store.")
 @click.option("--keep", is_flag=True, help="Keep scratch databases and receiver logs.")
@@ -134,7 +136,7 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
                   probe_duration: float, grace: int | None, high_jobs: int, steady_jobs: int,
                   skews: str | None, minutes: float | None, seed: int | None,
                   claimers: int | None, kills: int | None,
-                  claim_spin: bool,
+                  claim_spin: bool, rounds: int,
                   peer_processes: int, keep: bool) -> None:
     """Benchmark cronman against APScheduler on this machine, measured at a receiver.
 
@@ -193,7 +195,13 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
                 --jobs (10,000) queued runs; those runs held, heartbeating
                 every 10 s: heartbeat p99, API CPU; SIGKILL of a worker ->
                 its run re-queued (--kills times).
-      all       every scenario in turn, each with its defaults.
+      tracing   N nodes at --rate (1,000) fires/s, --rounds (3) rounds of
+                tracing off, on at 1 % (parentbased_traceidratio 0.01) and
+                on at 100 %, exporting to a real OTLP/HTTP receiver on
+                loopback, T (30) s each: CPU per fire, medians per mode and
+                ratios to off, spans received per fire; not part of 'all'.
+      all       every scenario in turn, each with its defaults (not
+                patroni-failover, chaos, tracing).
     """
     from cronman_bench.procs import BenchError
     from cronman_bench.report import machine_info, write_json
@@ -235,7 +243,8 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
                             grace=grace, high_jobs=high_jobs, steady_jobs=steady_jobs,
                             skews=tuple(x.strip() for x in skews.split(",") if x.strip())
                             if skews else None, minutes=minutes, seed=seed,
-                            claimers=claimers, kills=kills, claim_spin=claim_spin)
+                            claimers=claimers, kills=kills, claim_spin=claim_spin,
+                            rounds=rounds)
     try:
         ensure_postgres(admin_url)
     except BenchError as exc:

@@ -58,6 +58,8 @@ class ScenarioParams:
     claimers: int | None = None
     kills: int | None = None
     claim_spin: bool = False
+    # tracing: rounds of off / 1 % / 100 %
+    rounds: int = 3
 
 
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -75,6 +77,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "overload": {"peers": ("apscheduler-memory",)},
     "priority-herd": {"jobs": 20_000, "duration": 60, "peers": ()},
     "skew": {"duration": 60, "peers": ()},
+    "tracing": {"duration": 30, "peers": ()},
     "chaos": {"peers": ()},
 }
 
