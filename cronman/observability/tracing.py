@@ -14,7 +14,8 @@ and each part that traces is handed None and checks that one value.
 
 Each run is one trace whose id is derived from the run id
 (``tracing_otel.trace_id_of``), so every process that touches the run joins
-it without storing anything: the API call that triggered it (its root), the
+it without storing anything: the API call that triggered or backfilled it
+(its root), the
 node's ``cronman.run`` span from claim to written result (linked to the
 upstream runs a downstream run consumed), ``cronman.claim``,
 one ``cronman.attempt`` per attempt (target kind, status, attempt, lateness),

@@ -25,6 +25,8 @@ _FORCED: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar
 _PROPAGATOR = TraceContextTextMapPropagator()
 Carrier = tuple[tuple[str, str], ...]  # as tracing.Carrier (that module imports this one)
 _FAILED = ("failed", "lost")
+# The origins of runs an API call asked for (its span is their trace's root).
+REQUESTED = ("trigger", "backfill")
 _FINAL = ("succeeded", "failed", "lost", "skipped")
 # Runs whose final row is not written yet (their span ends with the write).
 MAX_AWAITING_WRITE = 100_000
@@ -173,7 +175,7 @@ class OtelRunTraces:
                       "cronman.run.origin": origin,
                       "cronman.run.scheduled_for": scheduled_for.isoformat()}
         start = claimed[0] if claimed is not None else None
-        if origin == "trigger":  # the API call's span is the trace's root
+        if origin in REQUESTED:  # the API call's span is the trace's root
             parent = SpanContext(trace_id, request_span_id_of(run_id), is_remote=True,
                                  trace_flags=TraceFlags(TraceFlags.SAMPLED if self._sampled(
                                      trace_id, "cronman.run") else TraceFlags.DEFAULT))
