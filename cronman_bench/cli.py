@@ -19,7 +19,7 @@ from cronman.cli.group import RET_ERROR, cli
 
 _SCENARIO_CHOICES = ("steady", "max-rate", "herd", "million", "kill", "overload",
                      "priority-herd", "skew", "patroni-failover", "chaos", "work-queue",
-                     "limits", "all")
+                     "limits", "tracing", "all")
 _PEER_CHOICES = ("apscheduler-memory", "apscheduler-sqlalchemy", "apscheduler4-postgres",
                  "none")
 
@@ -127,6 +127,8 @@ def _parse_peers(value: str | None) -> tuple[str, ...] | None:
 @click.option("--claim-max", type=click.IntRange(1, 100), default=None,
               help="work-queue: runs one claim call takes at most (default 10; 1: one run "
                    "a call, the answer without `max`).")
+@click.option("--rounds", type=click.IntRange(1, 20), default=3, show_default=True,
+              help="tracing: rounds of the three phases (off, 1 %, 100 %).")
 @click.option("--peer-processes", type=click.IntRange(1, 16), default=3, show_default=True,
               help="APScheduler 4: scheduler processes sharing its data store.")
 @click.option("--keep", is_flag=True, help="Keep scratch databases and receiver logs.")
@@ -140,6 +142,7 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
                   skews: str | None, minutes: float | None, seed: int | None,
                   claimers: int | None, kills: int | None,
                   claim_spin: bool, runs: int | None, claim_max: int | None,
+                  rounds: int,
                   peer_processes: int, keep: bool) -> None:
     """Benchmark cronman against APScheduler on this machine, measured at a receiver.
 
@@ -203,7 +206,13 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
                 --runs (3) alternating pairs of T (30) s, each from scratch:
                 nodes' + Redis CPU ms per fire, the pairs' ratios, medians,
                 the load average.
-      all       every scenario in turn, each with its defaults.
+      tracing   N nodes at --rate (1,000) fires/s, --rounds (3) rounds of
+                tracing off, on at 1 % (parentbased_traceidratio 0.01) and
+                on at 100 %, exporting to a real OTLP/HTTP receiver on
+                loopback, T (30) s each: CPU per fire, medians per mode and
+                ratios to off, spans received per fire; not part of 'all'.
+      all       every scenario in turn, each with its defaults (not
+                patroni-failover, chaos, tracing).
     """
     from cronman_bench.procs import BenchError
     from cronman_bench.report import machine_info, write_json
@@ -246,7 +255,7 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
                             skews=tuple(x.strip() for x in skews.split(",") if x.strip())
                             if skews else None, minutes=minutes, seed=seed,
                             claimers=claimers, kills=kills, claim_spin=claim_spin, runs=runs,
-                            claim_max=claim_max)
+                            claim_max=claim_max, rounds=rounds)
     try:
         ensure_postgres(admin_url)
     except BenchError as exc:

@@ -17,6 +17,7 @@ from cronman_bench.priority_herd import priority_herd
 from cronman_bench.scenarios import ScenarioParams, steady
 from cronman_bench.skew import skew
 from cronman_bench.systems import BenchOptions
+from cronman_bench.tracing import tracing
 from cronman_bench.work_queue import work_queue
 
 Runner = Callable[[BenchOptions, ScenarioParams], dict[str, Any]]
@@ -25,9 +26,9 @@ RUNNERS: dict[str, Runner] = {
     "steady": steady, "max-rate": max_rate, "herd": herd, "million": million, "kill": kill,
     "overload": overload, "priority-herd": priority_herd, "skew": skew,
     "patroni-failover": patroni_failover, "chaos": chaos, "work-queue": work_queue,
-    "limits": limits_cost,
+    "limits": limits_cost, "tracing": tracing,
 }
 # `all`: what runs on any machine with PostgreSQL and Redis (patroni-failover
 # needs Patroni, etcd and root or the postgres user; chaos, a source checkout
-# with its tests, and its own --minutes).
-SCENARIOS = tuple(n for n in RUNNERS if n not in ("patroni-failover", "chaos"))
+# with its tests, and its own --minutes; tracing, the tracing extra).
+SCENARIOS = tuple(n for n in RUNNERS if n not in ("patroni-failover", "chaos", "tracing"))

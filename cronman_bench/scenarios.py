@@ -61,6 +61,8 @@ class ScenarioParams:
     # limits: alternating pairs (none, 100 limits)
     runs: int | None = None
     claim_max: int | None = None
+    # tracing: rounds of off / 1 % / 100 %
+    rounds: int = 3
 
 
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -78,6 +80,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "overload": {"peers": ("apscheduler-memory",)},
     "priority-herd": {"jobs": 20_000, "duration": 60, "peers": ()},
     "skew": {"duration": 60, "peers": ()},
+    "tracing": {"duration": 30, "peers": ()},
     "chaos": {"peers": ()},
 }
 

@@ -301,10 +301,16 @@ class JobTrigger(ApiView):
         if traces is not None:  # the root of the run's trace
             trace_id, span_id = traces.run_log_ids(run.id, requested=True)
             logs.bind(job_id=job.id, run_id=run.id, trace_id=trace_id, span_id=span_id)
-            traces.api_call(f"POST {self.route}", [run.id], started_ns, dict(request.headers.items()),
-                            {"http.request.method": "POST", "http.route": self.route,
-                             "cronman.job.id": job.id, "cronman.namespace": job.namespace})
+            _requested_span(traces, self.route, job, [run.id], started_ns)
         return json_response(run_json(run), 202)
+
+
+def _requested_span(traces: tracing.RunTraces, route: str, job: Job, run_ids: list[str],
+                    started_ns: int) -> None:
+    """The API call's span at the root of each run it asked for."""
+    traces.api_call(f"POST {route}", run_ids, started_ns, dict(request.headers.items()),
+                    {"http.request.method": "POST", "http.route": route,
+                     "cronman.job.id": job.id, "cronman.namespace": job.namespace})
 
 
 class JobNext(ApiView):
@@ -365,8 +371,12 @@ class JobRuns(ApiView):
 
 
 class JobBackfill(ApiView):
+    route = "/v1/jobs/{job_id}/backfill"
+
     @idempotent(MAX_BODY_BYTES)
     def post(self, job_id: str) -> Response:
+        traces = tracing.active()
+        started_ns = time.time_ns() if traces is not None else 0
         body = read_json(max_bytes=MAX_BODY_BYTES)
         job = load_job(job_id)
         since, until = v.validate_backfill(body, now=utcnow())
@@ -377,8 +387,10 @@ class JobBackfill(ApiView):
                 field="until")
         requested = _store().runs.request_backfill(
             job, times, change(JobAction.BACKFILL, since=_fmt(since), until=_fmt(until))
-        ) if times else 0
-        return json_response({"requested": requested, "fire_times": len(times)}, 202)
+        ) if times else []
+        if traces is not None and requested:  # the root of each new run's trace
+            _requested_span(traces, self.route, job, requested, started_ns)
+        return json_response({"requested": len(requested), "fire_times": len(times)}, 202)
 
 
 def _fmt(t: datetime) -> str:

@@ -7,7 +7,9 @@ only while this process holds fewer than ``CRONMAN_API_LONG_POLLS`` of them
 (beyond that a claim answers at once: long-polls never take every thread
 of the API). The store wakes one waiting claim per run enqueued (``waiting``).
 Heartbeats and reports go by the claim's lease token: a stale one is a 409
-``stale_lease`` and changes nothing. Every call needs a token covering the
+``stale_lease`` and changes nothing. The claim answers with the trace
+context the run was handed over with; with tracing on, each claim,
+heartbeat and report is a span in the run's trace (``observability.tracing``). Every call needs a token covering the
 queue's (or the run's) namespace, as every ``/v1`` call.
 """
 
@@ -31,6 +33,7 @@ from cronman.api.serialize import queue_json, run_json
 from cronman.api.work_fields import CANCEL, CLAIM, COMPLETE, HEARTBEAT, QUEUE
 from cronman.errors import Conflict, NotFound, StaleLease, ValidationError
 from cronman.models import Run
+from cronman.observability import tracing
 from cronman.store.base import Store
 from cronman.store.work_records import Claim, WorkItem
 from cronman.timeutil import format_rfc3339, utcnow
@@ -39,6 +42,10 @@ from cronman.vocabulary import TargetKind
 bp = Blueprint("work", __name__, url_prefix="/v1")
 
 LONG_POLLS_KEY = "cronman.long_polls"
+# The spans of the worker calls in their run's trace (observability.tracing).
+CLAIM_SPAN = "POST /v1/queues/{queue}/claim"
+HEARTBEAT_SPAN = "POST /v1/runs/{run_id}/heartbeat"
+COMPLETE_SPAN = "POST /v1/runs/{run_id}/complete"
 QUEUE_CURSOR_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}/[A-Za-z0-9._-]{1,64}"
 _long_polls_lock = threading.Lock()
 
@@ -68,7 +75,23 @@ def claim_json(claim: Claim) -> dict[str, Any]:
     item = claim.item
     return {"run": run_json(claim.run, item), "payload": item.payload, "attempt": item.attempt,
             "lease_token": claim.lease_token, "heartbeat_timeout": item.heartbeat_timeout,
-            "timeout": item.timeout, "deadline_at": format_rfc3339(item.deadline_at)}
+            "timeout": item.timeout, "deadline_at": format_rfc3339(item.deadline_at),
+            "traceparent": item.traceparent, "tracestate": item.tracestate}
+
+
+def _traced(name: str, run_id: str, started_ns: int, attributes: dict[str, str | int],
+            handed: WorkItem | None = None) -> None:
+    """The call's span in the run's trace, when tracing is on (``RunTraces.run_call``)."""
+    traces = tracing.active()
+    if traces is None:
+        return
+    carrier = {} if handed is None else {
+        k: v for k, v in (("traceparent", handed.traceparent),
+                          ("tracestate", handed.tracestate)) if v}
+    route = name.partition(" ")[2]
+    traces.run_call(name, run_id, started_ns, dict(request.headers.items()),
+                    {"http.request.method": "POST", "http.route": route, **attributes},
+                    handed=carrier)
 
 
 def _queue_name(queue: str) -> str:
@@ -81,6 +104,7 @@ def _queue_name(queue: str) -> str:
 
 class QueueClaim(ApiView):
     def post(self, queue: str) -> Response:
+        started_ns = time.time_ns()
         queue = _queue_name(queue)
         body = _check(CLAIM, read_json())
         namespace = body["namespace"]
@@ -110,8 +134,13 @@ class QueueClaim(ApiView):
             return current_app.response_class(status=204)
         metrics: ApiMetrics = current_app.extensions[METRICS_KEY]
         for claim in claims:
-            metrics.claimed(namespace, queue, max(0.0, (
-                (claim.item.claimed_at or utcnow()) - claim.item.available_at).total_seconds()))
+            waited = max(0.0, ((claim.item.claimed_at or utcnow())
+                               - claim.item.available_at).total_seconds())
+            metrics.claimed(namespace, queue, waited)
+            _traced(CLAIM_SPAN, claim.item.run_id, started_ns,
+                    {"cronman.queue": queue, "cronman.namespace": namespace,
+                     "cronman.worker.id": worker, "cronman.attempt": claim.item.attempt,
+                     "cronman.queue.wait_ms": int(waited * 1000)}, handed=claim.item)
         if many is None:
             return json_response(claim_json(claims[0]))
         return json_response({"claims": [claim_json(c) for c in claims]})
@@ -129,6 +158,7 @@ def _authorise(store: Store, run_id: str) -> None:
 
 class RunHeartbeat(ApiView):
     def post(self, run_id: str) -> Response:
+        started_ns = time.time_ns()
         store = _store()
         # One statement, limited to the token's namespaces; a refusal says why
         # as every worker call does (403 for another namespace's run first).
@@ -144,17 +174,23 @@ class RunHeartbeat(ApiView):
         except (StaleLease, NotFound):
             _authorise(store, run_id)
             raise
+        _traced(HEARTBEAT_SPAN, run_id, started_ns,
+                {"cronman.cancel_requested": ack.cancel_requested})
         return json_response({"cancel_requested": ack.cancel_requested,
                               "lease_expires_at": format_rfc3339(ack.lease_expires_at)})
 
 
 class RunComplete(ApiView):
     def post(self, run_id: str) -> Response:
+        started_ns = time.time_ns()
         store = _store()
         _authorise(store, run_id)
         body = _check(COMPLETE, read_json())
         run = store.work.complete(run_id, body["lease_token"], status=body["status"],
                                   result=body["result"], error=body["error"], now=utcnow())
+        _traced(COMPLETE_SPAN, run_id, started_ns,
+                {"cronman.report.status": body["status"], "cronman.run.status": run.status,
+                 "cronman.attempt": run.attempt})
         return json_response(run_json(run, _item_of(store, run)))
 
 

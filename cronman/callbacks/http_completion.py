@@ -107,7 +107,7 @@ class CallbackCompletion:
             attempt=d.attempt, payload=None,
             heartbeat_timeout=int(t["heartbeat_timeout"]), timeout=int(t["completion_timeout"]),
             delivery=d.delivery_mode or DEFAULT_DELIVERY,
-            retry=dict(d.retry or default_retry()), node_id=self._node_id)
+            retry=dict(d.retry or default_retry()), node_id=self._node_id, trace=d.trace)
 
     async def _by_callback(self, d: Delivery) -> Outcome:
         if not self._public_url:

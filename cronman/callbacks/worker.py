@@ -55,7 +55,8 @@ class WorkerTarget:
             timeout=int(t.get("timeout") or 3600),
             delivery=d.delivery_mode or DEFAULT_DELIVERY,
             retry=dict(d.retry or default_retry()), node_id=self._node_id,
-            capacity_idle=capacity.get("idle_workers"), capacity_wait=capacity.get("wait"))
+            capacity_idle=capacity.get("idle_workers"), capacity_wait=capacity.get("wait"),
+            trace=d.trace)
 
     async def deliver(self, delivery: Delivery) -> Outcome:
         order = self.order(delivery)

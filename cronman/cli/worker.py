@@ -50,7 +50,7 @@ def worker(queue: str, namespace: str, concurrency: int, worker_id: str | None,
     \b
     Each command gets the run's payload (JSON) on stdin and in CRONMAN_PAYLOAD,
     and CRONMAN_RUN_ID, CRONMAN_JOB_ID, CRONMAN_ATTEMPT, CRONMAN_SCHEDULED_FOR,
-    CRONMAN_QUEUE. Exit 0: succeeded; else failed ("exit code N"). The result
+    CRONMAN_QUEUE (and TRACEPARENT, TRACESTATE with tracing on). Exit 0: succeeded; else failed ("exit code N"). The result
     holds the exit code, this worker's id and the tail of stdout and stderr. A
     stdout line "CRONMAN_PROGRESS [PERCENT] [TEXT]" is sent as progress. A
     cancel sends SIGTERM to the command's process group, SIGKILL after

@@ -104,15 +104,17 @@ class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls, SigningCalls, 
 
     def request(self, method: str, path: str, body: Any = None, *,
                 query: Query | None = None, timeout: float | None = None,
-                retry: RetryPolicy | None = None, keyed: bool = False) -> Any:
+                retry: RetryPolicy | None = None, keyed: bool = False,
+                headers: Mapping[str, str] | None = None) -> Any:
         """One raw call (``path`` from the root, e.g. ``/v1/jobs``): the decoded JSON answer.
 
         ``timeout`` (seconds) and ``retry`` replace the client's for this call.
         ``keyed``: with an ``Idempotency-Key``, so that a retry after a lost
-        connection is safe (the calls that make things send one).
+        connection is safe (the calls that make things send one); ``headers``:
+        more headers to send (a ``traceparent``).
         """
         return self._http.request(method, path, body, query=query, timeout=timeout,
-                                  retry=retry, keyed=keyed)
+                                  retry=retry, keyed=keyed, headers=headers)
 
     # -- jobs ------------------------------------------------------------------
 

@@ -2,8 +2,9 @@
 
 The command gets the run's payload as JSON on its stdin and in
 ``CRONMAN_PAYLOAD``, with ``CRONMAN_RUN_ID``, ``CRONMAN_JOB_ID``,
-``CRONMAN_ATTEMPT``, ``CRONMAN_SCHEDULED_FOR`` and ``CRONMAN_QUEUE``; the
-worker's own ``CRONMAN_TOKEN`` is not passed on. Exit 0 is ``succeeded``;
+``CRONMAN_ATTEMPT``, ``CRONMAN_SCHEDULED_FOR`` and ``CRONMAN_QUEUE``, and the
+run's trace context as ``TRACEPARENT``/``TRACESTATE`` when tracing is on; the
+worker's own ``CRONMAN_TOKEN`` (and trace context) is not passed on. Exit 0 is ``succeeded``;
 anything else ``failed`` with ``exit code N`` (or ``killed by signal S``).
 The result is ``{"exit_code", "worker_id", "logs_tail": {"stdout", "stderr"}}``
 with the last ``LOG_TAIL_BYTES`` of each stream (the container target's bound;
@@ -48,8 +49,9 @@ POLL = 0.05
 # How long the streams may stay open after the group was killed (a process
 # outside the group holding them): the tails are taken as they are.
 DRAIN_WAIT = 2.0
-# Variables of the worker's environment a command does not get.
-WITHHELD_ENV = ("CRONMAN_TOKEN",)
+# Variables of the worker's environment a command does not get (the trace
+# context is the run's, or none).
+WITHHELD_ENV = ("CRONMAN_TOKEN", "TRACEPARENT", "TRACESTATE")
 
 
 def parse_progress(line: str) -> tuple[str | None, float | None] | None:
@@ -127,6 +129,7 @@ class CommandHandler:
             "CRONMAN_SCHEDULED_FOR": ctx.run["scheduled_for"],
             "CRONMAN_QUEUE": ctx.queue,
         })
+        env.update((name.upper(), value) for name, value in ctx.trace_headers().items())
         return env
 
     def _wait(self, proc: subprocess.Popen[bytes], ctx: RunContext) -> int:

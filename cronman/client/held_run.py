@@ -15,7 +15,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -47,11 +47,13 @@ class LeaseCalls(Protocol):
     def heartbeat(self, run_id: str, lease_token: str, *, progress: str | None = None,
                   percent: float | None = None, output: dict[str, str] | None = None,
                   retry: RetryPolicy | None = None,
-                  timeout: float | None = None) -> Heartbeat: ...
+                  timeout: float | None = None,
+                  trace: Mapping[str, str] | None = None) -> Heartbeat: ...
 
     def complete(self, run_id: str, lease_token: str, status: Outcome, *,
                  result: dict[str, Any] | None = None, error: str | None = None,
-                 retry: RetryPolicy | None = None, timeout: float | None = None) -> Run: ...
+                 retry: RetryPolicy | None = None, timeout: float | None = None,
+                 trace: Mapping[str, str] | None = None) -> Run: ...
 
     def get_run(self, run_id: str) -> Run: ...
 
@@ -114,6 +116,7 @@ class HeldRun:
             try:
                 answer = self.api.heartbeat(
                     self.ctx.run_id, self.token, retry=NO_RETRY, timeout=self._call_timeout(),
+                    trace=self.ctx.trace_headers(),
                     progress=None if pending is None else pending[0],
                     percent=None if pending is None else pending[1], output=output)
             except (ConflictError, NotFoundError) as exc:
@@ -188,7 +191,8 @@ class HeldRun:
         while True:
             try:
                 self.api.complete(run_id, self.token, status, result=result, error=error,
-                                  retry=NO_RETRY, timeout=self._call_timeout())
+                                  retry=NO_RETRY, timeout=self._call_timeout(),
+                                  trace=self.ctx.trace_headers())
                 return RunReport(run_id, status, error, True, result=result)
             except ConflictError as exc:
                 if unanswered and self._recorded(status):

@@ -17,7 +17,7 @@ nothing. :class:`cronman.client.worker.Worker` does all of this for a handler.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, cast
 
 from cronman.client.transport import RetryPolicy, quote_segment
@@ -73,10 +73,14 @@ class QueueCalls:
     def heartbeat(self, run_id: str, lease_token: str, *, progress: str | None = None,
                   percent: float | None = None, output: dict[str, str] | None = None,
                   retry: RetryPolicy | None = None,
-                  timeout: float | None = None) -> Heartbeat:
+                  timeout: float | None = None,
+                  trace: Mapping[str, str] | None = None) -> Heartbeat:
         """Renew a held run's lease, with optional progress (text ≤ 1024 characters,
         a percent 0..100) and output so far (``{"stdout", "stderr"}``, each ≤ 4096
-        characters, shown on the run); the answer says whether a cancel was asked."""
+        characters, shown on the run); the answer says whether a cancel was asked.
+        ``trace`` (here and for ``complete``): the ``traceparent``/``tracestate``
+        headers to send, e.g. the claim's (``trace_headers``), so the API's span
+        of the call joins the run's trace."""
         body: dict[str, Any] = {"lease_token": lease_token}
         if output is not None:
             body["output"] = output
@@ -85,11 +89,12 @@ class QueueCalls:
         if percent is not None:
             body["percent"] = percent
         return cast(Heartbeat, self.request("POST", _run(run_id) + "/heartbeat", body,
-                                            retry=retry, timeout=timeout))
+                                            retry=retry, timeout=timeout, headers=trace))
 
     def complete(self, run_id: str, lease_token: str, status: Outcome, *,
                  result: dict[str, Any] | None = None, error: str | None = None,
-                 retry: RetryPolicy | None = None, timeout: float | None = None) -> Run:
+                 retry: RetryPolicy | None = None, timeout: float | None = None,
+                 trace: Mapping[str, str] | None = None) -> Run:
         """Report a held run's end: ``succeeded`` or ``failed``, a result (a JSON
         object ≤ 64 KiB) and an error (≤ 4096 characters); the run as recorded.
         ``timeout`` (here and for ``heartbeat``) replaces the client's for the call."""
@@ -99,7 +104,13 @@ class QueueCalls:
         if error is not None:
             body["error"] = error
         return cast(Run, self.request("POST", _run(run_id) + "/complete", body, retry=retry,
-                                      timeout=timeout))
+                                      timeout=timeout, headers=trace))
+
+
+def trace_headers(traceparent: str | None, tracestate: str | None) -> dict[str, str]:
+    """The W3C trace context headers of a claim's ``traceparent``/``tracestate``."""
+    return {name: value for name, value in (("traceparent", traceparent),
+                                            ("tracestate", tracestate)) if value}
 
 
 def _run(run_id: str) -> str:

@@ -5,7 +5,9 @@ object, or None) or raises. ``ctx.progress`` is sent on the next heartbeat, and 
 output a handler follows (``ctx.follow_output``) when it changed;
 ``ctx.cancelled`` is set when the run should stop: a cancel was asked, its
 lease is gone, its timeout passed, or the worker is stopping
-(``ctx.cancel_reason`` says which).
+(``ctx.cancel_reason`` says which). ``ctx.traceparent``/``ctx.tracestate``
+are the run's trace context when tracing is on (the worker's heartbeats and
+report send them, so the API's spans of them join the run's trace).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cronman.client.queues import PROGRESS_MAX_CHARS
+from cronman.client.queues import PROGRESS_MAX_CHARS, trace_headers
 from cronman.client.types import Run
 
 # The reasons a run is cancelled, as ``cancel_reason`` gives them.
@@ -51,6 +53,10 @@ class RunContext:
     queue: str
     worker_id: str
     deadline: float  # time.monotonic() by which the run's timeout ends it
+    # The W3C trace context the run was handed over with (None: tracing is
+    # off): a handler's own spans belong under it.
+    traceparent: str | None = None
+    tracestate: str | None = None
     cancelled: threading.Event = field(default_factory=threading.Event)
     cancel_reason: str | None = None
     _progress: tuple[str | None, float | None] | None = None
@@ -73,6 +79,10 @@ class RunContext:
             percent = None if math.isnan(percent) else min(max(percent, 0.0), 100.0)
         with self._lock:
             self._progress = (text, percent)
+
+    def trace_headers(self) -> dict[str, str]:
+        """The run's ``traceparent``/``tracestate`` as headers (empty when tracing is off)."""
+        return trace_headers(self.traceparent, self.tracestate)
 
     def remaining(self) -> float:
         """Seconds until the run's timeout, by this host's clock."""

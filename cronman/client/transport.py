@@ -112,13 +112,14 @@ class Transport:
 
     def request(self, method: str, path: str, body: Any = None, *,
                 query: Query | None = None, timeout: float | None = None,
-                retry: RetryPolicy | None = None, keyed: bool = False) -> Any:
+                retry: RetryPolicy | None = None, keyed: bool = False,
+                headers: Mapping[str, str] | None = None) -> Any:
         """The decoded JSON answer (None for an empty one); raises ``ApiError``.
 
         ``timeout`` replaces the read timeout for this request (a long-poll
         waits longer than a call), ``retry`` the transport's policy;
         ``keyed``: send an ``Idempotency-Key`` (the call may then be retried
-        whatever became of an attempt).
+        whatever became of an attempt); ``headers``: more headers to send.
         """
         policy = retry or self.retry
         read = None if timeout is None else urllib3.Timeout(
@@ -126,17 +127,17 @@ class Transport:
         url = self.url + path
         if query:
             url += "?" + urlencode(list(query))
-        headers = dict(self._headers)
+        sent = {**self._headers, **(headers or {})}
         if keyed:
-            headers[IDEMPOTENCY_HEADER] = uuid.uuid4().hex
+            sent[IDEMPOTENCY_HEADER] = uuid.uuid4().hex
         data = None
         if body is not None:
             data = json.dumps(body, ensure_ascii=False).encode("utf-8")
-            headers["Content-Type"] = "application/json"
+            sent["Content-Type"] = "application/json"
         tries = 0
         while True:
             try:
-                return self._once(method, url, data, headers, read)
+                return self._once(method, url, data, sent, read)
             except ApiError as exc:
                 retryable = self._retryable(method, exc, keyed)
                 tries += 1

@@ -191,6 +191,9 @@ class Claim(TypedDict):
     heartbeat_timeout: float
     timeout: float
     deadline_at: str
+    # The W3C trace context the run was handed over with (None: tracing is off).
+    traceparent: NotRequired[str | None]
+    tracestate: NotRequired[str | None]
 
 
 class Heartbeat(TypedDict):

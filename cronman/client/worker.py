@@ -225,7 +225,8 @@ class Worker:
         ctx = RunContext(run=run, payload=claim.get("payload"),
                          attempt=int(claim.get("attempt") or run["attempt"]),
                          queue=self.queue, worker_id=self.worker_id,
-                         deadline=_deadline(claim))
+                         deadline=_deadline(claim), traceparent=claim.get("traceparent"),
+                         tracestate=claim.get("tracestate"))
         held = HeldRun(self.client, ctx, claim["lease_token"],
                        float(claim["heartbeat_timeout"]))
         held.start()

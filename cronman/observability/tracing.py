@@ -14,13 +14,18 @@ and each part that traces is handed None and checks that one value.
 
 Each run is one trace whose id is derived from the run id
 (``tracing_otel.trace_id_of``), so every process that touches the run joins
-it without storing anything: the API call that triggered it (its root), the
+it without storing anything: the API call that triggered or backfilled it
+(its root), the
 node's ``cronman.run`` span from claim to written result (linked to the
 upstream runs a downstream run consumed), ``cronman.claim``,
 one ``cronman.attempt`` per attempt (target kind, status, attempt, lateness),
 and ``cronman.result_write``. The attempt's context goes to the receiver
 (``traceparent``/``tracestate``: HTTP headers, SQS message attributes, the
-container's environment). A ratio sampler decides on the trace id, so all
+container's environment). A run handed to a work queue (a ``worker`` target,
+an http target completed by callback) keeps its attempt's context with its
+item: the claim answers with it (``cronman worker`` passes it on as
+``TRACEPARENT``/``TRACESTATE``), and the API's spans of the claim, the
+heartbeats and the report are in the run's trace (``run_call``). A ratio sampler decides on the trace id, so all
 processes keep or drop a run's trace alike.
 """
 
@@ -88,6 +93,16 @@ class RunTraces(Protocol):
                  headers: Mapping[str, str], attributes: Mapping[str, str]) -> None:
         """An API call that asked for these runs (one span in each run's trace,
         linked to the caller's own ``traceparent`` if it sent one)."""
+
+    def run_call(self, name: str, run_id: str, start_ns: int, headers: Mapping[str, str],
+                 attributes: Mapping[str, str | int],
+                 handed: Mapping[str, str] | None = None) -> None:
+        """A call about a run its queue holds (a worker's claim, heartbeat or
+        report, a receiver's completion by callback): one span in the run's
+        trace, the child of the caller's ``traceparent`` when that is in the
+        run's trace, else of ``handed`` (the context the run was handed over
+        with) or of the run's ``cronman.run`` span, linked to a caller's
+        context of another trace."""
 
     def run_log_ids(self, run_id: str, *, requested: bool = False) -> tuple[str, str]:
         """(trace id, span id) in hex for log records about a run: its

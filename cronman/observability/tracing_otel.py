@@ -25,6 +25,8 @@ _FORCED: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar
 _PROPAGATOR = TraceContextTextMapPropagator()
 Carrier = tuple[tuple[str, str], ...]  # as tracing.Carrier (that module imports this one)
 _FAILED = ("failed", "lost")
+# The origins of runs an API call asked for (its span is their trace's root).
+REQUESTED = ("trigger", "backfill")
 _FINAL = ("succeeded", "failed", "lost", "skipped")
 # Runs whose final row is not written yet (their span ends with the write).
 MAX_AWAITING_WRITE = 100_000
@@ -48,6 +50,12 @@ def run_span_id_of(run_id: str) -> int:
     to it knowing only the run id); a replay's is random."""
     return int.from_bytes(hashlib.sha256(b"cronman-run-span:" + run_id.encode()).digest()[:8],
                           "big") or 1
+
+
+def _context_of(headers: Mapping[str, str]) -> SpanContext:
+    """The W3C trace context in ``headers`` (invalid when there is none)."""
+    carrier = {k.lower(): v for k, v in headers.items()}
+    return trace.get_current_span(_PROPAGATOR.extract(carrier)).get_span_context()
 
 
 class RunIds(IdGenerator):
@@ -167,7 +175,7 @@ class OtelRunTraces:
                       "cronman.run.origin": origin,
                       "cronman.run.scheduled_for": scheduled_for.isoformat()}
         start = claimed[0] if claimed is not None else None
-        if origin == "trigger":  # the API call's span is the trace's root
+        if origin in REQUESTED:  # the API call's span is the trace's root
             parent = SpanContext(trace_id, request_span_id_of(run_id), is_remote=True,
                                  trace_flags=TraceFlags(TraceFlags.SAMPLED if self._sampled(
                                      trace_id, "cronman.run") else TraceFlags.DEFAULT))
@@ -207,8 +215,7 @@ class OtelRunTraces:
 
     def api_call(self, name: str, run_ids: Sequence[str], start_ns: int,
                  headers: Mapping[str, str], attributes: Mapping[str, str]) -> None:
-        carrier = {k.lower(): v for k, v in headers.items()}
-        caller = trace.get_current_span(_PROPAGATOR.extract(carrier)).get_span_context()
+        caller = _context_of(headers)
         links = [Link(caller)] if caller.is_valid else []
         end_ns = time.time_ns()
         for run_id in run_ids:
@@ -220,6 +227,28 @@ class OtelRunTraces:
             finally:
                 _FORCED.reset(token)
             span.end(end_time=end_ns)
+
+    def run_call(self, name: str, run_id: str, start_ns: int, headers: Mapping[str, str],
+                 attributes: Mapping[str, str | int],
+                 handed: Mapping[str, str] | None = None) -> None:
+        trace_id = trace_id_of(run_id)
+        caller = _context_of(headers)
+        links = []
+        if caller.is_valid and caller.trace_id == trace_id:
+            parent = caller
+        else:
+            if caller.is_valid:
+                links.append(Link(caller))
+            parent = _context_of(handed or {})
+            if not parent.is_valid or parent.trace_id != trace_id:
+                flags = TraceFlags.SAMPLED if self._sampled(trace_id, name) else TraceFlags.DEFAULT
+                parent = SpanContext(trace_id, run_span_id_of(run_id), is_remote=True,
+                                     trace_flags=TraceFlags(flags))
+        span = self.tracer.start_span(
+            name, context=trace.set_span_in_context(trace.NonRecordingSpan(parent)),
+            kind=SpanKind.SERVER, links=links, start_time=start_ns,
+            attributes={**attributes, "cronman.run.id": run_id})
+        span.end()
 
     def run_log_ids(self, run_id: str, *, requested: bool = False) -> tuple[str, str]:
         span_id = request_span_id_of(run_id) if requested else run_span_id_of(run_id)

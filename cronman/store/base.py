@@ -218,8 +218,9 @@ class RunStore(Protocol):
         ``NotFound``, or ``Conflict`` when the run is still in flight."""
 
     def request_backfill(self, job: Job, fire_times: Sequence[datetime],
-                         change: ChangeContext | None = None) -> int:
-        """Store runs for the fire times that have none yet; returns how many."""
+                         change: ChangeContext | None = None) -> list[str]:
+        """Store runs for the fire times that have none yet; returns their ids
+        (in fire-time order)."""
 
     def search_runs(self, query: RunSearch, limit: int, cursor: str | None) -> Page:
         """Runs across jobs, newest ``scheduled_for`` first (ties: newest id

@@ -90,12 +90,12 @@ class RunRequests:
         return self._db.write(fn)
 
     def request_backfill(self, job: Job, fire_times: Sequence[datetime],
-                         change: ChangeContext | None = None) -> int:
+                         change: ChangeContext | None = None) -> list[str]:
         """Runs of ``job`` at ``fire_times`` (truncated to the millisecond)
-        that it does not have yet; returns how many were stored."""
+        that it does not have yet; returns the ids of those stored."""
         times = sorted({from_ms(to_ms(t)) for t in fire_times})
         if not times:
-            return 0
+            return []
         if self._prepare_days is not None:
             try:
                 self._prepare_days({t.date() for t in times})
@@ -106,12 +106,12 @@ class RunRequests:
                     status="claimed", attempt=0, node_id=None, origin="backfill",
                     claimed_at=now) for t in times]
 
-        def fn(tx: Tx) -> int:
-            count = len(insert_runs(tx, rows))
-            history.requested(tx, change, job.id, {"requested": count,
+        def fn(tx: Tx) -> list[str]:
+            inserted = insert_runs(tx, rows)
+            history.requested(tx, change, job.id, {"requested": len(inserted),
                                                    "fire_times": len(times)})
-            if count:
+            if inserted:
                 tx.announce([RUNS_REQUESTED])
-            return count
+            return [r.id for r in rows if r.id in inserted]
 
         return self._db.write(fn)

@@ -561,6 +561,10 @@ work_items = Table(
     # vocabulary.WorkKind: a worker target's item, or an http target's with
     # ``"completion": "callback"`` (held by its receiver from the start, never queued).
     Column("kind", String(16), nullable=False, server_default=text("'worker'")),
+    # The W3C trace context of the attempt that handed the run over, when
+    # tracing was on (the claim answers with it: observability.tracing).
+    Column("traceparent", String(64)),
+    Column("tracestate", String(512)),
 )
 # A claim's pick: a queue's available items, highest priority first.
 Index("ix_work_items_pick", work_items.c.namespace, work_items.c.queue, work_items.c.state,

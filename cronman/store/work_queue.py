@@ -70,6 +70,7 @@ from cronman.store.work_runs import (
     idle_workers,
     item_from_row,
     token_hash,
+    trace_columns,
 )
 from cronman.store.work_signals import Waiter, WorkSignals
 from cronman.timeutil import utcnow
@@ -140,7 +141,7 @@ class SqlWorkQueue:
                 payload=storable(order.payload), heartbeat_timeout=order.heartbeat_timeout,
                 timeout=order.timeout, capacity_idle=order.capacity_idle,
                 capacity_wait=order.capacity_wait, delivery=order.delivery,
-                retry=dict(order.retry), cancel_requested=False))
+                retry=dict(order.retry), cancel_requested=False, **trace_columns(order)))
             self.signals.announce(tx, order.namespace, order.queue)
             return True
 
@@ -178,7 +179,7 @@ class SqlWorkQueue:
                 delivery=order.delivery, retry=dict(order.retry), cancel_requested=False,
                 lease_token_hash=token_hash(token), worker_id=holder, claimed_at=now,
                 lease_expires_at=lease, last_heartbeat=now,
-                deadline_at=now + timedelta(seconds=order.timeout)))
+                deadline_at=now + timedelta(seconds=order.timeout), **trace_columns(order)))
             return True
 
         return self._db.write(fn)

@@ -31,6 +31,9 @@ class WorkOrder:
     node_id: str
     capacity_idle: int | None = None
     capacity_wait: int | None = None
+    # The attempt's trace context (``traceparent``, ``tracestate``), empty
+    # unless tracing is on: the claim hands it to the worker.
+    trace: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +66,8 @@ class WorkItem:
     cancel_requested: bool = False
     heartbeats: int = 0
     output: dict[str, Any] | None = None
+    traceparent: str | None = None
+    tracestate: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from cronman.store.tables import scheduled_jobs as sj
 from cronman.store.tables import work_items as wi
 from cronman.store.tables import work_workers as ww
 from cronman.store.triggers import SucceededRun, SuccessHook
-from cronman.store.work_records import WorkItem
+from cronman.store.work_records import WorkItem, WorkOrder
 from cronman.vocabulary import RunStatus, WorkKind, WorkState
 
 # Columns of a work item that are WorkItem fields (the rest stay in the store).
@@ -34,7 +34,7 @@ ITEM_FIELDS = ("run_id", "scheduled_for", "job_id", "namespace", "queue", "prior
                "available_at", "attempt", "state", "payload", "heartbeat_timeout", "timeout",
                "deadline_at", "capacity_idle", "capacity_wait", "worker_id", "claimed_at",
                "lease_expires_at", "last_heartbeat", "progress", "percent", "cancel_requested",
-               "heartbeats", "output")
+               "heartbeats", "output", "traceparent", "tracestate")
 # An item whose run ended failed or lost, kept until a node has sent it to
 # the job's dead letter (not a ``WorkState``: it is with no queue any more).
 ENDED = "ended"
@@ -49,6 +49,9 @@ MIN_IDLE_WINDOW = 30
 REDISPATCH_NODE = "work-queue"
 # Bounds of what a worker reports (the API checks them; the store keeps to them).
 MAX_ERROR_CHARS = 4096
+# work_items.traceparent / tracestate (W3C: 55 characters; 512 at most).
+TRACEPARENT_CHARS = 64
+TRACESTATE_CHARS = 512
 
 
 def token_hash(token: str) -> str:
@@ -62,6 +65,13 @@ def item_from_row(row: Row[Any], state: str | None = None) -> WorkItem:
     if state is not None:
         values["state"] = state
     return WorkItem(**values)
+
+
+def trace_columns(order: WorkOrder) -> dict[str, str]:
+    """The order's trace context as the item's columns (values within their bounds)."""
+    bounds = {"traceparent": TRACEPARENT_CHARS, "tracestate": TRACESTATE_CHARS}
+    return {name: value for name, value in order.trace
+            if name in bounds and 0 < len(value) <= bounds[name]}
 
 
 def idle_window(heartbeat_timeout: int) -> timedelta:

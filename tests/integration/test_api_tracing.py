@@ -79,3 +79,26 @@ def test_a_trigger_roots_its_runs_trace_and_logs_carry_it(traced_client):
     assert span.service == "cronman-api-test"
     assert span.attributes["cronman.run.id"] == run_id
     assert span.attributes["http.route"] == "/v1/jobs/{job_id}/trigger"
+
+
+def test_a_backfill_roots_each_new_runs_trace(traced_client):
+    client, otlp, _ = traced_client
+    job = client.post("/v1/jobs", json=job_spec(
+        name="filled", schedule={"kind": "cron", "cron": "* * * * *"})).get_json()
+    resp = client.post(f"/v1/jobs/{job['id']}/backfill",
+                       json={"since": "2026-01-01T00:00:00Z", "until": "2026-01-01T00:03:00Z"},
+                       headers={"traceparent": f"00-{CALLER[0]}-{CALLER[1]}-01"})
+    assert resp.status_code == 202 and resp.get_json()["requested"] >= 2
+    runs = client.get(f"/v1/jobs/{job['id']}/runs?since=2026-01-01T00:00:00Z"
+                      "&until=2026-01-01T00:03:01Z").get_json()["items"]
+    assert len(runs) == resp.get_json()["requested"]
+    again = client.post(f"/v1/jobs/{job['id']}/backfill",
+                        json={"since": "2026-01-01T00:00:00Z",
+                              "until": "2026-01-01T00:03:00Z"})
+    assert again.get_json()["requested"] == 0  # no new run: no span
+    tracing.shutdown()
+    for run in runs:
+        [span] = otlp.trace(format(trace_id_of(run["id"]), "032x"))
+        assert span.name == "POST /v1/jobs/{job_id}/backfill"
+        assert span.span_id == format(request_span_id_of(run["id"]), "016x")
+        assert span.links == [CALLER] and span.attributes["cronman.run.id"] == run["id"]

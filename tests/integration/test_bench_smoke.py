@@ -445,3 +445,33 @@ def test_bench_work_queue_smoke_run_measures_every_phase(tmp_path) -> None:
     # re-queued after the lease ran out (the expiry runs each second), not before
     assert kill["requeued_ms"] is not None and kill["expiry_to_requeue_s"] > -0.2
     assert kill["kill_to_requeue_s"] <= 2 + 2 + 1
+
+
+def test_bench_otlp_sink_counts_exported_spans_by_their_start(tmp_path) -> None:
+    """The tracing scenario's receiver, fed by the SDK's own OTLP/HTTP exporter."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from cronman_bench.otlp_sink import read_log
+    from cronman_bench.procs import ManagedProcess, free_port, wait_port
+
+    port, log = free_port(), tmp_path / "otlp.log"
+    sink = ManagedProcess("otlp-sink", [sys.executable, "-m", "cronman_bench.otlp_sink",
+                                        "--port", str(port), "--log", str(log)],
+                          log_path=tmp_path / "sink.out")
+    try:
+        wait_port("127.0.0.1", port, 10, sink)
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(
+            OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces")))
+        tracer = provider.get_tracer("bench-test")
+        second = 1_700_000_000
+        for at in (second, second, second + 1, second + 2):
+            tracer.start_span("s", start_time=at * 1_000_000_000 + 5).end()
+        provider.shutdown()
+    finally:
+        sink.stop()
+    assert read_log(log, second * 1000, (second + 3) * 1000) == (4, 4)
+    # Whole seconds only: a window from mid-second drops that second's spans.
+    assert read_log(log, second * 1000 + 1, (second + 2) * 1000)[1] == 1

@@ -128,7 +128,7 @@ def test_maintenance_runs_in_one_process_at_a_time(pg_store):
 def test_backfill_creates_partitions_of_past_days(pg_store):
     (job,) = pg_store.jobs.create_jobs([job_spec("bf")])
     days = [_midnight(-3), _midnight(-2), _midnight(-100)]
-    assert pg_store.runs.request_backfill(job, [d + timedelta(hours=6) for d in days]) == 3
+    assert len(pg_store.runs.request_backfill(job, [d + timedelta(hours=6) for d in days])) == 3
     have = set(pg_store.partitions.existing())
     assert _midnight(-3).date() in have and _midnight(-2).date() in have
     assert _midnight(-100).date() not in have  # past the retention: default partition

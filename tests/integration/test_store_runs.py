@@ -217,7 +217,7 @@ def test_leases_renew_and_expire_to_another_node(store, job):
 
 def test_requested_runs_are_taken_once_by_concurrent_takers(database_url, store, job):
     t0 = base_time() - timedelta(hours=1)
-    assert store.runs.request_backfill(job, [t0 + timedelta(minutes=i) for i in range(60)]) == 60
+    assert len(store.runs.request_backfill(job, [t0 + timedelta(minutes=i) for i in range(60)])) == 60
     stores = [open_store(database_url) for _ in range(3)]
     got: list[list[str]] = [[] for _ in stores]
     barrier = threading.Barrier(len(stores))
@@ -337,8 +337,8 @@ def test_backfill_stores_only_missing_fire_times(store, job):
     t0 = base_time() - timedelta(days=2)
     times = [t0 + timedelta(hours=i) for i in range(10)]
     store.runs.claim_runs([make_run(job.id, times[0]), make_run(job.id, times[5])])
-    assert store.runs.request_backfill(job, times) == 8
-    assert store.runs.request_backfill(job, times) == 0
+    assert len(store.runs.request_backfill(job, times)) == 8
+    assert store.runs.request_backfill(job, times) == []
     page = store.runs.list_runs(job.id, RunFilter(), 100, None)
     origins = {r.scheduled_for: r.origin for r in page.items}
     assert origins[times[0]] == "schedule" and origins[times[1]] == "backfill"

@@ -159,14 +159,25 @@ def test_a_ratio_sampler_keeps_or_drops_each_run_whole(tmp_path):
         assert {s.trace_id for s in otlp.spans} == {traces[r] for r in kept}
 
 
-def test_a_downstream_run_links_to_the_upstream_run_it_consumed(tmp_path):
+# A downstream job, the gate entry naming the upstream run, and its run's origin.
+DOWNSTREAM = {
+    "after": ({"schedule": {"kind": "after", "jobs": ["features"]}}, "upstream", "upstream"),
+    "depends_on": ({"schedule": {"kind": "interval", "every": 1},
+                    "depends_on": [{"job": "features", "within": 3600, "wait": 10}]},
+                   "depends_on", "schedule"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(DOWNSTREAM))
+def test_a_downstream_run_links_to_the_upstream_run_it_consumed(tmp_path, how):
+    """``after``: the run the chain's trigger consumed; ``depends_on``: the fresh one it found."""
+    spec, gate_key, origin = DOWNSTREAM[how]
     db = f"sqlite:///{tmp_path / 'cronman.db'}"
     with OtlpReceiver() as otlp, Receiver() as rx, Processes(tmp_path) as procs:
         sa = procs.standalone(db, env=otel_env(otlp))
         create(sa.url, {"name": "features", "schedule": {"kind": "interval", "every": 1},
                         "target": {"kind": "http", "url": rx.url("/up")}})
-        down = create(sa.url, {"name": "train",
-                               "schedule": {"kind": "after", "jobs": ["features"]},
+        down = create(sa.url, {"name": "train", **spec,
                                "target": {"kind": "http", "url": rx.url("/down")}})
         [req] = rx.wait_for(1, timeout=20, path="/down")[:1]
         run_id = req.header("Cronman-Run-Id")
@@ -174,7 +185,7 @@ def test_a_downstream_run_links_to_the_upstream_run_it_consumed(tmp_path):
         def consumed():
             _, page, _ = http("GET", f"{sa.url}/v1/jobs/{down['id']}/runs")
             return [e["run_id"] for r in page["items"] if r["id"] == run_id
-                    for e in (r.get("gate") or {}).get("upstream", [])]
+                    for e in (r.get("gate") or {}).get(gate_key, [])]
 
         [up_run] = wait_for(consumed, 10, "the downstream run's upstream")
         trace_id = format(trace_id_of(run_id), "032x")
@@ -182,7 +193,7 @@ def test_a_downstream_run_links_to_the_upstream_run_it_consumed(tmp_path):
         up_trace, up_span = format(trace_id_of(up_run), "032x"), format(run_span_id_of(up_run),
                                                                          "016x")
         assert run.links == [(up_trace, up_span)]
-        assert run.attributes["cronman.run.origin"] == "upstream"
+        assert run.attributes["cronman.run.origin"] == origin
         # The link resolves: the upstream run's own span has that id.
         up = one(otlp.wait_for_trace(up_trace, {"cronman.run": 1}), "cronman.run")
         assert up.span_id == up_span

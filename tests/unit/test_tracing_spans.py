@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from cronman.observability import tracing_otel
-from cronman.observability.tracing_otel import OtelRunTraces, trace_id_of
+from cronman.observability.tracing_otel import OtelRunTraces, request_span_id_of, trace_id_of
 from tests.support.otlp import OtlpReceiver
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -83,3 +83,21 @@ def test_a_run_handed_to_a_work_queue_ends_at_the_hand_off(traced):
     assert sorted(s.name for s in spans) == ["cronman.attempt", "cronman.run"]
     assert next(s for s in spans if s.name == "cronman.run").attributes[
         "cronman.run.handed_off"] is True
+
+
+def test_a_requested_runs_span_is_the_child_of_its_api_calls(traced):
+    traces, otlp = traced
+    for origin in ("trigger", "backfill"):
+        run_id = f"req-{origin}"
+        traces.api_call("POST /x", [run_id], 1, {}, {})
+        begin(traces, run_id, origin=origin).let_go("done")
+    begin(traces, "sched").let_go("done")
+    traces.shutdown()
+    for origin in ("trigger", "backfill"):
+        spans = otlp.trace(format(trace_id_of(f"req-{origin}"), "032x"))
+        api = next(s for s in spans if s.name == "POST /x")
+        run = next(s for s in spans if s.name == "cronman.run")
+        assert api.span_id == format(request_span_id_of(f"req-{origin}"), "016x")
+        assert run.parent_span_id == api.span_id
+    [run] = otlp.trace(format(trace_id_of("sched"), "032x"))
+    assert run.parent_span_id == ""  # a scheduled run's span is its trace's root

@@ -86,8 +86,13 @@ def schemas() -> dict[str, Any]:
             "heartbeat_timeout": {"type": "integer", "minimum": 1},
             "timeout": {"type": "integer", "minimum": 1},
             "deadline_at": TIME,
+            "traceparent": {**nullable(STRING), "description": (
+                "the W3C trace context the run was handed over with (null when tracing "
+                "is off): the worker's spans join the run's trace under it, and its "
+                "heartbeats and report may send it as their traceparent header")},
+            "tracestate": {**nullable(STRING), "description": "the W3C tracestate with it"},
         }, ("run", "payload", "attempt", "lease_token", "heartbeat_timeout", "timeout",
-            "deadline_at")),
+            "deadline_at", "traceparent", "tracestate")),
         "ClaimedMany": obj({"claims": {"type": "array", "items": ref("Claimed"), "minItems": 1,
                                        "description": "in claim order, each under a lease "
                                                       "token of its own"}}, ("claims",)),
