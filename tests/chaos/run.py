@@ -192,7 +192,7 @@ def chaos_rig(workdir: Path, nodes_env: dict[str, str] | None = None,
         stack.callback(kill_nodes)
         rig = Rig(cluster, fires, proxy, api, procs, url, outage, redis)
         if worker:
-            rig.worker = WorkerProcess(procs, api.url, proxy.url)
+            rig.worker = WorkerProcess(procs, api.url, proxy.url, BENCH_NAMESPACE)
             stack.callback(rig.worker.stop)
         if agent:
             rig.agent = ContainerAgent(procs, workdir, redis.url, env)

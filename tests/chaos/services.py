@@ -158,10 +158,11 @@ class DatabaseOutage:
 class WorkerProcess:
     """``cronman worker`` on the chaos queue, SIGKILLed and started again."""
 
-    def __init__(self, procs: Processes, api_url: str, receiver_url: str,
+    def __init__(self, procs: Processes, api_url: str, receiver_url: str, namespace: str,
                  concurrency: int = 16) -> None:
         self.procs = procs
-        self.args = ["worker", "--queue", QUEUE, "--url", api_url, "--worker-id", "w1",
+        self.args = ["worker", "--queue", QUEUE, "--namespace", namespace, "--url", api_url,
+                     "--worker-id", "w1",
                      "--concurrency", str(concurrency), "--wait", "2", "--kill-after", "1",
                      "--", "sh", "-c", call_receiver(receiver_url, "curl")]
         self.proc: CronmanProcess | None = None
