@@ -147,10 +147,6 @@ class DelayProxy:
             if self._server is not None:
                 self._server.close()
             self._reset_all()
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
 
         if self._thread.is_alive():
             with suppress(Exception):

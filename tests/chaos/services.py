@@ -194,7 +194,9 @@ class ContainerAgent:
         self.server = ContainerdServer(workdir / "containerd")
         self.env = {**env, "CRONMAN_CONTAINERD_ADDRESS": self.server.socket,
                     "CRONMAN_CONTAINERD_NAMESPACE": "chaos",
-                    "CRONMAN_AGENT_STATE_DIR": str(self.server.dir / "fifos")}
+                    "CRONMAN_AGENT_STATE_DIR": str(self.server.dir / "fifos"),
+                    # the containers call the receiver on a host loopback port
+                    "CRONMAN_AGENT_HOST_POLICY": json.dumps({"networks": ["none", "host"]})}
         self.image = workdir / "busybox.tar"
         self.proc: CronmanProcess | None = None
 
