@@ -23,6 +23,18 @@ def _ip(*args: str) -> None:
     subprocess.run([IP, *args], check=True, capture_output=True, timeout=10)
 
 
+def free_subnet(start: int) -> int:
+    """A /30 of 10.239.0.0/24 no address of this host is in (another run's
+    namespace may hold one), trying from ``start`` on."""
+    shown = subprocess.run([IP, "-4", "-o", "addr"], check=True, capture_output=True,
+                           text=True, timeout=10).stdout
+    for k in range(64):
+        subnet = (start + k) % 64
+        if f" 10.239.0.{subnet * 4 + 1}/" not in shown:
+            return subnet
+    raise RuntimeError("every chaos subnet of 10.239.0.0/24 is taken")
+
+
 class Namespace:
     """``ip netns`` ``name`` with ``ns_ip`` inside and ``host_ip`` outside (a /30)."""
 

@@ -40,7 +40,7 @@ from cronman_bench.receiver import Arrival
 from cronman_bench.workload import BENCH_NAMESPACE, Mix, Workload
 from tests.chaos.checker import Bounds, LogLine, Result, RunRow, Write, check, parse_log, report
 from tests.chaos.nemesis import KINDS, ApiProcess, Nemesis, Planned, plan
-from tests.chaos.netns import IP, Namespace
+from tests.chaos.netns import IP, Namespace, free_subnet
 from tests.chaos.proxy import DelayProxy
 from tests.chaos.services import (
     ContainerAgent,
@@ -199,7 +199,7 @@ def chaos_rig(workdir: Path, nodes_env: dict[str, str] | None = None,
             stack.callback(rig.agent.stop)
             rig.agent.start_containerd()
         if partitions and os.geteuid() == 0 and os.path.exists(IP):
-            ns = Namespace(f"cmchaos-{os.getpid()}", os.getpid() % 64)
+            ns = Namespace(f"cmchaos-{os.getpid()}", free_subnet(os.getpid() % 64))
             stack.callback(ns.delete)
             _partitionable(rig, ns.create(), workdir)
         yield rig
