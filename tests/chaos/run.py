@@ -46,9 +46,11 @@ from tests.chaos.services import (
     ContainerAgent,
     DatabaseOutage,
     FailoverRedis,
+    PlainRedis,
     WorkerProcess,
     container_target,
     failover_redis,
+    plain_redis,
     worker_target,
 )
 from tests.cluster.harness import TEST_LEASE_SECONDS, Cluster, Fires, node_env
@@ -125,7 +127,7 @@ class Rig:
     procs: Processes
     db_url: str
     outage: DatabaseOutage
-    redis: FailoverRedis
+    redis: FailoverRedis | PlainRedis
     # The partition node's proxies (redis: one per port, db, receiver); empty: no partitions.
     cuts: dict[str, list[DelayProxy]] = field(default_factory=dict)
     worker: WorkerProcess | None = None
@@ -133,7 +135,8 @@ class Rig:
 
     def kinds(self, wanted: Sequence[str]) -> tuple[str, ...]:
         """The fault kinds of ``wanted`` this rig can apply."""
-        missing = {"kill_worker": self.worker is None, "kill_agent": self.agent is None}
+        missing = {"kill_worker": self.worker is None, "kill_agent": self.agent is None,
+                   "redis_failover": not isinstance(self.redis, FailoverRedis)}
         return tuple(k for k in wanted if not missing.get(k, False))
 
 
@@ -163,18 +166,19 @@ class ChaosOutcome:
 
 @contextmanager
 def chaos_rig(workdir: Path, nodes_env: dict[str, str] | None = None,
-              partitions: bool = True, *, worker: bool = False, agent: bool = False
-              ) -> Iterator[Rig]:
+              partitions: bool = True, *, worker: bool = False, agent: bool = False,
+              sentinel: bool = True) -> Iterator[Rig]:
     """Everything a run needs, stopped and dropped afterwards. With
     ``partitions`` (and root), node ``PARTITION_NODE`` runs in a network
     namespace of its own and reaches the backends through proxies. ``worker``
-    and ``agent``: run ``cronman worker`` and a container agent (root)."""
+    and ``agent``: run ``cronman worker`` and a container agent (root);
+    ``sentinel``: Redis under Sentinel (else one redis-server)."""
     workdir.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
         url = stack.enter_context(migrated_pg_database("cronman_chaos"))
         outage = DatabaseOutage(url)
         stack.callback(outage.end)
-        redis = stack.enter_context(failover_redis())
+        redis = stack.enter_context(failover_redis() if sentinel else plain_redis())
         procs = stack.enter_context(Processes(workdir))
         fires = Fires(workdir / "nginx").start()
         stack.callback(fires.cleanup)

@@ -1,6 +1,6 @@
 """The chaos run's fallible services besides the nodes and the API:
 
-- ``FailoverRedis``: Redis under Sentinel (a primary, a replica, three
+- ``FailoverRedis``: Redis under Sentinel (``PlainRedis``: one redis-server) (a primary, a replica, three
   sentinels on loopback); ``failover()`` SIGKILLs the primary, waits until
   the sentinels agree on the replica, then starts the old one again as the
   new primary's replica, so that the next failover finds one;
@@ -40,6 +40,7 @@ from tests.support.redis_servers import (
     LOOPBACK,
     RedisProcess,
     SentinelSetup,
+    redis_servers,
     sentinel_setup,
     wait_until,
 )
@@ -113,6 +114,27 @@ class FailoverRedis:
 
         wait_until(synced, timeout, f"{old} to replicate {new}", 0.1)
         return f"SIGKILL of primary {old}, {new} promoted, {old} back as its replica"
+
+
+class PlainRedis:
+    """One redis-server, nothing to fail over (the short run's Redis)."""
+
+    def __init__(self, server: RedisProcess) -> None:
+        self.server = server
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def ports(self) -> list[int]:
+        return [self.server.port]
+
+
+@contextmanager
+def plain_redis() -> Iterator[PlainRedis]:
+    with redis_servers(1) as servers:
+        yield PlainRedis(servers[0])
 
 
 @contextmanager
