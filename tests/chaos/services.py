@@ -177,7 +177,24 @@ class DatabaseOutage:
         self._sql(f'ALTER DATABASE "{self.name}" ALLOW_CONNECTIONS true')
 
 
-class WorkerProcess:
+class _Killable:
+    """A process of the run that the nemesis SIGKILLs and starts again."""
+
+    proc: CronmanProcess | None = None
+
+    def kill(self) -> int:
+        """SIGKILL by PID; the PID."""
+        assert self.proc is not None
+        pid = self.proc.pid
+        self.proc.kill()
+        return pid
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.running():
+            self.proc.stop(20.0)
+
+
+class WorkerProcess(_Killable):
     """``cronman worker`` on the chaos queue, SIGKILLed and started again."""
 
     def __init__(self, procs: Processes, api_url: str, receiver_url: str, namespace: str,
@@ -194,18 +211,9 @@ class WorkerProcess:
         self.proc.wait_for_log("claiming from", timeout=60.0)
         return self
 
-    def kill(self) -> int:
-        assert self.proc is not None
-        pid = self.proc.pid
-        self.proc.kill()
-        return pid
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.running():
-            self.proc.stop(20.0)
 
 
-class ContainerAgent:
+class ContainerAgent(_Killable):
     """A private containerd with the test image, and ``cronman agent`` on it."""
 
     def __init__(self, procs: Processes, workdir: Path, redis_url: str,
@@ -246,13 +254,6 @@ class ContainerAgent:
             self.proc.wait_for_log("agent a1 ready", timeout=60.0)
         return self
 
-    def kill(self) -> int:
-        assert self.proc is not None
-        pid = self.proc.pid
-        self.proc.kill()
-        return pid
-
     def stop(self) -> None:
-        if self.proc is not None and self.proc.running():
-            self.proc.stop(20.0)
+        super().stop()
         self.server.stop()
