@@ -6,8 +6,13 @@ behind the nemesis' proxy; a steady group of ``--jobs`` jobs every
 ``--every`` s and a herd (a third as many jobs due on the same second every
 10 s); the nemesis' seeded plan (``--seed``) over ``--minutes``: pauses
 shorter and longer than the heartbeat TTL, the lease and the fire lock's
-TTL, SIGKILL + restart of a node and of the API, a slow receiver, a node
-restarted with its clock off. The suite's heartbeat TTL and lease (3 s and
+TTL, SIGKILL + restart of a node, of the API, of ``cronman worker`` and of
+the container agent (mid-run), a slow receiver, a node restarted with its
+clock off, partitions of one node (in a network namespace) from Redis,
+PostgreSQL, the receiver or all three, its links made slow or lossy, a
+Redis Sentinel failover, a PostgreSQL outage. ``worker`` jobs (``--worker-jobs``)
+and container jobs (``--container-jobs``, root: a private containerd) run
+beside the http ones and call the receiver from their commands. The suite's heartbeat TTL and lease (3 s and
 6 s) are used, not the bench's.
 
 The nemesis, the checker and the rig live with the tests
@@ -32,6 +37,8 @@ DEFAULT_SEED = 39
 DEFAULT_JOBS = 1500
 DEFAULT_EVERY = 5
 HERD_EVERY_S = 10
+WORKER_JOBS = 20  # every 5 s
+CONTAINER_JOBS = 10  # every 10 s
 
 
 def _suite() -> Any:
@@ -44,6 +51,12 @@ def _suite() -> Any:
     return importlib.import_module("tests.chaos.run")
 
 
+def _containerd_why() -> str | None:
+    """Why no private containerd can run here (None: it can)."""
+    why: str | None = importlib.import_module("tests.support.containerd").containerd_available()
+    return why
+
+
 def chaos(opts: BenchOptions, params: ScenarioParams) -> dict[str, Any]:
     suite = _suite()
     minutes = params.minutes or DEFAULT_MINUTES
@@ -53,10 +66,12 @@ def chaos(opts: BenchOptions, params: ScenarioParams) -> dict[str, Any]:
     config = suite.ChaosConfig(seed=seed, window_s=minutes * 60, nodes=opts.nodes,
                                steady_jobs=jobs, steady_every_s=every,
                                herd_jobs=max(1, jobs // 3), herd_every_s=HERD_EVERY_S,
+                               worker_jobs=WORKER_JOBS, container_jobs=CONTAINER_JOBS,
                                settle_s=20.0)
     opts.echo(f"chaos: seed {seed}, {minutes:g} min, {opts.nodes} nodes, "
               f"{config.rate:.0f} fires/s (herd of {config.herd_jobs} every {HERD_EVERY_S} s)")
-    with suite.chaos_rig(opts.workdir / f"chaos-{seed}") as rig:
+    with suite.chaos_rig(opts.workdir / f"chaos-{seed}", worker=True,
+                         agent=_containerd_why() is None) as rig:
         out = suite.run_chaos(rig, config, echo=opts.echo)
     result = out.result
     kinds = sorted({f.kind for f in result.faults})

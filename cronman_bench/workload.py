@@ -53,6 +53,8 @@ class Workload:
     delivery: str | None = None  # cronman's delivery mode (None: at_least_once)
     max_attempts: int | None = None  # cronman's retry.max_attempts (None: the job default)
     shards: int = 0  # > 0: job j carries the label shard: j % shards (the limits scenario)
+    # cronman's target as JSON text (None: a POST of the receiver's URL)
+    target: str | None = None
 
     def __post_init__(self) -> None:
         if self.count < 1:
@@ -240,7 +242,8 @@ def cronman_definition(w: Jobs, i: int, url: str, run_label: str) -> dict[str, A
         "namespace": g.namespace,
         "schedule": {"kind": "interval", "every": g.every_ms // 1000,
                      "anchor": format_rfc3339(from_ms(g.anchor_ms(j)))},
-        "target": {"kind": "http", "url": url, "method": "POST", "timeout": 10},
+        "target": (json.loads(g.target) if g.target else
+                   {"kind": "http", "url": url, "method": "POST", "timeout": 10}),
         "labels": {"bench": run_label},
     }
     if g.shards:

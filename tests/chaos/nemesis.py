@@ -16,6 +16,17 @@ Fault kinds of this slice:
   ``partition_all``: the partition node, which runs in a network namespace
   of its own (``netns``) and reaches each backend through a proxy, cut off
   from Redis, from PostgreSQL, from the receiver, or from all three;
+- ``link_delay`` / ``link_loss``: the partition node's links to Redis,
+  PostgreSQL and the receiver made slow (each answer held back a few hundred
+  ms) or lossy (each chunk crossing ends its connection with a few percent
+  chance);
+- ``redis_failover``: the Redis primary SIGKILLed under Sentinel while the
+  nodes hold fire locks on it, a replica promoted (``services.FailoverRedis``);
+- ``pg_outage``: PostgreSQL gone for every node and the API (the run's
+  database refuses connections and its open ones are terminated, as when
+  the server stops; ``services.DatabaseOutage``);
+- ``kill_agent`` / ``kill_worker``: SIGKILL of the container agent or of
+  ``cronman worker`` while runs are under way, started again;
 - ``clock_forward`` / ``clock_back``: the clock node stopped and started
   again with its clock off by seconds (libfaketime; monotonic time keeps
   its pace), then stopped and started right again. libfaketime cannot move
@@ -24,8 +35,10 @@ Fault kinds of this slice:
   ``FAKETIME_DONT_FAKE_MONOTONIC=1`` every ``time.sleep`` fails (EINVAL).
 
 Node faults follow one another (never two nodes down at once: with two
-replicas a job then keeps one owner); the API and receiver faults run on a
-timeline of their own, overlapping them. Every fault is over a few seconds
+replicas a job then keeps one owner); the backends' (Redis, PostgreSQL) are
+planned on a timeline of their own but applied between the node faults,
+never during one (``Nemesis``); the API, receiver, agent and worker faults
+run on a third timeline, overlapping them. Every fault is over a few seconds
 before the window ends. Each applied fault is logged with its wall times
 (``checker.Fault``).
 """
@@ -45,6 +58,7 @@ from cronman.scheduler.fires import LOCK_TTL_MS
 from cronman.timeutil import now_ms
 from tests.chaos.checker import Fault
 from tests.chaos.proxy import DelayProxy
+from tests.chaos.services import ContainerAgent, DatabaseOutage, FailoverRedis, WorkerProcess
 from tests.cluster.harness import Cluster
 from tests.support.processes import CronmanProcess, Processes
 
@@ -53,10 +67,18 @@ FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
 PARTITIONS = {"partition_redis": ("redis",), "partition_db": ("db",),
               "partition_receiver": ("receiver",),
               "partition_all": ("redis", "db", "receiver")}
+LINKS = ("link_delay", "link_loss")  # the partition node's links made slow or lossy
 NODE_KINDS = ("pause_short", "pause_long", "pause_past_lock", "kill_node", "clock_forward",
-              "clock_back", *PARTITIONS)
-SERVICE_KINDS = ("kill_api", "slow_receiver")
-KINDS = NODE_KINDS + SERVICE_KINDS
+              "clock_back", *PARTITIONS, *LINKS)
+SERVICE_KINDS = ("kill_api", "slow_receiver", "kill_agent", "kill_worker")
+BACKEND_KINDS = ("redis_failover", "pg_outage")
+KINDS = NODE_KINDS + SERVICE_KINDS + BACKEND_KINDS
+# The kinds of the short run in the test command: those it passes with on
+# this machine (the others are drawn by ``cronman bench --scenario chaos``).
+SHORT_KINDS = ("pause_short", "pause_long", "pause_past_lock", "kill_node", "clock_forward",
+               "clock_back", *PARTITIONS, "kill_api", "slow_receiver")
+TARGETS = {"kill_api": "api", "slow_receiver": "receiver", "kill_agent": "agent",
+           "kill_worker": "worker", "redis_failover": "redis", "pg_outage": "postgresql"}
 END_MARGIN_S = 5.0  # every fault is over this long before the window ends
 
 
@@ -85,10 +107,12 @@ def plan(seed: int, window_s: float, nodes: Sequence[str], *, kinds: Sequence[st
     node_kinds = [k for k in kinds if k in NODE_KINDS
                   and (k != "pause_past_lock" or window_s > lock_s + 30)
                   and (not k.startswith("clock") or clock_node is not None)
-                  and (k not in PARTITIONS or partition_node is not None)]
+                  and (k not in (*PARTITIONS, *LINKS) or partition_node is not None)]
     service_kinds = [k for k in kinds if k in SERVICE_KINDS]
+    backend_kinds = [k for k in kinds if k in BACKEND_KINDS]
     out: list[Planned] = []
-    for timeline, chosen in ((node_kinds, True), (service_kinds, False)):
+    for timeline, chosen in ((node_kinds, True), (service_kinds, False),
+                             (backend_kinds, False)):
         t = rng.uniform(1.0, 4.0)
         cycle: list[str] = []
         misses = 0
@@ -103,10 +127,10 @@ def plan(seed: int, window_s: float, nodes: Sequence[str], *, kinds: Sequence[st
                 continue
             misses = 0
             if not chosen:
-                target = "api" if kind == "kill_api" else "receiver"
+                target = TARGETS[kind]
             elif kind.startswith("clock"):
                 target = clock_node
-            elif kind in PARTITIONS:
+            elif kind in (*PARTITIONS, *LINKS):
                 target = partition_node
             else:
                 target = rng.choice(list(nodes))
@@ -134,6 +158,16 @@ def _draw(rng: random.Random, kind: str, ttl_s: float, lease_s: float, lock_s: f
         return rng.uniform(3.0, 8.0), rng.uniform(1.0, 4.0)
     if kind in PARTITIONS:
         return rng.uniform(2.0, max(ttl_s, lease_s) * 2 + 2.0), 0.0
+    if kind == "link_delay":
+        return rng.uniform(4.0, 10.0), rng.uniform(0.1, 0.5)
+    if kind == "link_loss":
+        return rng.uniform(4.0, 10.0), rng.uniform(0.01, 0.05)
+    if kind in ("kill_agent", "kill_worker"):
+        return rng.uniform(0.5, 3.0), 0.0
+    if kind == "redis_failover":
+        return 8.0, 0.0  # planned room; the failover takes what it takes
+    if kind == "pg_outage":
+        return rng.uniform(2.0, 8.0), 0.0
     if kind == "clock_forward":
         return rng.uniform(6.0, 12.0), rng.uniform(2.0, 30.0)
     if kind == "clock_back":
@@ -161,8 +195,10 @@ class ApiProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> ApiProcess:
+    def start(self, timeout: float = 90.0) -> ApiProcess:
+        """Start it and wait until it listens (long on a loaded machine)."""
         self.proc = self.procs.start("api", self.args, {"TZ": "UTC"})
+        self.proc.wait_for_log("cronman api listening on", timeout=timeout)
         return self
 
     def kill(self) -> None:
@@ -211,20 +247,38 @@ class Nemesis:
     fault on a thread of its own at its time; ``faults`` logs what was done."""
 
     def __init__(self, cluster: Cluster, *, api: ApiProcess | None, proxy: DelayProxy | None,
-                 cuts: Mapping[str, DelayProxy] | None = None,
+                 cuts: Mapping[str, Sequence[DelayProxy]] | None = None,
+                 redis: FailoverRedis | None = None, outage: DatabaseOutage | None = None,
+                 agent: ContainerAgent | None = None, worker: WorkerProcess | None = None,
                  log: list[str] | None = None) -> None:
         self.cluster = cluster
         self.api = api
         self.proxy = proxy
-        self.cuts = dict(cuts or {})  # the partition node's proxies: redis, db, receiver
+        # the partition node's proxies: redis (one per port), db, receiver
+        self.cuts = {name: list(ps) for name, ps in (cuts or {}).items()}
+        self.redis = redis
+        self.outage = outage
+        self.agent = agent
+        self.worker = worker
         self.faults: list[Fault] = []
         self.errors: list[str] = []
         self.log = log if log is not None else []
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
+        # Node and backend faults never overlap (one node down at a time; a
+        # Redis failover or a PostgreSQL outage is one failure, not one on top
+        # of a node cut off from the other backend: SPEC's promise is for any
+        # single failure), nor two faults of one service kind: one that comes
+        # due while the one before it is still under way (a failover, a slow
+        # restart) waits for it, and is left out if it could then not end in
+        # the window.
+        self._serial = {k: threading.Lock() for k in ("node", *SERVICE_KINDS)}
+        self._end_ms = 0
         self.stopped: set[str] = set()  # nodes under SIGSTOP now
 
-    def start(self, planned: Sequence[Planned], window_start_ms: int) -> None:
+    def start(self, planned: Sequence[Planned], window_start_ms: int,
+              window_end_ms: int | None = None) -> None:
+        self._end_ms = window_end_ms or 0
         t = threading.Thread(target=self._run, args=(list(planned), window_start_ms),
                              name="nemesis", daemon=True)
         t.start()
@@ -253,13 +307,18 @@ class Nemesis:
             alive[0].join(0.2)
 
     def _apply(self, p: Planned) -> None:
-        start = now_ms()
-        detail = ""
-        try:
-            detail = self._do(p)
-        except Exception as exc:  # noqa: BLE001 - reported by the run
-            self.errors.append(f"{p}: {type(exc).__name__}: {exc}")
-        fault = Fault(p.kind, p.target, start, now_ms(), detail)
+        group = "node" if p.kind in (*NODE_KINDS, *BACKEND_KINDS) else p.kind
+        with self._serial[group]:
+            start = now_ms()
+            if self._end_ms and start + (p.duration_s + END_MARGIN_S) * 1000 > self._end_ms:
+                self.log.append(f"fault left out (its kind was busy until too late): {p}")
+                return
+            detail = ""
+            try:
+                detail = self._do(p)
+            except Exception as exc:  # noqa: BLE001 - reported by the run
+                self.errors.append(f"{p}: {type(exc).__name__}: {exc}")
+            fault = Fault(p.kind, p.target, start, now_ms(), detail)
         with self._lock:
             self.faults.append(fault)
         self.log.append(f"fault: {fault}")
@@ -301,7 +360,7 @@ class Nemesis:
                 self.proxy.set_delay(0.0)
             return f"{p.amount:.1f} s per answer"
         if p.kind in PARTITIONS:
-            cut = [self.cuts[name] for name in PARTITIONS[p.kind] if name in self.cuts]
+            cut = [x for name in PARTITIONS[p.kind] for x in self.cuts.get(name, ())]
             if not cut:
                 return "no partition proxies"
             for proxy in cut:
@@ -312,6 +371,43 @@ class Nemesis:
                 for proxy in cut:
                     proxy.set_cut(False)
             return "cut from " + ", ".join(PARTITIONS[p.kind])
+        if p.kind in LINKS:
+            links = [x for ps in self.cuts.values() for x in ps]
+            if not links:
+                return "no partition proxies"
+            for proxy in links:
+                (proxy.set_delay if p.kind == "link_delay" else proxy.set_loss)(p.amount)
+            try:
+                time.sleep(p.duration_s)
+            finally:
+                for proxy in links:
+                    proxy.set_delay(0.0)
+                    proxy.set_loss(0.0)
+            if p.kind == "link_delay":
+                return f"{p.amount * 1000:.0f} ms per answer on its links"
+            return (f"{p.amount:.1%} loss per chunk on its links "
+                    f"({sum(x.dropped for x in links)} connections dropped so far)")
+        if p.kind == "redis_failover":
+            if not isinstance(self.redis, FailoverRedis):
+                return "no Sentinel"
+            return self.redis.failover()
+        if p.kind == "pg_outage":
+            if self.outage is None:
+                return "no database"
+            ended = self.outage.begin()
+            try:
+                time.sleep(p.duration_s)
+            finally:
+                self.outage.end()
+            return f"the database refused connections, {ended} open ones terminated"
+        if p.kind in ("kill_agent", "kill_worker"):
+            proc = self.agent if p.kind == "kill_agent" else self.worker
+            if proc is None:
+                return "not running"
+            pid = proc.kill()
+            time.sleep(p.duration_s)
+            proc.start()
+            return f"SIGKILL of pid {pid}, started again"
         if p.kind.startswith("clock"):
             c.terminate(p.target)
             c.start_node(p.target, wait=False, env=faketime_env(p.amount))
@@ -323,8 +419,11 @@ class Nemesis:
 
     def release(self) -> None:
         """SIGCONT every node still stopped, heal every partition (a run that ends early)."""
-        for proxy in self.cuts.values():
-            proxy.set_cut(False)
+        for proxies in self.cuts.values():
+            for proxy in proxies:
+                proxy.set_cut(False)
+        if self.outage is not None:
+            self.outage.end()
         for node_id in list(self.stopped):
             try:
                 os.kill(self.cluster.nodes[node_id].proc.pid, signal.SIGCONT)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from tests.support.processes import clean_env
@@ -20,6 +21,18 @@ IP = "/usr/sbin/ip"
 
 def _ip(*args: str) -> None:
     subprocess.run([IP, *args], check=True, capture_output=True, timeout=10)
+
+
+def free_subnet(start: int) -> int:
+    """A /30 of 10.239.0.0/24 no address of this host is in (another run's
+    namespace may hold one), trying from ``start`` on."""
+    shown = subprocess.run([IP, "-4", "-o", "addr"], check=True, capture_output=True,
+                           text=True, timeout=10).stdout
+    for k in range(64):
+        subnet = (start + k) % 64
+        if f" 10.239.0.{subnet * 4 + 1}/" not in shown:
+            return subnet
+    raise RuntimeError("every chaos subnet of 10.239.0.0/24 is taken")
 
 
 class Namespace:
@@ -53,12 +66,13 @@ class Namespace:
         _ip("netns", "exec", self.name, IP, "link", "set", "lo", "up")
         return self
 
-    def forward(self, port: int, to: tuple[str, int], log: Path) -> None:
-        """Inside the namespace, 127.0.0.1:``port`` forwarded to ``to`` (the
-        jobs' receiver URL names a loopback port: the node inside finds it)."""
-        cmd = [*self.prefix, sys.executable, "-c",
-               "from tests.chaos.proxy import main; main()", "127.0.0.1", str(port), to[0],
-               str(to[1])]
+    def forward(self, ports: Mapping[int, tuple[str, int]], log: Path) -> None:
+        """Inside the namespace, each 127.0.0.1:``port`` forwarded to its
+        (host, port), by one process (the jobs' receiver URL and the
+        sentinels' answers name loopback ports: the node inside finds them)."""
+        cmd = [*self.prefix, sys.executable, "-c", "from tests.chaos.proxy import main; main()"]
+        for port, to in ports.items():
+            cmd += ["127.0.0.1", str(port), to[0], str(to[1])]
         env = clean_env({"PYTHONPATH": str(Path(__file__).resolve().parents[2])})
         with open(log, "ab") as out:
             self.forwarders.append(subprocess.Popen(cmd, env=env, stdout=out,

@@ -13,6 +13,7 @@ process (``main``: a forwarder inside a network namespace).
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 import time
 from contextlib import suppress
@@ -31,6 +32,8 @@ class DelayProxy:
         self.port = port
         self.delay = 0.0  # seconds each answer chunk is held back
         self.cut = False
+        self.loss = 0.0  # probability that a chunk crossing drops its connection
+        self.dropped = 0
         self._flowing: asyncio.Event | None = None  # clear while partitioned (hold)
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.base_events.Server | None = None
@@ -58,6 +61,9 @@ class DelayProxy:
 
     def set_delay(self, seconds: float) -> None:
         self.delay = max(0.0, seconds)
+
+    def set_loss(self, probability: float) -> None:
+        self.loss = min(1.0, max(0.0, probability))
 
     def set_cut(self, cut: bool, *, hold: bool = True) -> None:
         """Partition (True) or heal. ``hold``: as when packets are dropped --
@@ -119,6 +125,10 @@ class DelayProxy:
         try:
             while True:
                 data = await src.read(CHUNK)
+                if data and self.loss and random.random() < self.loss:
+                    self.dropped += 1
+                    # dst aborted below: its peer's read ends, and the other pump with it
+                    raise ConnectionResetError("dropped by the lossy link")
                 due = time.monotonic() + (self.delay if delayed else 0.0)
                 await queue.put((due, data))
                 if not data:
@@ -146,10 +156,13 @@ class DelayProxy:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``LISTEN_HOST LISTEN_PORT UPSTREAM_HOST UPSTREAM_PORT``: forward until killed."""
+    """``LISTEN_HOST LISTEN_PORT UPSTREAM_HOST UPSTREAM_PORT``, repeated: forward
+    each until killed."""
     import sys
 
-    host, port, up_host, up_port = (argv if argv is not None else sys.argv[1:])
-    proxy = DelayProxy((up_host, int(up_port)), host=host, port=int(port)).start()
-    print(f"forwarding {host}:{proxy.port} to {up_host}:{up_port}", flush=True)
+    args = argv if argv is not None else sys.argv[1:]
+    for i in range(0, len(args), 4):
+        host, port, up_host, up_port = args[i:i + 4]
+        proxy = DelayProxy((up_host, int(up_port)), host=host, port=int(port)).start()
+        print(f"forwarding {host}:{proxy.port} to {up_host}:{up_port}", flush=True)
     threading.Event().wait()

@@ -1,11 +1,14 @@
 """One chaos run end to end, for ``test_chaos`` and ``cronman bench --scenario chaos``.
 
 ``chaos_rig`` makes what a run needs (a migrated scratch database on the
-machine's PostgreSQL, a private redis-server, the nginx receiver behind the
-nemesis' proxy, ``cronman api`` on a loopback port, a ``Cluster`` of
-scheduler nodes) and stops it all afterwards. ``run_chaos`` then starts the
-nodes, writes the jobs -- a steady group spread evenly and a herd, many jobs
-due on the same second -- waits for a warm-up (its last 3 s give the steady lateness), lets the nemesis apply its
+machine's PostgreSQL behind a gate proxy that can take it away, Redis under
+Sentinel, the nginx receiver behind the nemesis' proxy, ``cronman api`` on a
+loopback port, a ``Cluster`` of scheduler nodes, and on request
+``cronman worker`` and a container agent on a private containerd) and stops
+it all afterwards. ``run_chaos`` then starts the
+nodes, writes the jobs -- a steady group spread evenly, a herd (many jobs
+due on the same second), ``worker`` and container jobs when their processes
+run, and ``at_most_once`` jobs -- waits for a warm-up (its last 3 s give the steady lateness), lets the nemesis apply its
 seeded plan over the window while an API writer creates and updates jobs,
 lets stragglers land, stops everything and hands the checker the fires
 owed, the receiver's log, the run table, the faults and the writes
@@ -21,28 +24,39 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from sqlalchemy import create_engine, make_url, text
 
+from cronman.store import open_store
 from cronman.timeutil import format_rfc3339, now_ms, to_ms, utcnow
+from cronman.vocabulary import IN_FLIGHT_STATUSES
 from cronman_bench.receiver import Arrival
-from cronman_bench.workload import Mix, Workload
+from cronman_bench.workload import BENCH_NAMESPACE, Mix, Workload
 from tests.chaos.checker import Bounds, LogLine, Result, RunRow, Write, check, parse_log, report
 from tests.chaos.nemesis import KINDS, ApiProcess, Nemesis, Planned, plan
-from tests.chaos.netns import IP, Namespace
+from tests.chaos.netns import IP, Namespace, free_subnet
 from tests.chaos.proxy import DelayProxy
+from tests.chaos.services import (
+    ContainerAgent,
+    DatabaseOutage,
+    FailoverRedis,
+    PlainRedis,
+    WorkerProcess,
+    container_target,
+    failover_redis,
+    plain_redis,
+    worker_target,
+)
 from tests.cluster.harness import TEST_LEASE_SECONDS, Cluster, Fires, node_env
 from tests.cluster.scenario import sleep_until
 from tests.support.databases import migrated_pg_database
 from tests.support.processes import Processes, free_port
-from tests.support.redis_servers import redis_servers
 from tests.support.store_jobs import create_jobs_in_store
 
 API_NAMESPACE = "chaos-api"
@@ -57,7 +71,9 @@ BOUNDS = Bounds(
     late_by_kind={"pause_short": 15_000, "pause_long": 15_000, "pause_past_lock": 15_000,
                   "kill_node": 20_000, "clock_forward": 20_000, "clock_back": 20_000,
                   "slow_receiver": 15_000, "partition_redis": 20_000, "partition_db": 20_000,
-                  "partition_receiver": 20_000, "partition_all": 20_000},
+                  "partition_receiver": 20_000, "partition_all": 20_000,
+                  "link_delay": 15_000, "link_loss": 15_000, "redis_failover": 20_000,
+                  "pg_outage": 20_000, "kill_agent": 20_000, "kill_worker": 20_000},
     before_ms=2_000,
     default_after_ms=15_000,
 )
@@ -78,16 +94,25 @@ class ChaosConfig:
     # of sending them again, so none may ever arrive twice
     at_most_once_jobs: int = 100
     at_most_once_every_s: int = 5
+    # worker jobs (taken by ``cronman worker``) and container jobs (run by the
+    # agent); 0: that process is not started and its fault not drawn
+    worker_jobs: int = 0
+    worker_every_s: int = 5
+    container_jobs: int = 0
+    container_every_s: int = 10
     kinds: tuple[str, ...] = KINDS
     warmup_s: float = 5.0
     settle_s: float = 15.0
+    settle_max_s: float = 60.0  # then longer while runs of the window are still in flight
     api_writes_per_s: float = 3.0
     bounds: Bounds = BOUNDS
 
     @property
     def rate(self) -> float:
         return (self.steady_jobs / self.steady_every_s + self.herd_jobs / self.herd_every_s
-                + self.at_most_once_jobs / self.at_most_once_every_s)
+                + self.at_most_once_jobs / self.at_most_once_every_s
+                + self.worker_jobs / self.worker_every_s
+                + self.container_jobs / self.container_every_s)
 
 
 PARTITION_NODE = "n2"  # runs in a network namespace of its own, when root
@@ -100,8 +125,19 @@ class Rig:
     proxy: DelayProxy
     api: ApiProcess
     procs: Processes
-    # The partition node's proxies (redis, db, receiver); empty: no partitions.
-    cuts: dict[str, DelayProxy] = field(default_factory=dict)
+    db_url: str
+    outage: DatabaseOutage
+    redis: FailoverRedis | PlainRedis
+    # The partition node's proxies (redis: one per port, db, receiver); empty: no partitions.
+    cuts: dict[str, list[DelayProxy]] = field(default_factory=dict)
+    worker: WorkerProcess | None = None
+    agent: ContainerAgent | None = None
+
+    def kinds(self, wanted: Sequence[str]) -> tuple[str, ...]:
+        """The fault kinds of ``wanted`` this rig can apply."""
+        missing = {"kill_worker": self.worker is None, "kill_agent": self.agent is None,
+                   "redis_failover": not isinstance(self.redis, FailoverRedis)}
+        return tuple(k for k in wanted if not missing.get(k, False))
 
 
 @dataclass
@@ -114,6 +150,7 @@ class ChaosOutcome:
     writes: int = 0
     write_failures: int = 0
     lines: list[str] = field(default_factory=list)  # the run's own log
+    groups: dict[str, str] = field(default_factory=dict)  # job id -> its group's name
 
     def report(self, limit: int = 10) -> str:
         head = [f"seed {self.config.seed}, window {self.config.window_s:.0f} s, "
@@ -129,68 +166,91 @@ class ChaosOutcome:
 
 @contextmanager
 def chaos_rig(workdir: Path, nodes_env: dict[str, str] | None = None,
-              partitions: bool = True) -> Iterator[Rig]:
+              partitions: bool = True, *, worker: bool = False, agent: bool = False,
+              sentinel: bool = True) -> Iterator[Rig]:
     """Everything a run needs, stopped and dropped afterwards. With
     ``partitions`` (and root), node ``PARTITION_NODE`` runs in a network
-    namespace of its own and reaches the backends through proxies."""
+    namespace of its own and reaches the backends through proxies. ``worker``
+    and ``agent``: run ``cronman worker`` and a container agent (root);
+    ``sentinel``: Redis under Sentinel (else one redis-server)."""
     workdir.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
         url = stack.enter_context(migrated_pg_database("cronman_chaos"))
-        redis_url = stack.enter_context(redis_servers(1))[0].url
+        outage = DatabaseOutage(url)
+        stack.callback(outage.end)
+        redis = stack.enter_context(failover_redis() if sentinel else plain_redis())
         procs = stack.enter_context(Processes(workdir))
         fires = Fires(workdir / "nginx").start()
         stack.callback(fires.cleanup)
         proxy = DelayProxy(("127.0.0.1", fires.rx.port)).start()
         stack.callback(proxy.stop)
-        api = ApiProcess(procs, url, redis_url, free_port())
+        api = ApiProcess(procs, url, redis.url, free_port())
         stack.callback(api.stop)
         env = {**node_env(), "TZ": "UTC", **(nodes_env or {})}
-        cluster = Cluster(procs, url, redis_url, env)
+        cluster = Cluster(procs, url, redis.url, env)
 
         def kill_nodes() -> None:
             for node in cluster.running():
                 node.proc.kill()
 
         stack.callback(kill_nodes)
-        rig = Rig(cluster, fires, proxy, api, procs)
+        rig = Rig(cluster, fires, proxy, api, procs, url, outage, redis)
+        if worker:
+            rig.worker = WorkerProcess(procs, api.url, proxy.url, BENCH_NAMESPACE)
+            stack.callback(rig.worker.stop)
+        if agent:
+            rig.agent = ContainerAgent(procs, workdir, redis.url, env)
+            stack.callback(rig.agent.stop)
+            rig.agent.start_containerd()
         if partitions and os.geteuid() == 0 and os.path.exists(IP):
-            ns = Namespace(f"cmchaos-{os.getpid()}", os.getpid() % 64)
+            ns = Namespace(f"cmchaos-{os.getpid()}", free_subnet(os.getpid() % 64))
             stack.callback(ns.delete)
             _partitionable(rig, ns.create(), workdir)
         yield rig
 
 
 def _partitionable(rig: Rig, ns: Namespace, workdir: Path) -> None:
-    """Put ``PARTITION_NODE`` in ``ns``, its backends behind cuttable proxies."""
-    db = make_url(rig.cluster.database_url)
-    redis = urlsplit(rig.cluster.redis_url)
-    upstream = {"db": (db.host or "127.0.0.1", db.port or 5432),
-                "redis": (redis.hostname or "127.0.0.1", redis.port or 6379),
-                "receiver": ("127.0.0.1", rig.proxy.port)}
-    for name, to in upstream.items():
-        rig.cuts[name] = DelayProxy(to, host=ns.host_ip).start()
+    """Put ``PARTITION_NODE`` in ``ns``, its backends behind cuttable proxies:
+    each loopback port it is told of (the receiver's, the sentinels' and the
+    Redis servers') forwarded inside to a proxy on the host side."""
+    inside = {"receiver": [rig.proxy.port], "redis": rig.redis.ports}
+    forwards: dict[int, tuple[str, int]] = {}
+    for name, ports in inside.items():
+        for port in ports:
+            cut = DelayProxy(("127.0.0.1", port), host=ns.host_ip).start()
+            rig.cuts.setdefault(name, []).append(cut)
+            forwards[port] = (ns.host_ip, cut.port)
+    db = make_url(rig.db_url)
+    rig.cuts["db"] = [DelayProxy((db.host or "127.0.0.1", db.port or 5432),
+                                 host=ns.host_ip).start()]
     log = workdir / "ns-forwarder.log"
-    ns.forward(rig.proxy.port, (ns.host_ip, rig.cuts["receiver"].port), log)
+    ns.forward(forwards, log)
     deadline = time.monotonic() + 20
-    while "forwarding" not in (log.read_text() if log.exists() else ""):
+    while (log.read_text() if log.exists() else "").count("forwarding") < len(forwards):
         if time.monotonic() > deadline:
             raise AssertionError(f"the namespace's forwarder did not start: {log.read_text()}")
         time.sleep(0.05)
-    redis_url = redis._replace(netloc=f"{ns.host_ip}:{rig.cuts['redis'].port}").geturl()
-    db_url = db.set(host=ns.host_ip, port=rig.cuts["db"].port).render_as_string(
-        hide_password=False)
-    rig.cluster.add_node(PARTITION_NODE, database_url=db_url, redis_url=redis_url,
-                         prefix=ns.prefix)
+    db_url = db.set(host=ns.host_ip, port=rig.cuts["db"][0].port)
+    rig.cluster.add_node(PARTITION_NODE, database_url=db_url.render_as_string(
+        hide_password=False), prefix=ns.prefix)
 
 
-def workload(config: ChaosConfig, base_ms: int) -> Mix:
-    """The steady group, the herd, then the ``at_most_once`` group (spread)."""
+def workload(config: ChaosConfig, base_ms: int, receiver_url: str) -> Mix:
+    """The steady group, the herd, the worker and container groups, then the
+    ``at_most_once`` group (all but the herd spread)."""
     groups = [
         Workload(count=config.steady_jobs, every_ms=config.steady_every_s * 1000,
                  base_ms=base_ms, name="steady"),
         Workload(count=config.herd_jobs, every_ms=config.herd_every_s * 1000,
                  base_ms=base_ms, spread=False, name="herd"),
     ]
+    if config.worker_jobs:
+        groups.append(Workload(count=config.worker_jobs, every_ms=config.worker_every_s * 1000,
+                               base_ms=base_ms, name="work", target=worker_target()))
+    if config.container_jobs:
+        groups.append(Workload(count=config.container_jobs,
+                               every_ms=config.container_every_s * 1000, base_ms=base_ms,
+                               name="container", target=container_target(receiver_url)))
     if config.at_most_once_jobs:
         groups.append(Workload(count=config.at_most_once_jobs,
                                every_ms=config.at_most_once_every_s * 1000, base_ms=base_ms,
@@ -210,8 +270,13 @@ def run_chaos(rig: Rig, config: ChaosConfig,
 
     rig.api.start()
     started = c.start(config.nodes)
+    if rig.worker is not None:
+        rig.worker.start()
+    if rig.agent is not None:
+        _allow_host_network(rig.db_url)
+        rig.agent.start()
     node_ids = [n.node_id for n in started]
-    planned = plan(config.seed, config.window_s, node_ids, kinds=config.kinds,
+    planned = plan(config.seed, config.window_s, node_ids, kinds=rig.kinds(config.kinds),
                    ttl_s=c.env_ttl(),
                    lease_s=float(c.env.get("CRONMAN_LEASE_SECONDS", TEST_LEASE_SECONDS)),
                    clock_node=node_ids[-1],
@@ -219,12 +284,13 @@ def run_chaos(rig: Rig, config: ChaosConfig,
     say("plan: " + "; ".join(f"{p.kind} {p.target} at +{p.at_s:.1f} s for {p.duration_s:.1f} s"
                              + (f" ({p.amount:+.1f})" if p.amount else "") for p in planned))
     base = (now_ms() // 1000 + 1) * 1000
-    w = workload(config, base)
-    job_ids = create_jobs_in_store(c.database_url, w, rig.proxy.url, "chaos")
+    w = workload(config, base, rig.proxy.url)
+    job_ids = create_jobs_in_store(rig.db_url, w, rig.proxy.url, "chaos")
     start = (now_ms() // 1000 + int(config.warmup_s)) * 1000
     end = start + int(config.window_s * 1000)
-    nemesis = Nemesis(c, api=rig.api, proxy=rig.proxy, cuts=rig.cuts, log=lines)
-    nemesis.start(planned, start)
+    nemesis = Nemesis(c, api=rig.api, proxy=rig.proxy, cuts=rig.cuts, redis=rig.redis,
+                      outage=rig.outage, agent=rig.agent, worker=rig.worker, log=lines)
+    nemesis.start(planned, start, end)
     writer = ApiWriter(lambda: rig.api.url, config.api_writes_per_s, rig.proxy.url)
     sleep_until(start, c)
     writer.start()
@@ -239,9 +305,13 @@ def run_chaos(rig: Rig, config: ChaosConfig,
     for node in c.running():
         c.wait_ready(node)
     time.sleep(config.settle_s)
-    rows = read_runs(c.database_url, start, end)
-    jobs_now = read_versions(c.database_url)
+    settle_in_flight(rig.db_url, start, end, config.settle_max_s)
+    rows = read_runs(rig.db_url, start, end)
+    jobs_now = read_versions(rig.db_url)
     c.stop_all()
+    for proc in (rig.worker, rig.agent):
+        if proc is not None:
+            proc.stop()
     rig.api.stop()
     rig.fires.stop()
     owed = [(job_ids[i], t) for i, t in w.expected(start, end)]
@@ -249,11 +319,23 @@ def run_chaos(rig: Rig, config: ChaosConfig,
     result = check(owed, arrivals, rows, nemesis.faults, (start, end), config.bounds,
                    writes=writer.acked, jobs_now=jobs_now,
                    baseline_ms=baseline(arrivals, start - BASELINE_MS, start),
-                   at_most_once=set(job_ids[w.count - config.at_most_once_jobs:]))
+                   at_most_once={job_ids[i] for i in range(w.count)
+                                 if w.local(i)[0].name == "amo"})
     logs = [ln for node in c.nodes.values() for p in node.incarnations
             for ln in parse_log(node.node_id, p.log_text())]
+    groups = {job_ids[i]: w.local(i)[0].name for i in range(w.count)}
     return ChaosOutcome(config, planned, result, logs, nemesis.errors + writer.errors,
-                        len(writer.acked), writer.failures, lines)
+                        len(writer.acked), writer.failures, lines, groups)
+
+
+def _allow_host_network(database_url: str) -> None:
+    """The container jobs' namespace may ask for the host's network (their
+    containers call the receiver on a loopback port)."""
+    store = open_store(database_url)
+    try:
+        store.host_policies.put(BENCH_NAMESPACE, {"networks": ["none", "host"]}, by=None)
+    finally:
+        store.close()
 
 
 def baseline(arrivals: list[Arrival], lo_ms: int, hi_ms: int) -> int | None:
@@ -266,6 +348,19 @@ def baseline(arrivals: list[Arrival], lo_ms: int, hi_ms: int) -> int | None:
             first[key] = min(first.get(key, a.arrived_ms), a.arrived_ms)
     late = sorted(t - key[1] for key, t in first.items())
     return late[len(late) // 2] if late else None
+
+
+def settle_in_flight(database_url: str, start_ms: int, end_ms: int, timeout: float) -> int:
+    """Wait up to ``timeout`` s until no run of a fire due in [start, end) is
+    in flight (claimed, running, retrying: a retry's backoff, a queued worker
+    run); the number still in flight then."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = read_runs(database_url, start_ms, end_ms)
+        busy = sum(1 for r in rows if r.status in IN_FLIGHT_STATUSES)
+        if not busy or time.monotonic() > deadline:
+            return busy
+        time.sleep(1.0)
 
 
 def read_runs(database_url: str, start_ms: int, end_ms: int) -> list[RunRow]:

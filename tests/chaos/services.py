@@ -1,0 +1,259 @@
+"""The chaos run's fallible services besides the nodes and the API:
+
+- ``FailoverRedis``: Redis under Sentinel (``PlainRedis``: one redis-server) (a primary, a replica, three
+  sentinels on loopback); ``failover()`` SIGKILLs the primary, waits until
+  the sentinels agree on the replica, then starts the old one again as the
+  new primary's replica, so that the next failover finds one;
+- ``DatabaseOutage``: the run's PostgreSQL database taken away from every
+  client (connections refused, the open ones terminated) and given back;
+- ``WorkerProcess``: ``cronman worker`` taking the ``worker`` jobs' runs from
+  the API, each command calling the receiver with the run's headers;
+- ``ContainerAgent``: a private containerd holding the busybox test image and
+  ``cronman agent`` in front of it, each container (host network) calling
+  the receiver the same way.
+
+The commands call the receiver after a second's work, so a SIGKILL of the
+worker or the agent lands mid-run. Each kill is by PID, of a process started
+here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import psycopg2
+import redis
+from sqlalchemy import make_url
+
+from tests.support.containerd import (
+    TEST_IMAGE,
+    ContainerdServer,
+    build_busybox_image,
+    containerd_available,
+)
+from tests.support.processes import CronmanProcess, Processes
+from tests.support.redis_servers import (
+    LOOPBACK,
+    RedisProcess,
+    SentinelSetup,
+    redis_servers,
+    sentinel_setup,
+    wait_until,
+)
+
+WORK_S = 1  # each worker command's and container's work before it calls the receiver
+QUEUE = "chaos"
+HEADERS = (("Cronman-Job-Id", "CRONMAN_JOB_ID"), ("Cronman-Scheduled-For", "CRONMAN_SCHEDULED_FOR"),
+           ("Cronman-Run-Id", "CRONMAN_RUN_ID"), ("Cronman-Attempt", "CRONMAN_ATTEMPT"))
+
+
+def call_receiver(url: str, tool: str) -> str:
+    """The shell command that works ``WORK_S`` s, then sends the run's headers
+    to ``url`` with ``curl`` (host) or ``wget`` (busybox)."""
+    if tool == "curl":
+        hdrs = " ".join(f'-H "{h}: ${v}"' for h, v in HEADERS)
+        send = f"curl -sS -o /dev/null -X POST --max-time 30 {hdrs} {url}"
+    else:
+        hdrs = " ".join(f'--header "{h}: ${v}"' for h, v in HEADERS)
+        send = f"wget -q -O /dev/null -T 30 --post-data= {hdrs} {url}"
+    return f"sleep {WORK_S}; {send}"
+
+
+def worker_target(heartbeat_timeout: int = 4) -> str:
+    return json.dumps({"kind": "worker", "queue": QUEUE, "heartbeat_timeout": heartbeat_timeout,
+                       "timeout": 60})
+
+
+def container_target(url: str) -> str:
+    return json.dumps({"kind": "container", "image": TEST_IMAGE, "network": "host",
+                       "command": ["sh", "-c", call_receiver(url, "wget")], "cpu": 0.1,
+                       "memory_mb": 32, "timeout": 60})
+
+
+class FailoverRedis:
+    """A Sentinel setup whose primary can be failed over again and again."""
+
+    def __init__(self, setup: SentinelSetup, stack: ExitStack) -> None:
+        self.setup = setup
+        self._stack = stack
+        assert setup.primary is not None and setup.replica is not None
+        self.servers = {setup.primary.port: setup.primary, setup.replica.port: setup.replica}
+
+    @property
+    def url(self) -> str:
+        return self.setup.url
+
+    @property
+    def ports(self) -> list[int]:
+        """Every port a client may be sent to: the sentinels' and the servers'."""
+        return [s.port for s in self.setup.sentinels] + sorted(self.servers)
+
+    def failover(self, timeout: float = 60.0) -> str:
+        old = self.setup.primary_port()
+        if old is None:
+            raise RuntimeError("the sentinels disagree on the primary")
+        (new,) = [p for p in self.servers if p != old]
+        self.servers[old].kill()
+        wait_until(lambda: self.setup.primary_port() == new, timeout,
+                   f"the sentinels to promote {new}")
+        back = RedisProcess(self.servers[old].workdir, port=old,
+                            args=["--replicaof", LOOPBACK, str(new)])
+        self._stack.callback(back.stop)
+        self.servers[old] = back.start()
+
+        def synced() -> bool:
+            try:
+                with back.client(decode_responses=True) as c:
+                    return bool(c.info("replication").get("master_link_status") == "up")
+            except redis.RedisError:
+                return False
+
+        wait_until(synced, timeout, f"{old} to replicate {new}", 0.1)
+        return f"SIGKILL of primary {old}, {new} promoted, {old} back as its replica"
+
+
+class PlainRedis:
+    """One redis-server, nothing to fail over (the short run's Redis)."""
+
+    def __init__(self, server: RedisProcess) -> None:
+        self.server = server
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def ports(self) -> list[int]:
+        return [self.server.port]
+
+
+@contextmanager
+def plain_redis() -> Iterator[PlainRedis]:
+    with redis_servers(1) as servers:
+        yield PlainRedis(servers[0])
+
+
+@contextmanager
+def failover_redis() -> Iterator[FailoverRedis]:
+    with ExitStack() as stack:
+        setup = stack.enter_context(sentinel_setup(down_after_ms=1000, failover_timeout_ms=3000))
+        yield FailoverRedis(setup, stack)
+
+
+class DatabaseOutage:
+    """PostgreSQL gone for every node and the API, as when the server stops:
+    the database refuses new connections (``ALLOW_CONNECTIONS false``) and
+    its open ones are terminated; ``end()`` lets them in again. Only the
+    run's own database is touched, nothing in the data path is a proxy."""
+
+    def __init__(self, database_url: str) -> None:
+        url = make_url(database_url)
+        self.name = url.database
+        self._admin = {"host": url.host or LOOPBACK, "port": url.port or 5432,
+                       "user": url.username, "password": url.password, "dbname": "postgres"}
+
+    def _sql(self, *statements: str) -> int:
+        conn = psycopg2.connect(**{k: v for k, v in self._admin.items() if v is not None})
+        conn.autocommit = True
+        try:
+            with conn.cursor() as cur:
+                for sql in statements:
+                    cur.execute(sql, {"name": self.name})
+                return cur.rowcount
+        finally:
+            conn.close()
+
+    def begin(self) -> int:
+        """Take the database away; the number of connections terminated."""
+        return self._sql(f'ALTER DATABASE "{self.name}" ALLOW_CONNECTIONS false',
+                         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                         "WHERE datname = %(name)s AND pid <> pg_backend_pid()")
+
+    def end(self) -> None:
+        self._sql(f'ALTER DATABASE "{self.name}" ALLOW_CONNECTIONS true')
+
+
+class _Killable:
+    """A process of the run that the nemesis SIGKILLs and starts again."""
+
+    proc: CronmanProcess | None = None
+
+    def kill(self) -> int:
+        """SIGKILL by PID; the PID."""
+        assert self.proc is not None
+        pid = self.proc.pid
+        self.proc.kill()
+        return pid
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.running():
+            self.proc.stop(20.0)
+
+
+class WorkerProcess(_Killable):
+    """``cronman worker`` on the chaos queue, SIGKILLed and started again."""
+
+    def __init__(self, procs: Processes, api_url: str, receiver_url: str, namespace: str,
+                 concurrency: int = 16) -> None:
+        self.procs = procs
+        self.args = ["worker", "--queue", QUEUE, "--namespace", namespace, "--url", api_url,
+                     "--worker-id", "w1",
+                     "--concurrency", str(concurrency), "--wait", "2", "--kill-after", "1",
+                     "--", "sh", "-c", call_receiver(receiver_url, "curl")]
+        self.proc: CronmanProcess | None = None
+
+    def start(self) -> WorkerProcess:
+        self.proc = self.procs.start("worker", self.args)
+        self.proc.wait_for_log("claiming from", timeout=60.0)
+        return self
+
+
+
+class ContainerAgent(_Killable):
+    """A private containerd with the test image, and ``cronman agent`` on it."""
+
+    def __init__(self, procs: Processes, workdir: Path, redis_url: str,
+                 env: dict[str, str]) -> None:
+        self.procs = procs
+        self.redis_url = redis_url
+        (workdir / "containerd").mkdir(parents=True, exist_ok=True)
+        self.server = ContainerdServer(workdir / "containerd")
+        self.env = {**env, "CRONMAN_CONTAINERD_ADDRESS": self.server.socket,
+                    "CRONMAN_CONTAINERD_NAMESPACE": "chaos",
+                    "CRONMAN_AGENT_STATE_DIR": str(self.server.dir / "fifos"),
+                    # the containers call the receiver on a host loopback port
+                    "CRONMAN_AGENT_HOST_POLICY": json.dumps({"networks": ["none", "host"]})}
+        self.image = workdir / "busybox.tar"
+        self.proc: CronmanProcess | None = None
+
+    def start_containerd(self) -> None:
+        why = containerd_available()
+        if why:
+            raise RuntimeError(f"the agent faults need a private containerd: {why}")
+        self.server.start()
+        build_busybox_image(self.image, TEST_IMAGE)
+        from cronman.worker_agent.runtimes.containerd import ContainerdRuntime
+
+        async def load() -> None:
+            rt = ContainerdRuntime(self.server.socket, "chaos",
+                                   state_dir=self.server.dir / "fifos")
+            try:
+                await rt.import_image(self.image)
+            finally:
+                await rt.close()
+
+        asyncio.run(load())
+
+    def start(self, wait: bool = True) -> ContainerAgent:
+        self.proc = self.procs.agent("a1", redis_url=self.redis_url, env=self.env, wait=False)
+        if wait:
+            self.proc.wait_for_log("agent a1 ready", timeout=60.0)
+        return self
+
+    def stop(self) -> None:
+        super().stop()
+        self.server.stop()
