@@ -73,11 +73,13 @@ class Window:
     namespace: str | None
 
 
-def _window(given: Mapping[str, Any]) -> Window:
-    """The range of the query (a GET's parameters, a POST's body keys)."""
+def _window(given: Mapping[str, Any], *, body: bool = False) -> Window:
+    """The range of the query (a GET's parameters, a POST's body keys: there a
+    key given is of its type, never null)."""
     now = utcnow()
     for key in ("from", "to", "namespace"):
-        if given.get(key) is not None and not isinstance(given[key], str):
+        if (key in given if body else given.get(key) is not None) \
+                and not isinstance(given[key], str):
             raise ValidationError("must be a string", field=key)
     start = _time(given.get("from"), "from", now=now, default=now)
     try:
@@ -90,6 +92,11 @@ def _window(given: Mapping[str, Any]) -> Window:
         raise ValidationError(f"the range must be at most {MAX_RANGE.total_seconds() / 3600:g}"
                               " h", field="to")
     raw_top = given.get("top")
+    if body and "top" in given:  # JSON's integers: 3 and 3.0 alike
+        if isinstance(raw_top, float) and raw_top.is_integer():
+            raw_top = int(raw_top)
+        if isinstance(raw_top, bool) or not isinstance(raw_top, int):
+            raise ValidationError("must be an integer", field="top")
     top = v.parse_int_param(None if raw_top is None else str(raw_top), "top",
                             default=TOP_DEFAULT, lo=1, hi=TOP_MAX)
     namespace = given.get("namespace")
@@ -165,7 +172,7 @@ class Forecast(ApiView):
         for key in body:
             if key not in (*WINDOW_KEYS, *PROPOSAL_KEYS):
                 raise ValidationError(f"unknown field {key!r}", field=str(key))
-        window = _window(body)
+        window = _window(body, body=True)
         proposal = parse_proposal(body, api_context().store, principal(), utcnow())
         return _forecast(window, proposal)
 

@@ -178,6 +178,13 @@ def test_the_forecast_shows_the_herd_and_where_a_limit_holds_it_back(client, tok
     assert err["field"] == "top"
     err = error_of(client.get("/v1/forecast?window=1", headers=admin), 400)
     assert err["field"] == "window"
+    # A proposal's body keys are of their type: never null, ``top`` an integer.
+    for body, field in (({"to": None}, "to"), ({"from": 5}, "from"), ({"top": "3"}, "top"),
+                        ({"top": True}, "top"), ({"namespace": None}, "namespace")):
+        err = error_of(client.post("/v1/forecast", json=body, headers=admin), 400)
+        assert err["field"] == field, (body, err)
+    assert client.post("/v1/forecast", json={"to": "+1h", "top": 3},
+                       headers=admin).status_code == 200
 
 
 @pytest.mark.redis

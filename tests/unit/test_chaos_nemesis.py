@@ -38,7 +38,8 @@ def test_node_faults_follow_one_another_and_all_end_in_time():
                 assert a.at_s + a.duration_s < b.at_s, (seed, a, b)
             assert all(p.target == "n3" for p in planned if p.kind.startswith("clock"))
             assert all(p.target == "n2" for p in planned if p.kind in PARTITIONS)
-            assert {p.target for p in planned if p.kind in SERVICE_KINDS} <= {"api", "receiver"}
+            assert {p.target for p in planned if p.kind in SERVICE_KINDS} <= {"api", "receiver",
+                                                                           "agent", "worker"}
 
 
 def test_pauses_straddle_the_ttl_the_lease_and_the_lock_ttl():

@@ -10,6 +10,7 @@ from typing import Any
 from cronman.api.names import NAMESPACE_MAX, NAMESPACE_RE
 from cronman.api.openapi.parts import (
     STRING,
+    TEXT,
     TIME,
     collection_paths,
     list_of,
@@ -51,7 +52,7 @@ def schemas() -> dict[str, Any]:
     read = {**write, "id": STRING, "namespace": STRING, "timezone": STRING,
             "version": {"type": "integer", "minimum": 1}, "created_at": TIME,
             "updated_at": TIME}
-    replace = {**write, "id": STRING, "version": {"type": ["integer", "null"], "minimum": 0,
+    replace = {**write, "id": TEXT, "version": {"type": ["integer", "null"], "minimum": 0,
                                                   "maximum": 2**62},
                "created_at": TIME, "updated_at": TIME}
     return {

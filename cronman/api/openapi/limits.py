@@ -162,7 +162,7 @@ def schemas() -> dict[str, Any]:
             "jobs": {"type": "array", "maxItems": MAX_PROPOSED,
                      "description": "job definitions (as JobCreate) counted as if made; one "
                                     "with the id of a live job replaces it (as JobReplace)",
-                     "items": {"type": "object"}},
+                     "items": {"anyOf": [ref("JobCreate"), ref("JobReplace")]}},
             "delete_jobs": {"type": "array", "maxItems": MAX_PROPOSED,
                             "items": {"type": "string"},
                             "description": "live jobs left out"},
