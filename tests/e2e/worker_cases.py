@@ -8,7 +8,6 @@ Heartbeat timeouts of 2 s keep it short."""
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 import uuid
@@ -119,11 +118,10 @@ def test_a_sigkilled_workers_run_comes_back_as_attempt_2_with_one_success(cluste
     w1 = cluster.worker(q, "w-killed", "sh", "-c", script)
     run_id = cluster.api.trigger_job(job["id"])["id"]
     wait_for(lambda: pids.exists() and pids.read_text().strip(), 20, "attempt 1 running")
-    child = int(pids.read_text())
+    child = _Process(int(pids.read_text()))
     w1.kill()
     killed = time.monotonic()
-    wait_for(lambda: not os.path.exists(f"/proc/{child}") or _zombie(child), 5,
-             "the killed worker's command gone")
+    child.wait_gone("the killed worker's command gone")
     cluster.worker(q, "w-second", "sh", "-c", script)
     run = cluster.ended(run_id, 30)
     assert run["status"] == "succeeded" and run["attempt"] == 2, run
@@ -184,9 +182,8 @@ def test_a_runs_timeout_ends_it_and_its_command(cluster, tmp_path):
     run_id = cluster.api.trigger_job(job["id"])["id"]
     run = cluster.ended(run_id, 20)
     assert run["status"] == "failed" and "timed out" in (run["error"] or ""), run
-    child = int(pids.read_text())
-    wait_for(lambda: not os.path.exists(f"/proc/{child}") or _zombie(child), 5,
-             "the command stopped")
+    child = _Process(int(pids.read_text()))
+    child.wait_gone("the command stopped")
 
 
 def test_the_clients_worker_runs_a_python_handler_with_progress(cluster):
@@ -224,9 +221,32 @@ def test_an_idle_worker_is_the_capacity_a_job_asks_for(cluster):
     assert run["status"] == "succeeded" and run["result"]["logs_tail"]["stdout"] == "ran\n"
 
 
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
+class _Process:
+    """A process seen in /proc, told apart from a later one given its PID by its start time."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.started = self._stat()[19] if self._stat() else None
+
+    def _stat(self) -> list[str]:
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            return []
+
+    def gone(self) -> bool:
+        """Ended (a zombie counts), or its PID is another process's now."""
+        stat = self._stat()
+        return not stat or stat[0] == "Z" or stat[19] != self.started
+
+    def wait_gone(self, what: str, timeout: float = 10.0) -> None:
+        try:
+            wait_for(self.gone, timeout, what)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc} ({self})") from None
+
+    def __str__(self) -> str:
+        stat = self._stat()
+        return f"pid {self.pid}: " + (f"state {stat[0]}, parent {stat[1]}, group {stat[2]}"
+                                      if stat else "gone")

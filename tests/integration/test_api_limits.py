@@ -146,8 +146,10 @@ def test_the_forecast_shows_the_herd_and_where_a_limit_holds_it_back(client, tok
     jobs = [job_spec(f"top-{i}", namespace="pay", schedule={
         "kind": "cron", "cron": "0 * * * *", "timezone": "UTC"},
         target={"kind": "http", "url": "http://billing.internal/hook"}) for i in range(250)]
-    jobs += [job_spec(f"steady-{i}", namespace="ops", schedule={"kind": "interval", "every": 60})
-             for i in range(10)]
+    # Anchored half a minute off the hour, so the steady jobs never share its second.
+    steady = {"kind": "interval", "every": 60,
+              "anchor": format_rfc3339(hour - timedelta(hours=1, seconds=30))}
+    jobs += [job_spec(f"steady-{i}", namespace="ops", schedule=steady) for i in range(10)]
     resp = client.post("/v1/jobs/bulk", json={"jobs": jobs}, headers=admin)
     assert resp.status_code == 201, resp.get_json()
     assert client.post("/v1/limits", json=BILLING, headers=admin).status_code == 201
