@@ -156,7 +156,11 @@ def until(page: Any, js: str, timeout: float = 15.0) -> Any:
 
 
 def rows(page: Any, selector: str) -> list[str]:
-    return page.locator(f"{selector} tbody tr:not(.empty)").all_inner_texts()
+    """The table's rows, each its cells' text joined by tabs. (A row's own
+    innerText has the tabs only while the row is laid out: during a re-render
+    the cells' texts run together.)"""
+    return page.locator(f"{selector} tbody tr:not(.empty)").evaluate_all(
+        "trs => trs.map(tr => [...tr.cells].map(td => td.innerText.trim()).join('\\t'))")
 
 
 def expect_error(watch: PageWatch, status: int) -> None:
