@@ -149,7 +149,7 @@ def semantic_rule(rules: list[dict[str, str]], error: dict) -> dict[str, str] | 
 @pytest.mark.slow
 @schema.parametrize()
 @seed(FUZZ_SEED)
-@settings(max_examples=15, deadline=None, database=None,
+@settings(max_examples=10, deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
 def test_api_conforms_to_its_openapi_document(case, seeded):
     """No 5xx; documented status codes, content types and bodies; schema-invalid
