@@ -226,7 +226,8 @@ class _Process:
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
-        self.started = self._stat()[19] if self._stat() else None
+        stat = self._stat()
+        self.started = stat[19] if stat else None
 
     def _stat(self) -> list[str]:
         try:
