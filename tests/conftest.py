@@ -86,8 +86,9 @@ SERIAL_DIRS = ("tests/cluster/", "tests/chaos/")
 def pytest_collection_modifyitems(config, items):
     """Multi-process cluster tests are ``serial`` (``ops/test`` runs them
     after the rest, three at a time and nothing else: their timing bounds
-    assume the machine's cores are free), except those marked ``counts_only`` (no timing bound:
-    they count lost and doubled fires), which run in the parallel part. Soak
+    assume the machine's cores are free), except those marked
+    ``counts_only`` (no timing bound: they count lost and doubled fires),
+    which run in the parallel part. Soak
     runs (``@pytest.mark.soak``) are left out unless ``-m`` names them
     (``pytest -m soak``): the default suite stays short.
 
