@@ -12,19 +12,25 @@ time through the sender of their channel, and records the outcome:
   listed by ``GET /v1/notifications?status=failed`` and counted in
   ``cronman_notification_attempts{outcome="failed"}``.
 
-A sender that dies mid-send leaves its messages ``sending``; the next
-active notifier sends them again as it takes over (and, as a backstop, any
-notifier once their lease runs out). Receivers deduplicate on the
-notification id.
+An outcome the database cannot take now (an outage, a failover) is kept in
+memory and written as soon as it can be (``flush``), whether or not this
+notifier is still the active one: a message that was sent is recorded sent,
+not sent again. A sender that dies mid-send leaves its messages ``sending``;
+the next active notifier sends them again once the previous one has had
+time to record what it sent (and, as a backstop, any notifier once their
+lease runs out). Receivers deduplicate on the notification id.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from cronman.errors import StoreUnavailable
 from cronman.notify.messages import MAX_LISTED
 from cronman.notify.metrics import NotifierMetrics
 from cronman.notify.model import Outbox
@@ -46,6 +52,14 @@ def retry_delay(attempt: int, base: float = RETRY_BASE, cap: float = RETRY_MAX) 
     return float(min(cap, base * 2 ** max(0, attempt - 1)))
 
 
+@dataclass(frozen=True)
+class _Outcome:
+    note: Notification
+    error: str | None  # None: sent
+    permanent: bool
+    at: datetime
+
+
 class Delivery:
     """Sends due messages and records each attempt (see the module doc)."""
 
@@ -59,9 +73,34 @@ class Delivery:
         self.clock = clock
         self.retry_base = retry_base
         self._slots = asyncio.Semaphore(SEND_CONCURRENCY)
+        self._unrecorded: list[_Outcome] = []
+        self._unrecorded_lock = threading.Lock()
+
+    @property
+    def unrecorded(self) -> int:
+        """Outcomes known here that the database has not taken yet."""
+        return len(self._unrecorded)
+
+    def flush(self) -> int:
+        """Write the outcomes an outage kept back (blocking); how many are still left."""
+        while True:
+            with self._unrecorded_lock:
+                if not self._unrecorded:
+                    return 0
+                outcome = self._unrecorded.pop(0)
+            try:
+                self._write(outcome)
+            except StoreUnavailable:
+                with self._unrecorded_lock:
+                    self._unrecorded.insert(0, outcome)
+                    return len(self._unrecorded)
 
     async def round(self) -> int:
         """Send what is due now; returns how many messages were taken."""
+        if self.unrecorded:
+            left = await asyncio.to_thread(self.flush)
+            if left:
+                return 0  # the database still refuses: nothing new is taken meanwhile
         now = self.clock()
         notes = await asyncio.to_thread(self.outbox.claim_due, now, now + LEASE, SEND_BATCH)
         if notes:
@@ -91,7 +130,18 @@ class Delivery:
             await asyncio.to_thread(self._record, note, error, permanent)
 
     def _record(self, note: Notification, error: str | None, permanent: bool) -> None:
-        now = self.clock()
+        outcome = _Outcome(note, error, permanent, self.clock())
+        try:
+            self._write(outcome)
+        except StoreUnavailable as exc:
+            log.warning("notification %s: outcome kept until the database answers: %s",
+                        note.id, exc)
+            with self._unrecorded_lock:
+                self._unrecorded.append(outcome)
+
+    def _write(self, outcome: _Outcome) -> None:
+        note, error, permanent, now = (outcome.note, outcome.error, outcome.permanent,
+                                       outcome.at)
         kind = str(note.channel.get("kind"))
         if error is None:
             if self.outbox.mark_sent(note, now):

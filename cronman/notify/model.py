@@ -51,8 +51,11 @@ class Outbox(Protocol):
         """Take messages due by ``now`` (and ones whose sender's lease ran out):
         status sending, one more attempt, leased until ``lease_until``."""
 
-    def release_claims(self, now: datetime) -> int:
-        """Messages left ``sending`` by a notifier no longer active: pending, due now."""
+    def claims(self) -> list[tuple[str, int]]:
+        """The messages being sent now: (id, attempt) of each."""
+
+    def release_claims(self, now: datetime, claims: list[tuple[str, int]]) -> int:
+        """Of ``claims``, those still ``sending`` in that attempt: pending, due now."""
 
     def events_of(self, notification_id: str, limit: int) -> list[EventRecord]: ...
 

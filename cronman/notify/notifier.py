@@ -36,6 +36,10 @@ from cronman.timeutil import utcnow
 log = logging.getLogger(__name__)
 
 LOCK_RETRY = 3.0  # seconds between a standby's attempts at the lock
+# How long a new active notifier leaves its predecessor's messages ``sending``
+# before it sends them again: after a database failover that predecessor is
+# usually alive and records what it sent (``Delivery.flush``) within a lock retry.
+RELEASE_GRACE = 3 * LOCK_RETRY
 ERROR_PAUSE = 2.0
 PURGE_EVERY = 3600.0
 BACKLOG_EVERY = 15.0
@@ -61,6 +65,7 @@ class Notifier:
                  registry: CollectorRegistry | None = REGISTRY,
                  metrics: NotifierMetrics | None = None,
                  poll_interval: float | None = None, lock_retry: float = LOCK_RETRY,
+                 release_grace: float = RELEASE_GRACE,
                  late_settle: float | None = None, retry_base: float | None = None,
                  clock: Callable[[], datetime] = utcnow) -> None:
         self.settings = settings
@@ -69,6 +74,7 @@ class Notifier:
         self.clock = clock
         self.poll_interval = poll_interval or settings.notify_poll_interval
         self.lock_retry = lock_retry
+        self.release_grace = release_grace
         self.retention = timedelta(days=settings.history_retention_days)
         self.leadership = leadership or leadership_for(settings.database_url, self.node_id)
         self.senders = dict(senders) if senders is not None else default_senders(settings, store)
@@ -107,6 +113,8 @@ class Notifier:
         announced = False
         try:
             while not self._stop.is_set():
+                if self.delivery.unrecorded:
+                    await asyncio.to_thread(self.delivery.flush)
                 try:
                     leading = await asyncio.to_thread(self.leadership.acquire)
                 except Exception:
@@ -134,6 +142,9 @@ class Notifier:
                     self.active.clear()
                     self.metrics.active.set(0)
         finally:
+            if self.delivery.unrecorded and await asyncio.to_thread(self.delivery.flush):
+                log.warning("notifier: stopping with %d outcome(s) the database did not take; "
+                            "those messages will be sent again", self.delivery.unrecorded)
             await asyncio.to_thread(self.leadership.release)
             for sender in self.senders.values():
                 with contextlib.suppress(Exception):
@@ -157,16 +168,15 @@ class Notifier:
         assert self._stop is not None
         try:
             await asyncio.to_thread(self.detector.activate, self.clock())
-            # Whoever held the lock before is gone (its session ended): what it
-            # was sending goes out again now rather than when its lease runs out.
-            released = await asyncio.to_thread(self.outbox.release_claims, self.clock())
-            if released:
-                log.info("notifier: %d message(s) left being sent by the previous notifier "
-                         "are sent again", released)
+            await asyncio.to_thread(self.delivery.flush)
+            # Whoever held the lock before lost its session: what it was sending
+            # goes out again once it has had RELEASE_GRACE to record what it sent.
+            inherited = await asyncio.to_thread(self.outbox.claims)
         except StoreUnavailable as exc:
             log.warning("notifier: cannot load its state: %s", exc)
             await self._sleep(ERROR_PAUSE)
             return
+        release_at = time.monotonic() + self.release_grace
         sending = asyncio.create_task(self._send_loop())
         next_purge = time.monotonic() + 60.0
         try:
@@ -175,6 +185,15 @@ class Notifier:
                     return
                 more = False
                 try:
+                    if inherited and time.monotonic() >= release_at:
+                        released = await asyncio.to_thread(
+                            self.outbox.release_claims, self.clock(), inherited)
+                        inherited = []
+                        if released:
+                            log.info("notifier: %d message(s) left being sent by the previous "
+                                     "notifier are sent again", released)
+                            if self._wake_sender is not None:
+                                self._wake_sender.set()
                     stats = await asyncio.to_thread(self.detector.step, self.clock())
                     more = stats.more
                     if stats.messages and self._wake_sender is not None:

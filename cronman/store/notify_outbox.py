@@ -283,12 +283,32 @@ class SqlNotificationOutbox:
 
         return self._db.write(fn)
 
-    def release_claims(self, now: datetime) -> int:
-        """Messages left ``sending`` by a notifier that is no longer active: due again now."""
-        stmt = (update(nt).where(nt.c.status == NotificationStatus.SENDING.value)
-                .values(status=NotificationStatus.PENDING.value, next_attempt_at=now,
-                        updated_at=now))
-        return int(self._db.write(lambda tx: tx.conn.execute(stmt).rowcount))
+    def claims(self) -> list[tuple[str, int]]:
+        stmt = select(nt.c.id, nt.c.attempts).where(
+            nt.c.status == NotificationStatus.SENDING.value)
+        with self._db.read() as conn:
+            return [(str(i), int(a)) for i, a in conn.execute(stmt)]
+
+    def release_claims(self, now: datetime, claims: list[tuple[str, int]]) -> int:
+        """Of ``claims`` (taken by a notifier no longer active), those still ``sending``
+        in the same attempt: due again now."""
+        if not claims:
+            return 0
+        attempts: dict[int, list[str]] = {}
+        for note_id, attempt in claims:
+            attempts.setdefault(attempt, []).append(note_id)
+
+        def fn(tx: Tx) -> int:
+            released = 0
+            for attempt, ids in attempts.items():
+                released += tx.conn.execute(
+                    update(nt).where(nt.c.id.in_(ids), nt.c.attempts == attempt,
+                                     nt.c.status == NotificationStatus.SENDING.value)
+                    .values(status=NotificationStatus.PENDING.value, next_attempt_at=now,
+                            updated_at=now)).rowcount
+            return int(released)
+
+        return int(self._db.write(fn))
 
     def _finish(self, note: Notification, values: dict[str, Any]) -> bool:
         stmt = (update(nt).where(nt.c.id == note.id,

@@ -14,6 +14,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
@@ -26,6 +27,7 @@ from cronman import eventloop
 from cronman.callbacks import Delivery, Outcome, validate_target
 from cronman.callbacks.http import HttpTarget
 from cronman.callbacks.httpclient import Address, HttpClient, HttpClientError, PreparedRequest
+from cronman.callbacks.httpclient.connection import PROBE_IDLE_AFTER
 from cronman.config import Settings
 from cronman.ids import run_id_for
 from tests.support.raw_http import (
@@ -63,9 +65,11 @@ def delivery(target: dict[str, Any], *, job_id: str = "job-1", attempt: int = 1)
 
 
 def fire(run: Run, settings: Settings, *deliveries: Delivery, pause: float = 0.0,
-         block: float = 0.0, **target_options: Any) -> list[Outcome]:
+         block: float = 0.0, block_until: threading.Event | None = None,
+         **target_options: Any) -> list[Outcome]:
     """Deliver in order with one HttpTarget; between deliveries, ``pause`` lets the loop
-    run, ``block`` blocks it (so it cannot see what the server did meanwhile)."""
+    run, ``block`` blocks it (so it cannot see what the server did meanwhile), and
+    ``block_until`` keeps it blocked until that event is set as well."""
 
     async def go() -> list[Outcome]:
         target = HttpTarget(settings, **target_options)
@@ -75,6 +79,8 @@ def fire(run: Run, settings: Settings, *deliveries: Delivery, pause: float = 0.0
                 if i:
                     await asyncio.sleep(pause)
                     time.sleep(block)
+                    if block_until is not None:
+                        assert block_until.wait(10), "the event never came"
                 outcomes.append(await target.deliver(d))
             return outcomes
         finally:
@@ -189,12 +195,21 @@ def test_a_body_longer_than_the_snippet_is_not_waited_for(run):
 # -- servers that close kept-alive connections ----------------------------------------
 
 
-def _answer_then_close_after(idle: float) -> Callable[[RawConnection], None]:
-    """Answers requests, closing the connection once it has been idle ``idle`` seconds."""
+def _answer_then_close_after(
+    idle: float, closed: threading.Event | None = None
+) -> Callable[[RawConnection], None]:
+    """Answers requests, closing the connection once it has been idle ``idle`` seconds
+    after an answer (then sets ``closed``). The first request may take its time: on a
+    busy machine the client can need longer than ``idle`` to send it."""
 
     def handler(conn: RawConnection) -> None:
-        while conn.read_request(timeout=idle) is not None:
+        timeout = 10.0
+        while conn.read_request(timeout=timeout) is not None:
             conn.send(respond(204, length=False))
+            timeout = idle
+        conn.sock.close()
+        if closed is not None:
+            closed.set()
 
     return handler
 
@@ -211,10 +226,12 @@ def test_server_closing_an_idle_connection_costs_nothing(run):
 def test_a_close_the_loop_has_not_seen_yet_is_caught_before_sending(run):
     # The loop is blocked while the server closes: the FIN sits unread when the next
     # request comes, and only the probe of the idle socket can tell.
-    with RawServer(_answer_then_close_after(0.2)) as server:
+    # The block outlasts PROBE_IDLE_AFTER, and the server's close, however late it comes.
+    closed = threading.Event()
+    with RawServer(_answer_then_close_after(0.2, closed)) as server:
         target = make(server.url("/idle"))
         outcomes = fire(run, PRIVATE_OK, delivery(target), delivery(target, attempt=2),
-                        block=1.3)
+                        block=PROBE_IDLE_AFTER + 0.3, block_until=closed)
         assert [o.ok for o in outcomes] == [True, True], outcomes
         assert server.connections == 2 and len(server.requests) == 2
 

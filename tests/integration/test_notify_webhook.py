@@ -5,9 +5,13 @@ guard; on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+import time
+from datetime import datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
 
 from cronman import signing_keys
+from cronman.errors import StoreUnavailable
 from cronman.notify.webhook import WebhookSender
 from cronman.signing import namespace_key, verify_signature
 from cronman.timeutil import utcnow
@@ -156,3 +160,39 @@ def test_a_message_whose_sender_stopped_mid_send_is_sent_by_the_next_notifier(
             [note] = wait_notifications(store, 1, status="sent", timeout=10)
         assert note.attempts == 2
         assert [r.header("Cronman-Notification-Id") for r in rx.requests] == [note.id] * 2
+
+
+class _RefusingOutbox:
+    """The real outbox, except that its first ``refusals`` records of a sent message
+    fail as they do while the database fails over."""
+
+    def __init__(self, outbox: Any, refusals: int) -> None:
+        self._outbox = outbox
+        self.refusals = refusals
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._outbox, name)
+
+    def mark_sent(self, note: Any, now: datetime) -> bool:
+        if self.refusals:
+            self.refusals -= 1
+            raise StoreUnavailable("the database is failing over (injected)")
+        return bool(self._outbox.mark_sent(note, now))
+
+
+def test_a_sent_message_the_database_could_not_record_is_recorded_not_sent_again(
+        store, database_url):
+    with Receiver() as rx:
+        job = create_job(store, "failover", notify=[webhook_rule(rx.url("/hook"))])
+        finish_run(store, job.id, base_time(), "failed")
+        outbox = _RefusingOutbox(store.notify_outbox, refusals=3)
+        refusing = SimpleNamespace(notify_outbox=outbox, jobs=store.jobs,
+                                   notification_rules=store.notification_rules,
+                                   signing_keys=store.signing_keys)
+        with running_notifier(refusing, notify_settings(database_url)):
+            rx.wait_for(1, timeout=10)
+            [note] = wait_notifications(store, 1, status="sent", timeout=10)
+            time.sleep(1.0)  # rounds after it: nothing goes out again
+        assert outbox.refusals == 0
+        assert note.attempts == 1 and note.last_error is None
+        assert [r.header("Cronman-Notification-Id") for r in rx.requests] == [note.id]

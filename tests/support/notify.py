@@ -79,6 +79,7 @@ def running_notifier(store: Any, settings: Settings, **kwargs: Any) -> Iterator[
     kwargs.setdefault("registry", None)
     kwargs.setdefault("poll_interval", 0.2)
     kwargs.setdefault("lock_retry", 0.2)
+    kwargs.setdefault("release_grace", 0.5)
     kwargs.setdefault("late_settle", 0.3)
     kwargs.setdefault("retry_base", 0.3)
     notifier = Notifier(settings, store, **kwargs)
