@@ -148,13 +148,15 @@ class ActiveRun:
                    lateness_ms=run.lateness_ms, status=run.status, gate=run.gate)
 
     @classmethod
-    def of_requested(cls, run: Run, job: Job, now_ms: int) -> ActiveRun:
+    def of_requested(cls, run: Run, job: Job, now_ms: int,
+                     remote_in_flight: Sequence[Run] = ()) -> ActiveRun:
         """A run the API requested (trigger, replay, backfill): dispatched as
         asked, without the schedule's checks, due from its request; or a run
         an upstream's success made (origin ``upstream``): it passes its job's
-        checks and gates as a fire of the schedule does."""
+        checks and gates as a fire of the schedule does, its job's concurrency
+        policy against ``remote_in_flight`` too."""
         upstream = run.origin == RunOrigin.UPSTREAM
         return cls(run_id=run.id, job=job, scheduled_for=run.scheduled_for,
                    due_ms=due_ms_of(run, now_ms), attempt=max(1, run.attempt),
                    origin=run.origin, skipped_before=run.skipped_before, check_job=upstream,
-                   gate=run.gate)
+                   gate=run.gate, remote_in_flight=list(remote_in_flight))

@@ -22,8 +22,10 @@ from cronman.timeutil import now_ms
 from cronman_bench.receiver import Arrival
 from cronman_bench.receiver import Receiver as NginxReceiver
 from cronman_bench.workload import Workload
+from tests.support.api import http
 from tests.support.processes import CronmanProcess, Processes, free_port
 from tests.support.store_jobs import create_jobs_in_store
+from tests.support.waiting import wait_for
 
 # Fast failure detection for tests; kills must not delay fires whatever it is.
 TEST_HEARTBEAT_TTL = 3.0
@@ -114,6 +116,27 @@ class Cluster:
         if wait:
             self.wait_ready(node)
         return node
+
+    def start_api(self, name: str, port: int | None = None) -> tuple[CronmanProcess, str]:
+        """A ``cronman api`` process on the cluster's backends (on ``port``, e.g. to
+        start one again where a killed one listened); its base URL once it answers."""
+        port = port or free_port()
+        proc = self.procs.start(name, ["api", "--bind", f"127.0.0.1:{port}", "--workers", "1",
+                                       "--threads", "8"],
+                                {"CRONMAN_DATABASE_URL": self.database_url,
+                                 "CRONMAN_REDIS_URL": self.redis_url})
+        base = f"http://127.0.0.1:{port}"
+
+        def up() -> bool:
+            if not proc.running():
+                raise AssertionError(f"{name} exited:\n{proc.log_text()[-4000:]}")
+            try:
+                return http("GET", base + "/healthz", timeout=1)[0] == 200
+            except OSError:
+                return False
+
+        wait_for(up, 30, f"{name} answers")
+        return proc, base
 
     def wait_ready(self, node: Node, timeout: float = 60.0) -> None:
         node.proc.wait_for_log("ready: owns", timeout=timeout)

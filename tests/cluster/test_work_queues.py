@@ -24,8 +24,8 @@ import pytest
 from cronman.models import RunFilter
 from cronman.store import open_store
 from tests.cluster.harness import Cluster
-from tests.support.api import free_port, http, running_api
-from tests.support.processes import CronmanProcess, Processes
+from tests.support.api import http, running_api
+from tests.support.processes import Processes
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.counts_only, pytest.mark.postgres,
@@ -98,28 +98,10 @@ class Workers:
                     self.refused.append((run_id, status))
 
 
-def _start_api(procs: Processes, cluster: Cluster) -> tuple[CronmanProcess, str]:
-    port = free_port()
-    proc = procs.start("api-b", ["api", "--bind", f"127.0.0.1:{port}", "--workers", "1",
-                                 "--threads", "4"],
-                       {"CRONMAN_DATABASE_URL": cluster.database_url,
-                        "CRONMAN_REDIS_URL": cluster.redis_url})
-    base = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        try:
-            return http("GET", base + "/healthz", timeout=1)[0] == 200
-        except OSError:
-            return False
-
-    wait_for(up, 30, "the second API process answers")
-    return proc, base
-
-
 def test_runs_survive_node_and_api_kills_and_a_lapsed_lease(cluster: Cluster,
                                                             procs: Processes):
     nodes = cluster.start(3, wait=False)  # the processes start side by side
-    api_b, base_b = _start_api(procs, cluster)
+    api_b, base_b = cluster.start_api("api-b")
     with running_api(cluster.database_url,
                      extra_env={"CRONMAN_REDIS_URL": cluster.redis_url}) as base:
         for node in nodes:
@@ -151,7 +133,7 @@ def test_runs_survive_node_and_api_kills_and_a_lapsed_lease(cluster: Cluster,
         time.sleep(1.5)
         _, queues, _ = http("GET", f"{base}/v1/queues?namespace=wq")
         assert queues["items"][0]["held"] >= 1, queues  # ...and as an API process dies
-        api_b.kill()
+        api_b.kill_with_children()
         time.sleep(4)
         for job_id in job_ids:
             status, _, _ = http("POST", f"{base}/v1/jobs/{job_id}/pause")

@@ -19,6 +19,7 @@ from tests.e2e.worker_cases import (  # noqa: F401  (the cases and their fixture
     test_a_sigkilled_workers_run_comes_back_as_attempt_2_with_one_success,
     test_a_worker_stopped_past_its_lease_is_refused_and_the_rerun_stands,
     test_an_idle_worker_is_the_capacity_a_job_asks_for,
+    test_replace_cancels_the_held_run_and_its_command,
     test_the_clients_worker_runs_a_python_handler_with_progress,
 )
 from tests.support.api import running_api

@@ -8,6 +8,7 @@ Heartbeat timeouts of 2 s keep it short."""
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 import uuid
@@ -41,13 +42,13 @@ class Cluster:
 
     def job(self, command_queue: str, *, payload: Any = None, schedule: dict | None = None,
             retry: dict | None = None, timeout: int = 60,
-            capacity: dict | None = None) -> dict[str, Any]:
+            capacity: dict | None = None, **job: Any) -> dict[str, Any]:
         target = {"kind": "worker", "queue": command_queue, "payload": payload,
                   "heartbeat_timeout": HEARTBEAT, "timeout": timeout}
         if capacity is not None:
             target["capacity"] = capacity
         spec = {"name": f"w-{uuid.uuid4().hex[:8]}", "schedule": schedule or FAR,
-                "target": target, "retry": retry or {"max_attempts": 1}}
+                "target": target, "retry": retry or {"max_attempts": 1}, **job}
         return dict(self.api.create_job(spec))
 
     def worker(self, queue: str, worker_id: str, *command: str, args: tuple[str, ...] = (),
@@ -172,6 +173,26 @@ def test_a_cancel_reaches_the_command_as_sigterm(cluster, tmp_path):
     run = cluster.ended(run_id, 15)
     assert got.read_text() == "TERM\n"
     assert run["status"] == "failed" and "cancel" in (run["error"] or "")
+
+
+def test_replace_cancels_the_held_run_and_its_command(cluster, tmp_path):
+    q = queue()
+    first, got = tmp_path / "first", tmp_path / "got"
+    job = cluster.job(q, schedule={"kind": "interval", "every": 3}, concurrency="replace")
+    cluster.worker(q, "w-replace", "sh", "-c",
+                   f"if [ -e {first} ]; then echo later; exit 0; fi; touch {first}; "
+                   f"trap 'echo TERM > {got}; exit 143' TERM; while :; do sleep 0.1; done")
+    wait_for(first.exists, 20, "the first run's command started")
+    held = next(r for r in cluster.api.list_job_runs(job["id"]).items
+                if r["status"] == "running")
+    replaced = cluster.ended(held["id"], 15)  # by the next fire, 3 s later at most
+    cluster.api.pause_job(job["id"])
+    assert got.read_text() == "TERM\n"  # its worker heard it at its next heartbeat
+    assert replaced["status"] == "failed", replaced
+    replacing = re.search(r"replaced by run (\S+)", replaced["error"] or "")
+    assert replacing is not None, replaced
+    run = cluster.ended(replacing.group(1), 20)
+    assert run["status"] == "succeeded" and run["result"]["logs_tail"]["stdout"] == "later\n"
 
 
 def test_a_runs_timeout_ends_it_and_its_command(cluster, tmp_path):

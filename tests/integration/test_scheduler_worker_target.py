@@ -136,6 +136,31 @@ def test_concurrency_sees_a_run_still_in_its_queue(db, store, policy):
                    for r in runs[:-1]), [(r.status, r.error) for r in runs]
 
 
+def test_a_run_an_upstream_made_sees_its_jobs_run_still_in_its_queue(db, store):
+    # Runs made by an upstream's success come through the requested runs, not
+    # the claim: their job's concurrency policy weighs the queued run all the same.
+    (up,) = store.jobs.create_jobs([job_spec("up", schedule={"kind": "interval", "every": 1},
+                                             target={"kind": "http",
+                                                     "url": "http://127.0.0.1:9/up"})])
+    (down,) = store.jobs.create_jobs([job_spec(
+        "down", schedule={"kind": "after", "jobs": [up.id]},
+        target={**WORKER, "heartbeat_timeout": 600}, concurrency="forbid")])
+    node = _node(db, store)
+
+    async def main():
+        async with running(node):
+            await asyncio.sleep(3.5)
+
+    asyncio.run(main())
+    runs = sorted(_runs(store, down), key=lambda r: r.scheduled_for)
+    assert {r.origin for r in runs} == {"upstream"}
+    assert list(store.work.items([r.id for r in runs], now=utcnow())) == [runs[0].id]
+    decided = [r for r in runs[1:] if r.status not in ("claimed", "requested")]  # at the stop
+    assert len(decided) >= 1, [(r.status, r.error) for r in runs]
+    assert all(r.status == "skipped" and "still in flight" in (r.error or "")
+               for r in decided), [(r.status, r.error) for r in runs]
+
+
 def test_a_run_failed_through_its_queue_goes_to_the_dead_letter(db, store):
     (job,) = store.jobs.create_jobs([job_spec(
         "with-dlq", schedule={"kind": "interval", "every": 3600,

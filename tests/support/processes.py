@@ -13,6 +13,7 @@ context manager that kills whatever is still running at the end of a test.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -90,6 +91,23 @@ class CronmanProcess:
         if self.running():
             self.proc.send_signal(signal.SIGKILL)
         self.wait(5.0)
+
+    def kill_with_children(self) -> None:
+        """SIGKILL the process and its children at once (a gunicorn master and its
+        workers: a worker outlives its master's SIGKILL until it notices), as an
+        out-of-memory kill or a lost host ends them."""
+        children = self.children()
+        self.kill()
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def children(self) -> list[int]:
+        pids: list[int] = []
+        for task in Path(f"/proc/{self.pid}/task").glob("*"):
+            with contextlib.suppress(OSError):
+                pids += [int(p) for p in (task / "children").read_text().split()]
+        return pids
 
     def wait(self, timeout: float) -> int:
         try:

@@ -24,7 +24,7 @@ from cronman.scheduler.runtime.metrics import NodeMetrics
 from cronman.scheduler.runtime.ratelog import RateLimitedLog
 from cronman.store.base import RunStore
 from cronman.timeutil import to_ms
-from cronman.vocabulary import RunStatus
+from cronman.vocabulary import GATED_ORIGINS, ConcurrencyPolicy, RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,11 @@ class RequestedRuns:
         until = self._clock.now() + timedelta(seconds=self._lease_seconds)
         runs = await self._pool(self._take, until)
         jobs = await self._jobs.jobs_of([r.job_id for r in runs]) if runs else {}
+        guarded = sorted({r.job_id for r in runs if r.origin in GATED_ORIGINS
+                          and (job := jobs.get(r.job_id)) is not None
+                          and job.concurrency != ConcurrencyPolicy.ALLOW})
+        in_flight = await self._pool(self._in_flight, guarded, {r.id for r in runs}) \
+            if guarded else {}
         now = self._clock.now_ms()
         for run in runs:
             job = jobs.get(run.job_id)
@@ -84,10 +89,22 @@ class RequestedRuns:
                                               finished_at=self._clock.now(),
                                               error="job deleted before the run started"))
                 continue
-            self._dispatcher.add(ActiveRun.of_requested(run, job, now),
+            self._dispatcher.add(ActiveRun.of_requested(run, job, now,
+                                                        in_flight.get(run.job_id, ())),
                                  max(now, to_ms(run.scheduled_for)))
         return len(runs) >= TAKE_LIMIT and not self._lifecycle.stopping
 
     def _take(self, until: datetime) -> list[Run]:
         return self._runs.take_requested_runs(self.node_id, until, TAKE_LIMIT)
+
+    def _in_flight(self, job_ids: list[str], taken: set[str]) -> dict[str, list[Run]]:
+        """The jobs' runs in flight elsewhere (held by other nodes, or by a work
+        queue), which the concurrency policy of a run an upstream made weighs as a
+        fire's does; none if the database is away (then only the runs held here
+        count, as for fires)."""
+        try:
+            found = self._runs.in_flight_runs(job_ids)
+        except StoreUnavailable:
+            return {}
+        return {job_id: [r for r in rs if r.id not in taken] for job_id, rs in found.items()}
 
