@@ -12,6 +12,7 @@ from cronman.redaction import redact_target, redact_value
 from cronman.schedules import JobTimes, Schedule, job_times
 from cronman.schedules.calendars import reference_key as calendar_key
 from cronman.timeutil import format_rfc3339, to_ms
+from cronman.vocabulary import WorkState
 
 if TYPE_CHECKING:  # the light client install has neither Flask nor SQLAlchemy
     from cronman.api.auth import Principal
@@ -163,7 +164,16 @@ def work_json(item: WorkItem) -> dict[str, Any]:
         "heartbeats": item.heartbeats,
         "output": item.output,
         "cancel_requested": item.cancel_requested,
+        "waiting_for": capacity_wait_text(item),
     }
+
+
+def capacity_wait_text(item: WorkItem) -> str | None:
+    """Why a queued run is not claimed yet, when its job asks for room first."""
+    if item.state != WorkState.WAITING_CAPACITY or item.capacity_idle is None:
+        return None
+    return (f"capacity on queue {item.queue}: {item.idle_workers or 0} of "
+            f"{item.capacity_idle} idle")
 
 
 def queue_json(q: QueueStats) -> dict[str, Any]:

@@ -76,6 +76,8 @@ class WorkState(TypedDict):
     progress: str | None
     percent: float | None
     cancel_requested: bool
+    # While ``state`` is waiting_capacity: "capacity on queue Q: I of N idle".
+    waiting_for: NotRequired[str | None]
 
 
 class QueueWorker(TypedDict):

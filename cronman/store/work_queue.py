@@ -381,13 +381,13 @@ class SqlWorkQueue:
                                                  wi.c.state.in_(LIVE_STATES))).all()
             out: dict[str, WorkItem] = {}
             for row in rows:
-                state = None
+                state = idle = None
                 if row.state == WorkState.QUEUED and row.capacity_idle is not None:
                     idle = idle_workers(conn, row.namespace, row.queue,
                                         now - idle_window(int(row.heartbeat_timeout)))
                     if idle < row.capacity_idle:
                         state = WorkState.WAITING_CAPACITY.value
-                out[row.run_id] = item_from_row(row, state)
+                out[row.run_id] = item_from_row(row, state, idle)
         return out
 
     def queues(self, namespaces: Sequence[str] | None, *, now: datetime,

@@ -39,7 +39,8 @@ class WorkOrder:
 @dataclass(frozen=True, slots=True)
 class WorkItem:
     """A worker run as its queue holds it (``state``: a ``vocabulary.WorkState``;
-    ``waiting_capacity`` is a queued item whose queue lacks idle workers)."""
+    ``waiting_capacity`` is a queued item whose queue lacks idle workers, then
+    ``idle_workers`` says how many it has)."""
 
     run_id: str
     scheduled_for: datetime
@@ -68,6 +69,7 @@ class WorkItem:
     output: dict[str, Any] | None = None
     traceparent: str | None = None
     tracestate: str | None = None
+    idle_workers: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,13 +58,14 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def item_from_row(row: Row[Any], state: str | None = None) -> WorkItem:
+def item_from_row(row: Row[Any], state: str | None = None,
+                  idle_workers: int | None = None) -> WorkItem:
     m = row._mapping
     values = {name: m[name] for name in ITEM_FIELDS}
     values["cancel_requested"] = bool(values["cancel_requested"])
     if state is not None:
         values["state"] = state
-    return WorkItem(**values)
+    return WorkItem(**values, idle_workers=idle_workers)
 
 
 def trace_columns(order: WorkOrder) -> dict[str, str]:

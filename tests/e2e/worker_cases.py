@@ -233,7 +233,11 @@ def test_the_clients_worker_runs_a_python_handler_with_progress(cluster):
 def test_an_idle_worker_is_the_capacity_a_job_asks_for(cluster):
     q = queue()
     job = cluster.job(q, capacity={"idle_workers": 1, "wait": 3})
-    waiting = cluster.ended(cluster.api.trigger_job(job["id"])["id"], 15)
+    run_id = cluster.api.trigger_job(job["id"])["id"]
+    held_back = cluster.until(run_id, lambda r: (r.get("worker") or {}).get("state")
+                              == "waiting_capacity", 10, "the run waiting for room")
+    assert held_back["worker"]["waiting_for"] == f"capacity on queue {q}: 0 of 1 idle"
+    waiting = cluster.ended(run_id, 15)
     assert waiting["status"] == "failed" and "capacity" in (waiting["error"] or "")
     worker = cluster.worker(q, "w-idle", "sh", "-c", "echo ran")
     worker.wait_for_log("claiming from", 15)

@@ -53,8 +53,12 @@ def run_worker() -> dict[str, Any]:
                    "description": "the tails of stdout and stderr as the latest heartbeat "
                                   "that carried them reported them"},
         "cancel_requested": {"type": "boolean"},
+        "waiting_for": {**nullable(STRING),
+                        "description": "while the state is waiting_capacity: the room it "
+                                       "waits for, e.g. \"capacity on queue spark: 0 of 2 "
+                                       "idle\""},
     }, ("queue", "state", "worker_id", "claimed_at", "last_heartbeat", "lease_expires_at",
-        "progress", "percent", "heartbeats", "output", "cancel_requested"),
+        "progress", "percent", "heartbeats", "output", "cancel_requested", "waiting_for"),
         description="where the run stands with its work queue (worker targets only, "
                     "while the run is with the queue; the worker id stays in "
                     "result.worker_id after)")

@@ -147,7 +147,8 @@ export function render(ctx) {
       h("h2", { text: "Worker" }),
       h("dl", { class: "facts" },
         h("dt", { text: "Queue" }), h("dd", { text: w.queue }),
-        h("dt", { text: "State" }), h("dd", { id: "run-worker-state", text: w.state }),
+        h("dt", { text: "State" }), h("dd", { id: "run-worker-state", text: w.waiting_for
+          ? `${w.state}: ${w.waiting_for}` : w.state }),
         h("dt", { text: "Worker" }), h("dd", { id: "run-worker-id", text: w.worker_id || "—" }),
         h("dt", { text: "Claimed" }), h("dd", null, timeCell(w.claimed_at)),
         h("dt", { text: "Last heartbeat" }), h("dd", { id: "run-worker-heartbeat",
