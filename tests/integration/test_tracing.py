@@ -96,10 +96,12 @@ def test_a_triggered_run_starts_at_its_api_call_and_failures_are_marked(tmp_path
             run_id = json.loads(resp.read())["id"]
         trace_id = format(trace_id_of(run_id), "032x")
         spans = otlp.wait_for_trace(trace_id, {
-            "POST /v1/jobs/{job_id}/trigger": 1, "cronman.run": 1, "cronman.attempt": 2,
-            "cronman.result_write": 1})
+            "POST /v1/jobs/{job_id}/trigger": 1, "cronman.run": 1, "cronman.claim": 1,
+            "cronman.attempt": 2, "cronman.result_write": 1})
         api = one(spans, "POST /v1/jobs/{job_id}/trigger")
         run = one(spans, "cronman.run")
+        # The node's take of the requested run is its claim.
+        assert one(spans, "cronman.claim").parent_span_id == run.span_id
         assert api.parent_span_id == "" and api.span_id == format(request_span_id_of(run_id),
                                                                   "016x")
         assert api.links == [(caller_trace, caller_span)]

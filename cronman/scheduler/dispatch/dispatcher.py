@@ -142,8 +142,11 @@ class Dispatcher:
 
     # -- entry points -----------------------------------------------------
 
-    def add(self, ar: ActiveRun, at_ms: int | None = None) -> None:
-        """Hold ``ar`` and start its next attempt at ``at_ms`` (its due time by default)."""
+    def add(self, ar: ActiveRun, at_ms: int | None = None,
+            claimed: tuple[int, int, int] | None = None) -> None:
+        """Hold ``ar`` and start its next attempt at ``at_ms`` (its due time by
+        default); ``claimed``: (start ns, end ns, batch size) of the store call
+        that took it, for its trace's claim span."""
         if ar.run_id in self.active:
             return
         self.writer.reclaim(ar.run_id)
@@ -152,7 +155,7 @@ class Dispatcher:
             ar.trace = self._traces.begin(
                 run_id=ar.run_id, job_id=ar.job.id, job_name=ar.job.name,
                 namespace=ar.job.namespace, origin=ar.origin, scheduled_for=ar.scheduled_for,
-                upstream=_run_ids(ar.gate, "upstream"))
+                claimed=claimed, upstream=_run_ids(ar.gate, "upstream"))
         if ar.attempt_started_ms is None:
             self._seq += 1
             heapq.heappush(self._unstarted, (ar.due_ms, self._seq, ar))

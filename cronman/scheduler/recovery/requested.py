@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from datetime import datetime, timedelta
 
 from cronman.errors import StoreUnavailable
@@ -73,7 +74,10 @@ class RequestedRuns:
     async def take_once(self) -> bool:
         """Take one batch; True when there may be more."""
         until = self._clock.now() + timedelta(seconds=self._lease_seconds)
+        started_ns = time.time_ns()
         runs = await self._pool(self._take, until)
+        # The take is these runs' claim (their trace's ``cronman.claim`` span).
+        claimed = (started_ns, time.time_ns(), len(runs))
         jobs = await self._jobs.jobs_of([r.job_id for r in runs]) if runs else {}
         guarded = sorted({r.job_id for r in runs if r.origin in GATED_ORIGINS
                           and (job := jobs.get(r.job_id)) is not None
@@ -91,7 +95,7 @@ class RequestedRuns:
                 continue
             self._dispatcher.add(ActiveRun.of_requested(run, job, now,
                                                         in_flight.get(run.job_id, ())),
-                                 max(now, to_ms(run.scheduled_for)))
+                                 max(now, to_ms(run.scheduled_for)), claimed)
         return len(runs) >= TAKE_LIMIT and not self._lifecycle.stopping
 
     def _take(self, until: datetime) -> list[Run]:
