@@ -25,8 +25,11 @@ container's environment). A run handed to a work queue (a ``worker`` target,
 an http target completed by callback) keeps its attempt's context with its
 item: the claim answers with it (``cronman worker`` passes it on as
 ``TRACEPARENT``/``TRACESTATE``), and the API's spans of the claim, the
-heartbeats and the report are in the run's trace (``run_call``). A ratio sampler decides on the trace id, so all
-processes keep or drop a run's trace alike.
+heartbeats and the report are in the run's trace (``run_call``). A ratio
+sampler decides on the trace id, so all processes keep or drop a run's
+trace alike; a node decides once per run (``tracing_sampling``), and a
+dropped run costs it no span: its receivers get its context marked
+unsampled (``tracing_unsampled``).
 """
 
 from __future__ import annotations
@@ -84,7 +87,8 @@ class RunTraces(Protocol):
               upstream: Sequence[str] = ()) -> RunTrace:
         """The node took a run: its ``cronman.run`` span (and, with
         ``claimed`` = (start ns, end ns, batch size), its claim's), linked to
-        the ``cronman.run`` spans of the ``upstream`` runs it consumed."""
+        the ``cronman.run`` spans of the ``upstream`` runs it consumed. A run
+        the sampler drops gets a trace that makes no span."""
 
     def updates_written(self, run_ids: Iterable[str], start_ns: int, end_ns: int) -> None:
         """A batch of run updates was committed between the two times."""
