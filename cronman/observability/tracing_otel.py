@@ -45,11 +45,13 @@ def trace_id_of(run_id: str) -> int:
                           "big") or 1
 
 
-def request_span_id_of(run_id: str) -> int:
+def request_span_id_of(run_id: str, replay_attempt: int | None = None) -> int:
     """The span id of the API call that asked for a run (the node's run span
-    is its child without being told)."""
-    return int.from_bytes(hashlib.sha256(b"cronman-request:" + run_id.encode()).digest()[:8],
-                          "big") or 1
+    is its child without being told); with ``replay_attempt``, of the call
+    that asked for its replay starting at that attempt."""
+    key = (b"cronman-request:" + run_id.encode() if replay_attempt is None
+           else b"cronman-replay:%d:%s" % (replay_attempt, run_id.encode()))
+    return int.from_bytes(hashlib.sha256(key).digest()[:8], "big") or 1
 
 
 def run_span_id_of(run_id: str) -> int:
@@ -186,12 +188,12 @@ class OtelRunTraces:
     def begin(self, *, run_id: str, job_id: str, job_name: str, namespace: str, origin: str,
               scheduled_for: datetime,
               claimed: tuple[int, int, int] | None = None,
-              upstream: Sequence[str] = ()) -> OtelRunTrace | UnsampledRun:
+              upstream: Sequence[str] = (), attempt: int = 1) -> OtelRunTrace | UnsampledRun:
         trace_id = trace_id_of(run_id)
         replay = origin == "replay"
-        # The API call that asked for the run is its span's parent, sampled
-        # as the API's own sampler decided on the trace id.
-        requested = origin in REQUESTED
+        # The API call that asked for the run (or its replay) is its span's
+        # parent, sampled as the API's own sampler decided on the trace id.
+        requested = replay or origin in REQUESTED
         parent_sampled = self._sampled(trace_id, "cronman.run") if requested else None
         decide = self._run_sampler
         if decide is not None and not decide(trace_id, parent_sampled):
@@ -204,10 +206,10 @@ class OtelRunTraces:
                       "cronman.run.origin": origin,
                       "cronman.run.scheduled_for": scheduled_for.isoformat()}
         start = claimed[0] if claimed is not None else None
-        if requested:  # the API call's span is the trace's root
-            parent = SpanContext(trace_id, request_span_id_of(run_id), is_remote=True,
-                                 trace_flags=TraceFlags(TraceFlags.SAMPLED if parent_sampled
-                                                        else TraceFlags.DEFAULT))
+        if requested:  # the API call's span is the root of the run's (or replay's) spans
+            parent = SpanContext(trace_id, request_span_id_of(run_id, attempt if replay else None),
+                                 is_remote=True, trace_flags=TraceFlags(
+                                     TraceFlags.SAMPLED if parent_sampled else TraceFlags.DEFAULT))
             context = trace.set_span_in_context(trace.NonRecordingSpan(parent))
         else:
             context = None
@@ -245,12 +247,13 @@ class OtelRunTraces:
                 found.written(start_ns, end_ns)
 
     def api_call(self, name: str, run_ids: Sequence[str], start_ns: int,
-                 headers: Mapping[str, str], attributes: Mapping[str, str]) -> None:
+                 headers: Mapping[str, str], attributes: Mapping[str, str], *,
+                 replay_attempt: int | None = None) -> None:
         caller = _context_of(headers)
         links = [Link(caller)] if caller.is_valid else []
         end_ns = time.time_ns()
         for run_id in run_ids:
-            token = _FORCED.set((trace_id_of(run_id), request_span_id_of(run_id)))
+            token = _FORCED.set((trace_id_of(run_id), request_span_id_of(run_id, replay_attempt)))
             try:
                 span = self.tracer.start_span(
                     name, context=None, kind=SpanKind.SERVER, links=links, start_time=start_ns,
@@ -281,8 +284,10 @@ class OtelRunTraces:
             attributes={**attributes, "cronman.run.id": run_id})
         span.end()
 
-    def run_log_ids(self, run_id: str, *, requested: bool = False) -> tuple[str, str]:
-        span_id = request_span_id_of(run_id) if requested else run_span_id_of(run_id)
+    def run_log_ids(self, run_id: str, *, requested: bool = False,
+                    replay_attempt: int | None = None) -> tuple[str, str]:
+        span_id = (request_span_id_of(run_id, replay_attempt) if requested
+                   else run_span_id_of(run_id))
         return format(trace_id_of(run_id), "032x"), format(span_id, "016x")
 
     def shutdown(self) -> None:

@@ -29,9 +29,9 @@ def traced(monkeypatch):
         traces.shutdown()
 
 
-def begin(traces, run_id, origin="schedule"):
+def begin(traces, run_id, origin="schedule", attempt=1):
     return traces.begin(run_id=run_id, job_id="j1", job_name="job", namespace="ns",
-                        origin=origin, scheduled_for=AT)
+                        origin=origin, scheduled_for=AT, attempt=attempt)
 
 
 def names(otlp, run_id):
@@ -105,6 +105,20 @@ def test_a_requested_runs_span_is_the_child_of_its_api_calls(traced):
         assert run.parent_span_id == api.span_id
     [run] = otlp.trace(format(trace_id_of("sched"), "032x"))
     assert run.parent_span_id == ""  # a scheduled run's span is its trace's root
+
+
+def test_a_replays_span_is_the_child_of_its_api_call(traced):
+    traces, otlp = traced
+    traces.api_call("POST /replay", ["rp"], 1, {}, {}, replay_attempt=3)
+    begin(traces, "rp", origin="replay", attempt=3).let_go("done")
+    traces.shutdown()
+    spans = otlp.trace(format(trace_id_of("rp"), "032x"))
+    api = next(s for s in spans if s.name == "POST /replay")
+    run = next(s for s in spans if s.name == "cronman.run")
+    assert api.span_id == format(request_span_id_of("rp", 3), "016x")
+    assert api.span_id != format(request_span_id_of("rp"), "016x")  # not the trigger's
+    assert run.parent_span_id == api.span_id
+    assert traces.run_log_ids("rp", requested=True, replay_attempt=3)[1] == api.span_id
 
 
 TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-(0[01])")
