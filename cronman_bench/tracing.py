@@ -1,8 +1,10 @@
 """The ``tracing`` scenario: CPU per fire with tracing off, on at 1 %, on at 100 %.
 
 ``--rounds`` (3) rounds of three steady phases at ``--rate`` (1,000) fires/s
-on N nodes, alternating off, 1 %, 100 % (so the machine's drift falls on each
-alike), ``--duration`` (30) s measured each. Tracing is configured the
+on N nodes, one per mode, ``--duration`` (30) s measured each. The order
+rotates by one each round (off, 1 %, 100 %; then 1 %, 100 %, off; then
+100 %, off, 1 %; ...: ``round_order``), so a drift of the machine's load
+over the run falls on each mode alike instead of always on the last. Tracing is configured the
 standard way, in each node's environment: ``OTEL_EXPORTER_OTLP_ENDPOINT`` to
 a real OTLP/HTTP receiver on loopback (``otlp_sink``, a process of its own,
 new per phase), ``OTEL_TRACES_SAMPLER=parentbased_traceidratio`` with
@@ -40,6 +42,13 @@ MODES: tuple[tuple[str, dict[str, str] | None], ...] = (
 )
 MODE_NAMES = tuple(name for name, _ in MODES)
 OTLP_KIND = "otlp_receiver"
+
+
+def round_order(modes: Sequence[str], round_no: int) -> list[str]:
+    """The modes in the order round ``round_no`` (from 1) runs them: rotated
+    left by one per round, so each takes each place in turn."""
+    shift = (round_no - 1) % len(modes) if modes else 0
+    return [*modes[shift:], *modes[:shift]]
 
 
 class TracedCronmanSystem(CronmanSystem):
@@ -96,11 +105,12 @@ def run_tracing(opts: BenchOptions, *, rate: int, duration: float, rounds: int,
                 modes: Sequence[str] = MODE_NAMES) -> dict[str, Any]:
     _require_sdk()
     opts.echo(f"tracing: {rate:,} fires/s on {opts.nodes} node(s), {duration:.0f} s per "
-              f"phase; {rounds} round(s) of {', '.join(modes)}")
+              f"phase; {rounds} round(s) of {', '.join(modes)}, the order rotated each round")
     samplers = dict(MODES)
     phases: list[dict[str, Any]] = []
-    for round_no in range(1, rounds + 1):
-        for mode in modes:
+    orders = [round_order(modes, round_no) for round_no in range(1, rounds + 1)]
+    for round_no, order in enumerate(orders, start=1):
+        for mode in order:
             label = f"tracing-{mode.replace('%', 'pct')}-{round_no}"
             system = TracedCronmanSystem(opts, label, samplers[mode])
             try:
@@ -119,7 +129,7 @@ def run_tracing(opts: BenchOptions, *, rate: int, duration: float, rounds: int,
     figures = tracing_figures(phases, modes)
     return {"scenario": "tracing",
             "params": {"rate_per_s": rate, "duration_s": duration, "rounds": rounds,
-                       "modes": list(modes), "nodes": opts.nodes,
+                       "modes": list(modes), "orders": orders, "nodes": opts.nodes,
                        "samplers": {m: samplers[m] for m in modes}},
             "phases": phases, "figures": figures, "table": tracing_table(figures, modes)}
 

@@ -32,6 +32,7 @@ from cronman.api.context import api_context
 from cronman.api.http_completion import require_public_url
 from cronman.api.idempotency import idempotent
 from cronman.api.names import ID_PATTERN, ID_RE
+from cronman.api.requested_spans import requested_span
 from cronman.api.runs import work_items
 from cronman.api.schedule_floor import check_floor
 from cronman.api.serialize import (
@@ -301,16 +302,8 @@ class JobTrigger(ApiView):
         if traces is not None:  # the root of the run's trace
             trace_id, span_id = traces.run_log_ids(run.id, requested=True)
             logs.bind(job_id=job.id, run_id=run.id, trace_id=trace_id, span_id=span_id)
-            _requested_span(traces, self.route, job, [run.id], started_ns)
+            requested_span(traces, self.route, job, [run.id], started_ns)
         return json_response(run_json(run), 202)
-
-
-def _requested_span(traces: tracing.RunTraces, route: str, job: Job, run_ids: list[str],
-                    started_ns: int) -> None:
-    """The API call's span at the root of each run it asked for."""
-    traces.api_call(f"POST {route}", run_ids, started_ns, dict(request.headers.items()),
-                    {"http.request.method": "POST", "http.route": route,
-                     "cronman.job.id": job.id, "cronman.namespace": job.namespace})
 
 
 class JobNext(ApiView):
@@ -389,7 +382,7 @@ class JobBackfill(ApiView):
             job, times, change(JobAction.BACKFILL, since=_fmt(since), until=_fmt(until))
         ) if times else []
         if traces is not None and requested:  # the root of each new run's trace
-            _requested_span(traces, self.route, job, requested, started_ns)
+            requested_span(traces, self.route, job, requested, started_ns)
         return json_response({"requested": len(requested), "fire_times": len(times)}, 202)
 
 

@@ -3,10 +3,12 @@ worker run's JSON carries its queue's item while it has one (``worker``);
 its worker's calls are ``cronman.api.work``'s. One run's JSON also holds its
 earlier attempts (``earlier_attempts``), a running container's output so far
 as its agent published it (``live_output``) and, when tracing is on, its
-trace id."""
+trace id. A replay's API call is a span in the run's trace, the parent of
+the node's new ``cronman.run`` span."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from flask import Blueprint, Response
@@ -17,10 +19,11 @@ from cronman.api.common import MAX_BODY_BYTES, ApiView, json_response, principal
 from cronman.api.context import api_context
 from cronman.api.idempotency import idempotent
 from cronman.api.names import ID_RE
+from cronman.api.requested_spans import requested_span
 from cronman.api.serialize import attempt_json, run_json
 from cronman.errors import Conflict, CoordinatorUnavailable, NotFound
 from cronman.models import Job, Run
-from cronman.observability import tracing
+from cronman.observability import logs, tracing
 from cronman.store.base import Store
 from cronman.store.work_records import WorkItem
 from cronman.timeutil import utcnow
@@ -86,12 +89,22 @@ class RunItem(ApiView):
 
 
 class RunReplay(ApiView):
+    route = "/v1/runs/{run_id}/replay"
+
     @idempotent(MAX_BODY_BYTES)
     def post(self, run_id: str) -> Response:
+        traces = tracing.active()
+        started_ns = time.time_ns() if traces is not None else 0
         _, job = load_run(run_id)
         if job is None or job.deleted_at is not None:
             raise Conflict("the run's job was deleted; it cannot be replayed")
         run = api_context().store.runs.request_replay(run_id, change(JobAction.REPLAY))
+        if traces is not None:  # the root of the replay's spans in the run's trace
+            trace_id, span_id = traces.run_log_ids(run.id, requested=True,
+                                                   replay_attempt=run.attempt)
+            logs.bind(job_id=job.id, run_id=run.id, trace_id=trace_id, span_id=span_id)
+            requested_span(traces, self.route, job, [run.id], started_ns,
+                           replay_attempt=run.attempt)
         return json_response(run_json(run), 202)
 
 

@@ -25,8 +25,12 @@ container's environment). A run handed to a work queue (a ``worker`` target,
 an http target completed by callback) keeps its attempt's context with its
 item: the claim answers with it (``cronman worker`` passes it on as
 ``TRACEPARENT``/``TRACESTATE``), and the API's spans of the claim, the
-heartbeats and the report are in the run's trace (``run_call``). A ratio sampler decides on the trace id, so all
-processes keep or drop a run's trace alike.
+heartbeats and the report are in the run's trace (``run_call``). A replay
+of a run continues its trace: the replay's API call, then the node's new
+``cronman.run`` span as its child. A ratio sampler decides on the trace id,
+so all processes keep or drop a run's trace alike; a node decides once per
+run (``tracing_sampling``), and a dropped run costs it no span: its
+receivers get its context marked unsampled (``tracing_unsampled``).
 """
 
 from __future__ import annotations
@@ -81,18 +85,24 @@ class RunTraces(Protocol):
     def begin(self, *, run_id: str, job_id: str, job_name: str, namespace: str, origin: str,
               scheduled_for: datetime,
               claimed: tuple[int, int, int] | None = None,
-              upstream: Sequence[str] = ()) -> RunTrace:
-        """The node took a run: its ``cronman.run`` span (and, with
-        ``claimed`` = (start ns, end ns, batch size), its claim's), linked to
-        the ``cronman.run`` spans of the ``upstream`` runs it consumed."""
+              upstream: Sequence[str] = (), attempt: int = 1) -> RunTrace:
+        """The node took a run at ``attempt``: its ``cronman.run`` span (and,
+        with ``claimed`` = (start ns, end ns, batch size), its claim's),
+        linked to the ``cronman.run`` spans of the ``upstream`` runs it
+        consumed. A replay's span is the child of the API call that asked
+        for the replay at that attempt (one a node took over after its
+        first attempt names a parent the trace lacks). A run the sampler
+        drops gets a trace that makes no span."""
 
     def updates_written(self, run_ids: Iterable[str], start_ns: int, end_ns: int) -> None:
         """A batch of run updates was committed between the two times."""
 
     def api_call(self, name: str, run_ids: Sequence[str], start_ns: int,
-                 headers: Mapping[str, str], attributes: Mapping[str, str]) -> None:
+                 headers: Mapping[str, str], attributes: Mapping[str, str], *,
+                 replay_attempt: int | None = None) -> None:
         """An API call that asked for these runs (one span in each run's trace,
-        linked to the caller's own ``traceparent`` if it sent one)."""
+        linked to the caller's own ``traceparent`` if it sent one), or with
+        ``replay_attempt`` for the replay of one starting at that attempt."""
 
     def run_call(self, name: str, run_id: str, start_ns: int, headers: Mapping[str, str],
                  attributes: Mapping[str, str | int],
@@ -104,9 +114,11 @@ class RunTraces(Protocol):
         with) or of the run's ``cronman.run`` span, linked to a caller's
         context of another trace."""
 
-    def run_log_ids(self, run_id: str, *, requested: bool = False) -> tuple[str, str]:
+    def run_log_ids(self, run_id: str, *, requested: bool = False,
+                    replay_attempt: int | None = None) -> tuple[str, str]:
         """(trace id, span id) in hex for log records about a run: its
-        ``cronman.run`` span, or with ``requested`` the API call's that asked for it."""
+        ``cronman.run`` span, or with ``requested`` the API call's that asked
+        for it (for its replay, with ``replay_attempt``)."""
 
     def shutdown(self) -> None:
         """Export what is left."""

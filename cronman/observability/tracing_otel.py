@@ -1,5 +1,9 @@
 """``RunTraces`` over the OpenTelemetry SDK and its OTLP/HTTP exporter
-(imported only when tracing is configured: ``observability.tracing``)."""
+(imported only when tracing is configured: ``observability.tracing``).
+
+A run is sampled or dropped once, in ``begin`` (``tracing_sampling``): a
+dropped run gets an ``UnsampledRun``, which makes no span at all.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,9 @@ from opentelemetry.sdk.trace.sampling import Decision
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from cronman.observability.tracing_sampling import run_sampler
+from cronman.observability.tracing_unsampled import UnsampledRun, random_span_hex
+
 _FORCED: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
     "cronman_forced_ids", default=None)
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -38,11 +45,13 @@ def trace_id_of(run_id: str) -> int:
                           "big") or 1
 
 
-def request_span_id_of(run_id: str) -> int:
+def request_span_id_of(run_id: str, replay_attempt: int | None = None) -> int:
     """The span id of the API call that asked for a run (the node's run span
-    is its child without being told)."""
-    return int.from_bytes(hashlib.sha256(b"cronman-request:" + run_id.encode()).digest()[:8],
-                          "big") or 1
+    is its child without being told); with ``replay_attempt``, of the call
+    that asked for its replay starting at that attempt."""
+    key = (b"cronman-request:" + run_id.encode() if replay_attempt is None
+           else b"cronman-replay:%d:%s" % (replay_attempt, run_id.encode()))
+    return int.from_bytes(hashlib.sha256(key).digest()[:8], "big") or 1
 
 
 def run_span_id_of(run_id: str) -> int:
@@ -50,6 +59,14 @@ def run_span_id_of(run_id: str) -> int:
     to it knowing only the run id); a replay's is random."""
     return int.from_bytes(hashlib.sha256(b"cronman-run-span:" + run_id.encode()).digest()[:8],
                           "big") or 1
+
+
+def _run_span_hex(run_id: str) -> str:
+    return format(run_span_id_of(run_id), "016x")
+
+
+def _replay_span_hex(run_id: str) -> str:
+    return random_span_hex()  # a replay's run span id is random (the run's is taken)
 
 
 def _context_of(headers: Mapping[str, str]) -> SpanContext:
@@ -157,28 +174,42 @@ class OtelRunTraces:
         self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         self.tracer = self.provider.get_tracer("cronman")
         self.awaiting_write: dict[str, OtelRunTrace] = {}
+        # None: a sampler of a kind decided span by span (every run is begun in full).
+        self._run_sampler = run_sampler(self.provider.sampler)
 
     def _sampled(self, trace_id: int, name: str) -> bool:
         """The root sampler's decision on ``trace_id`` (what the API call's span got)."""
+        decide = self._run_sampler
+        if decide is not None:
+            return decide(trace_id, None)
         result = self.provider.sampler.should_sample(None, trace_id, name)
         return result.decision is Decision.RECORD_AND_SAMPLE
 
     def begin(self, *, run_id: str, job_id: str, job_name: str, namespace: str, origin: str,
               scheduled_for: datetime,
               claimed: tuple[int, int, int] | None = None,
-              upstream: Sequence[str] = ()) -> OtelRunTrace:
+              upstream: Sequence[str] = (), attempt: int = 1) -> OtelRunTrace | UnsampledRun:
         trace_id = trace_id_of(run_id)
-        span_id = 0 if origin == "replay" else run_span_id_of(run_id)
+        replay = origin == "replay"
+        # The API call that asked for the run (or its replay) is its span's
+        # parent, sampled as the API's own sampler decided on the trace id.
+        requested = replay or origin in REQUESTED
+        parent_sampled = self._sampled(trace_id, "cronman.run") if requested else None
+        decide = self._run_sampler
+        if decide is not None and not decide(trace_id, parent_sampled):
+            return UnsampledRun(format(trace_id, "032x"), run_id,
+                                _replay_span_hex if replay else _run_span_hex)
+        span_id = 0 if replay else run_span_id_of(run_id)
         links = self.upstream_links(upstream)
         attributes = {"cronman.run.id": run_id, "cronman.job.id": job_id,
                       "cronman.job.name": job_name, "cronman.namespace": namespace,
                       "cronman.run.origin": origin,
                       "cronman.run.scheduled_for": scheduled_for.isoformat()}
         start = claimed[0] if claimed is not None else None
-        if origin in REQUESTED:  # the API call's span is the trace's root
-            parent = SpanContext(trace_id, request_span_id_of(run_id), is_remote=True,
-                                 trace_flags=TraceFlags(TraceFlags.SAMPLED if self._sampled(
-                                     trace_id, "cronman.run") else TraceFlags.DEFAULT))
+        if requested:  # the API call's span is the root of the run's (or replay's) spans
+            parent = SpanContext(trace_id, request_span_id_of(run_id, attempt if replay else None),
+                                 is_remote=True, trace_flags=TraceFlags(
+                                     TraceFlags.SAMPLED if parent_sampled else TraceFlags.DEFAULT))
             context = trace.set_span_in_context(trace.NonRecordingSpan(parent))
         else:
             context = None
@@ -208,18 +239,21 @@ class OtelRunTraces:
 
     def updates_written(self, run_ids: Iterable[str], start_ns: int, end_ns: int) -> None:
         waiting = self.awaiting_write
+        if not waiting:  # no sampled run waits for its write
+            return
         for run_id in run_ids:
             found = waiting.pop(run_id, None)
             if found is not None:
                 found.written(start_ns, end_ns)
 
     def api_call(self, name: str, run_ids: Sequence[str], start_ns: int,
-                 headers: Mapping[str, str], attributes: Mapping[str, str]) -> None:
+                 headers: Mapping[str, str], attributes: Mapping[str, str], *,
+                 replay_attempt: int | None = None) -> None:
         caller = _context_of(headers)
         links = [Link(caller)] if caller.is_valid else []
         end_ns = time.time_ns()
         for run_id in run_ids:
-            token = _FORCED.set((trace_id_of(run_id), request_span_id_of(run_id)))
+            token = _FORCED.set((trace_id_of(run_id), request_span_id_of(run_id, replay_attempt)))
             try:
                 span = self.tracer.start_span(
                     name, context=None, kind=SpanKind.SERVER, links=links, start_time=start_ns,
@@ -250,8 +284,10 @@ class OtelRunTraces:
             attributes={**attributes, "cronman.run.id": run_id})
         span.end()
 
-    def run_log_ids(self, run_id: str, *, requested: bool = False) -> tuple[str, str]:
-        span_id = request_span_id_of(run_id) if requested else run_span_id_of(run_id)
+    def run_log_ids(self, run_id: str, *, requested: bool = False,
+                    replay_attempt: int | None = None) -> tuple[str, str]:
+        span_id = (request_span_id_of(run_id, replay_attempt) if requested
+                   else run_span_id_of(run_id))
         return format(trace_id_of(run_id), "032x"), format(span_id, "016x")
 
     def shutdown(self) -> None:

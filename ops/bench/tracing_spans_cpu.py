@@ -3,10 +3,11 @@
     .venv/bin/python ops/bench/tracing_spans_cpu.py --runs 20000 --rounds 3
 
 The node's calls for one fire (``begin`` with its claim, ``attempt_started``
-with the carrier for the receiver, ``attempt_ended``, ``ended``,
-``updates_written``) on ``OtelRunTraces``, exporting over OTLP/HTTP to a real
-receiver on loopback (``cronman_bench/otlp_sink.py``, its own process), with
-the SDK's batch processor at its defaults; alternating rounds of 1 % and
+with the carrier for the receiver, ``log_ids`` for the attempt's log
+records, ``attempt_ended``, ``ended``, ``updates_written``) on
+``OtelRunTraces``, exporting over OTLP/HTTP to a real receiver on loopback
+(``cronman_bench/otlp_sink.py``, its own process), with the SDK's batch
+processor at its defaults; alternating rounds of 1 % and
 100 % (``parentbased_traceidratio`` 0.01, ``parentbased_always_on``). CPU is
 this process's (every thread: the exporter's too) per run; tracing off costs
 the one ``is None`` check per step and is not measured. Not the end-to-end
@@ -51,6 +52,7 @@ def child(runs: int) -> None:
         run = traces.begin(run_id=run_id, job_id="j", job_name="job", namespace="ns",
                            origin="schedule", scheduled_for=at, claimed=(now, now + 1000, 100))
         run.attempt_started(1, "http", 3)
+        run.log_ids()
         run.attempt_ended("succeeded", None)
         run.ended("succeeded")
         traces.updates_written([run_id], now, time.time_ns())

@@ -1,18 +1,23 @@
 """The API with tracing on (in-process, exporting to a real OTLP/HTTP
 receiver on loopback): a trigger is its run's trace's root, linked to the
-caller's traceparent, and the records logged while answering a request
-about a run carry that run's trace and span ids."""
+caller's traceparent, a replay a span in the run's trace, and the records
+logged while answering a request about a run carry that run's trace and
+span ids."""
 
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 import pytest
 
 from cronman.config import Settings
+from cronman.ids import run_id_for
+from cronman.models import Run, RunUpdate
 from cronman.observability import logs, tracing
 from cronman.observability.tracing_otel import request_span_id_of, run_span_id_of, trace_id_of
 from cronman.processes.api import make_app
+from cronman.timeutil import utcnow
 from tests.support.api import job_spec
 from tests.support.otlp import OtlpReceiver
 
@@ -102,3 +107,37 @@ def test_a_backfill_roots_each_new_runs_trace(traced_client):
         assert span.name == "POST /v1/jobs/{job_id}/backfill"
         assert span.span_id == format(request_span_id_of(run["id"]), "016x")
         assert span.links == [CALLER] and span.attributes["cronman.run.id"] == run["id"]
+
+
+def finished_run(store, job_id: str) -> str:
+    """A run a node claimed and failed a minute ago."""
+    at = utcnow().replace(microsecond=0) - timedelta(minutes=1)
+    run = Run(id=run_id_for(job_id, at), job_id=job_id, scheduled_for=at, status="claimed",
+              attempt=1, node_id="sched-1", claimed_at=at, lease_expires_at=at)
+    assert store.runs.claim_runs([run]) == {run.id}
+    store.runs.write_run_updates([RunUpdate(id=run.id, scheduled_for=at, status="failed",
+                                            finished_at=at, error="HTTP 500")])
+    return run.id
+
+
+def test_a_replay_is_a_span_in_its_runs_trace(traced_client, store):
+    client, otlp, kept = traced_client
+    job = client.post("/v1/jobs", json=job_spec(name="replayed")).get_json()
+    run_id = finished_run(store, job["id"])
+    resp = client.post(f"/v1/runs/{run_id}/replay",
+                       headers={"traceparent": f"00-{CALLER[0]}-{CALLER[1]}-01"})
+    assert resp.status_code == 202 and resp.get_json()["attempt"] == 2
+    trace_id = format(trace_id_of(run_id), "032x")
+    replay_span = format(request_span_id_of(run_id, 2), "016x")
+    record = kept.records[-1]
+    assert (record.run_id, record.trace_id, record.span_id) == (run_id, trace_id, replay_span)
+    assert client.post(f"/v1/runs/{run_id}/replay").status_code == 409  # in flight: no span
+
+    tracing.shutdown()
+    [span] = otlp.trace(trace_id)
+    assert span.name == "POST /v1/runs/{run_id}/replay" and span.span_id == replay_span
+    assert span.parent_span_id == "" and span.links == [CALLER]
+    assert span.kind == 2  # SPAN_KIND_SERVER
+    assert span.attributes["cronman.run.id"] == run_id
+    assert span.attributes["cronman.job.id"] == job["id"]
+    assert span.attributes["http.route"] == "/v1/runs/{run_id}/replay"

@@ -28,6 +28,7 @@ from cronman_bench.report import (
     percentile,
     steady_after,
 )
+from cronman_bench.tracing import MODE_NAMES, round_order
 from cronman_bench.workload import Workload
 from tests.support.databases import PG_ADMIN_DB, pg_url
 
@@ -445,6 +446,15 @@ def test_bench_work_queue_smoke_run_measures_every_phase(tmp_path) -> None:
     # re-queued after the lease ran out (the expiry runs each second), not before
     assert kill["requeued_ms"] is not None and kill["expiry_to_requeue_s"] > -0.2
     assert kill["kill_to_requeue_s"] <= 2 + 2 + 1
+
+
+def test_tracing_rounds_rotate_the_order_of_the_modes() -> None:
+    orders = [round_order(MODE_NAMES, r) for r in range(1, 5)]
+    assert orders == [["off", "1%", "100%"], ["1%", "100%", "off"], ["100%", "off", "1%"],
+                      ["off", "1%", "100%"]]
+    for place in range(len(MODE_NAMES)):  # each mode in each place once per three rounds
+        assert {order[place] for order in orders[:3]} == set(MODE_NAMES)
+    assert round_order(["1%"], 2) == ["1%"] and round_order([], 1) == []
 
 
 def test_bench_otlp_sink_counts_exported_spans_by_their_start(tmp_path) -> None:

@@ -2,7 +2,7 @@
 ``cronman standalone`` configured the standard way (OTEL_* variables): one
 fire end to end (run, claim, attempt, result write), the traceparent the
 callback carried, the API call that triggered a run as its trace's root,
-failed attempts, and JSON logs carrying the run's trace and span ids."""
+failed attempts, a replay's API call as the parent of its new run span, and JSON logs carrying the run's trace and span ids."""
 
 from __future__ import annotations
 
@@ -132,6 +132,17 @@ def test_a_triggered_run_starts_at_its_api_call_and_failures_are_marked(tmp_path
         records = wait_for(lines, 10, "log lines of the run with its trace")
         assert {r["trace_id"] for r in records} == {trace_id}
         assert {r["span_id"] for r in records} <= {a.span_id for a in attempts}
+
+        # Its replay continues the trace: the API call, then the node's new run span.
+        status, replayed, _ = http("POST", f"{sa.url}/v1/runs/{run_id}/replay")
+        assert status == 202 and replayed["attempt"] == 3, replayed
+        spans = otlp.wait_for_trace(trace_id, {"POST /v1/runs/{run_id}/replay": 1,
+                                               "cronman.run": 2})
+        replay = one(spans, "POST /v1/runs/{run_id}/replay")
+        assert replay.span_id == format(request_span_id_of(run_id, 3), "016x")
+        [again] = [s for s in spans if s.name == "cronman.run" and s.span_id != run.span_id]
+        assert again.parent_span_id == replay.span_id
+        assert again.attributes["cronman.run.origin"] == "replay"
 
 
 def test_a_ratio_sampler_keeps_or_drops_each_run_whole(tmp_path):

@@ -155,7 +155,8 @@ class Dispatcher:
             ar.trace = self._traces.begin(
                 run_id=ar.run_id, job_id=ar.job.id, job_name=ar.job.name,
                 namespace=ar.job.namespace, origin=ar.origin, scheduled_for=ar.scheduled_for,
-                claimed=claimed, upstream=_run_ids(ar.gate, "upstream"))
+                claimed=claimed, upstream=_run_ids(ar.gate, "upstream"),
+                attempt=ar.attempt)
         if ar.attempt_started_ms is None:
             self._seq += 1
             heapq.heappush(self._unstarted, (ar.due_ms, self._seq, ar))
