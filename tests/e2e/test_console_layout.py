@@ -5,7 +5,7 @@ viewport, no table cell is narrower than its longest word (long values end
 in an ellipsis instead, the whole value in the tooltip and on focus), the
 status is always on screen, a phone or tablet gets cards, not tables, no
 "null" leaks into the page; a confirmation is red only for what destroys.
-Screenshots are kept in the test's tmp dir.
+Screenshots are kept in test-artifacts/layout/ (WIDTH-VIEW.png).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.browser import artifact_dir
 from tests.support.console import LONG_NAME, Console, goto, open_page, shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
@@ -100,7 +101,7 @@ def views(console: Console) -> list[tuple[str, str, str]]:
 
 
 @pytest.mark.parametrize("width", list(WIDTHS))
-def test_every_view_fits_the_screen(console, browser, tmp_path, width):
+def test_every_view_fits_the_screen(console, browser, width):
     context, page, watch = open_page(browser, console, console.admin, width=width,
                                      height=WIDTHS[width])
     try:
@@ -109,7 +110,7 @@ def test_every_view_fits_the_screen(console, browser, tmp_path, width):
             goto(page, console, view)
             page.wait_for_selector(ready)
             page.wait_for_timeout(200)
-            shot(page, f"{width}-{label}", tmp_path)
+            shot(page, f"{width}-{label}", artifact_dir("layout"))
             found = page.evaluate(LAYOUT_JS)
             if found:
                 problems[label] = found[:8]
