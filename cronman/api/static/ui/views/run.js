@@ -4,13 +4,15 @@
 // the answer's first KiB, the SQS message id, a container's or a worker's exit
 // code with stdout and stderr apart -- so far, while it runs); a
 // worker run's worker, heartbeats and progress; why it waited or was skipped
-// (its gate). Replay it when finished, cancel it while it runs (when this API
-// has POST /v1/runs/{id}/cancel). Refreshed every 2 s until the run ends.
+// (its gate: a limit, a buffer, upstream runs, a calendar). Replay it when
+// finished, cancel it while it runs (when this API has
+// POST /v1/runs/{id}/cancel). Refreshed every 2 s until the run ends.
 
 import { api } from "../api.js";
 import {
-  append, clear, fmtMs, fmtRelative, gateText, h, resultText, statusBadge, table, timeCell,
+  append, clear, fmtMs, fmtRelative, h, resultText, statusBadge, table, timeCell,
 } from "../dom.js";
+import { gateView } from "../gate.js";
 import { actionButton, errorBox, FINAL, hasApiPath, loaded } from "./common.js";
 
 const CANCEL_PATH = "/v1/runs/{run_id}/cancel";
@@ -166,11 +168,11 @@ export function render(ctx) {
     const g = run.gate;
     clear(gate).append(h("h2", { text: "Gate" }));
     if (!g) {
-      gate.append(h("p", { class: "muted", id: "run-gate-text",
-                           text: "nothing held this run back (no dependency, no calendar)" }));
+      gate.append(h("p", { class: "muted", id: "run-gate-text", text:
+        "nothing held this run back (no limit, buffer, dependency or calendar)" }));
       return;
     }
-    append(gate, [h("p", { id: "run-gate-text", text: gateText(g) || "—" }),
+    append(gate, [h("p", { id: "run-gate-text" }, gateView(g) || "—"),
       upstreamRuns(g).length ? h("ul", { id: "run-upstream" }, upstreamRuns(g).map((u) =>
         h("li", null, h("a", { href: `#/runs/${u.run_id}`, text: `run ${u.run_id}` }),
           ` of job `, h("a", { href: `#/jobs/${u.job_id}`, text: u.job_id }),
