@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
 from cronman.store import open_store
 from tests.support.api import http, running_api
 from tests.support.databases import migrated_pg_database
-from tests.support.processes import Processes
+from tests.support.processes import Processes, processes_with
 from tests.support.receiver import Receiver
 from tests.support.waiting import wait_for
 
@@ -24,21 +23,6 @@ pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
 LEASE = 3  # the node reads cancels every second
 LATER = {"kind": "once", "at": "2099-01-01T00:00:00Z"}
-
-
-def processes_with(argv: list[str]) -> list[int]:
-    """PIDs of the processes whose command line is ``argv``."""
-    want = "\0".join(argv) + "\0"
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if (entry / "cmdline").read_text() == want:
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
 
 
 def test_a_long_container_run_is_cancelled_through_the_api(tmp_path, redis_url):

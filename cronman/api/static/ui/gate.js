@@ -69,7 +69,8 @@ function runLinks(ids) {
     if (i) out.push(", ");
     const when = scheduledOf(String(id));
     out.push(h("a", { href: `#/runs/${encodeURIComponent(id)}`, class: "gate-run",
-                      dataset: { run: id }, text: when ? `run of ${fmtTime(when)}` : `run ${id}` }));
+                      dataset: { run: id },
+                      text: when ? `run of ${fmtTime(when)}` : `run ${id}` }));
   });
   return out;
 }
