@@ -87,6 +87,13 @@ class TargetKind(StrEnum):
     WORKER = "worker"  # waits on a work queue for a worker to claim it (cronman.api.work)
 
 
+#: Target kinds whose runs an operator's cancel reaches through the node
+#: holding them (``POST /v1/runs/{id}/cancel``: recorded on the run row, read
+#: at the node's lease renewal); a worker's and an http callback's go through
+#: their work queue, and the others cannot be stopped once sent.
+NODE_CANCELLED_KINDS = frozenset({TargetKind.CONTAINER.value})
+
+
 class WorkState(StrEnum):
     """Where a worker run stands while it is with its queue."""
 

@@ -2,9 +2,10 @@
 worker run's JSON carries its queue's item while it has one (``worker``);
 its worker's calls are ``cronman.api.work``'s. One run's JSON also holds its
 earlier attempts (``earlier_attempts``), a running container's output so far
-as its agent published it (``live_output``) and, when tracing is on, its
-trace id. A replay's API call is a span in the run's trace, the parent of
-the node's new ``cronman.run`` span."""
+as its agent published it (``live_output``), the cancel an operator asked
+of a container run in flight (``cancel_request``) and, when tracing is on,
+its trace id. A replay's API call is a span in the run's trace, the parent
+of the node's new ``cronman.run`` span."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from cronman.observability import logs, tracing
 from cronman.store.base import Store
 from cronman.store.work_records import WorkItem
 from cronman.timeutil import utcnow
-from cronman.vocabulary import JobAction
+from cronman.vocabulary import FINAL_STATUSES, NODE_CANCELLED_KINDS, JobAction
 
 bp = Blueprint("runs", __name__, url_prefix="/v1/runs")
 
@@ -80,6 +81,11 @@ class RunItem(ApiView):
         live = live_output(run, job)
         if live is not None:
             out["live_output"] = live
+        if (job is not None and job.target.get("kind") in NODE_CANCELLED_KINDS
+                and run.status not in FINAL_STATUSES):
+            asked = store.runs.cancel_request(run.id)
+            if asked is not None:
+                out["cancel_request"] = asked
         out["earlier_attempts"] = ([attempt_json(a) for a in store.runs.earlier_attempts(run.id)]
                                    if run.attempt > 1 else [])
         traces = tracing.active()

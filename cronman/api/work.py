@@ -28,6 +28,7 @@ from cronman.api.context import api_context
 from cronman.api.jobs import LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX
 from cronman.api.metrics import METRICS_KEY, ApiMetrics
 from cronman.api.names import ID_RE
+from cronman.api.run_cancel import cancelled_by, not_cancellable
 from cronman.api.runs import load_run, work_items
 from cronman.api.serialize import queue_json, run_json
 from cronman.api.work_fields import CANCEL, CLAIM, COMPLETE, HEARTBEAT, QUEUE
@@ -37,7 +38,7 @@ from cronman.observability import tracing
 from cronman.store.base import Store
 from cronman.store.work_records import Claim, WorkItem
 from cronman.timeutil import format_rfc3339, utcnow
-from cronman.vocabulary import TargetKind
+from cronman.vocabulary import FINAL_STATUSES, NODE_CANCELLED_KINDS
 
 bp = Blueprint("work", __name__, url_prefix="/v1")
 
@@ -195,22 +196,37 @@ class RunComplete(ApiView):
 
 
 class RunCancel(ApiView):
+    """An operator's cancel: a worker run (or an http run completed by
+    callback) through its work queue; a container run on its row, for the
+    node holding it to stop (``cronman.scheduler.dispatch.cancels``)."""
+
     def post(self, run_id: str) -> Response:
         run, job = load_run(run_id)
         raw = read_json(required=False)
         body = _check(CANCEL, {} if raw is None else raw)
-        if run.status in ("succeeded", "failed", "skipped", "lost"):
+        if run.status in FINAL_STATUSES:
             raise Conflict(f"the run already ended ({run.status})")
         store = _store()
+        kind = str((job.target if job is not None else {}).get("kind", "unknown"))
+        if kind in NODE_CANCELLED_KINDS:
+            return _cancel_on_the_row(store, run, body["reason"])
         item = store.work.cancel(run_id, body["reason"], now=utcnow())
         if item is None:
-            kind = str((job.target if job is not None else {}).get("kind", "unknown"))
-            if kind == TargetKind.WORKER:
-                raise Conflict("the run is not with its queue yet (being handed over): "
-                               "try again")
-            raise Conflict(f"cannot cancel a {kind} run")
+            raise Conflict(not_cancellable(kind, job))
         after = store.runs.get_run(run_id) or run
         return json_response(run_json(after, _item_of(store, after)), 202)
+
+
+def _cancel_on_the_row(store: Store, run: Run, reason: str | None) -> Response:
+    request = {"by": cancelled_by(principal()), "reason": reason,
+               "at": format_rfc3339(utcnow())}
+    after = store.runs.request_cancel(run.id, request)
+    if after is None:  # it ended since it was read
+        ended = store.runs.get_run(run.id) or run
+        raise Conflict(f"the run already ended ({ended.status})")
+    out = run_json(after)
+    out["cancel_request"] = request
+    return json_response(out, 202)
 
 
 def _item_of(store: Store, run: Run) -> WorkItem | None:

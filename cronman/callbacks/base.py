@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,3 +99,16 @@ class Target(Protocol):
         whichever node takes the run over to adopt. Most targets have none."""
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Stoppable(Protocol):
+    """A target whose attempt under way can be asked to stop and still
+    answer (a container on a worker agent: SIGTERM, SIGKILL after the agent's
+    grace, its exit code and output kept) -- an operator's cancel
+    (``scheduler.dispatch.cancels``)."""
+
+    async def stop_run(self, run_id: str) -> bool:
+        """Ask the run's attempt under way to stop; its ``deliver`` then
+        answers as it ends. False when there is nothing to stop yet (the run
+        still waits for room): the caller ends the attempt itself."""

@@ -33,6 +33,9 @@ running. The result is ``exit_code``, ``agent_id`` and ``logs_tail``
 (``stdout`` and ``stderr`` apart); a non-zero exit code is a failed attempt,
 an OOM kill is exit code 137 with an error that says OOM.
 
+An operator's cancel (``stop_run``) asks the agent to stop the container
+and the delivery answers with its exit, as at its ``timeout``.
+
 A cancelled ``deliver`` (``concurrency: replace``, the dispatcher's
 watchdog) asks the agent to stop the container (SIGTERM, then SIGKILL),
 except once the node handed its runs back (``hand_back``: a graceful stop),
@@ -271,6 +274,18 @@ class ContainerTarget:
         return f"no worker agent with room for the run ({wanted}) within {waited:g} s: {why}"
 
     # -- stopping ----------------------------------------------------------
+
+    async def stop_run(self, run_id: str) -> bool:
+        """Ask the agent running the run's container to stop it (an
+        operator's cancel: ``callbacks.base.Stoppable``): the delivery waiting
+        on it answers with the container's exit. False when the run has no
+        live placement (it still waits for room, or it ended)."""
+        (found,) = await self.call(self.directory.placements, [run_id])
+        if found is None or not found.live:
+            return False
+        state = await self.call(self.directory.request_stop, run_id, found.attempt)
+        log.info("run %s: its container was asked to stop (%s)", run_id, state)
+        return state is not None
 
     def _stop_later(self, d: Delivery, attempt: int) -> None:
         task = asyncio.get_running_loop().create_task(self._stop(d.run_id, attempt))

@@ -154,6 +154,11 @@ def gate_text(gate: Mapping[str, Any] | None) -> str | None:
     if not gate:
         return None
     parts = []
+    held = gate.get("limit")
+    if isinstance(held, Mapping):
+        waited = held.get("waited_ms")
+        parts.append(f"limit {held.get('name')}"
+                     + (f" {waited / 1000:.1f} s" if waited is not None else " (waiting)"))
     if gate.get("upstream"):
         parts.append(f"after {len(gate['upstream'])} upstream run(s)")
     if gate.get("calendar"):

@@ -40,7 +40,8 @@ def queues(client: CronmanClient, fmt: str, namespace: str | None) -> None:
 @click.option("--reason", default=None, help="said in the run's error")
 @client_command
 def runs_cancel(client: CronmanClient, fmt: str, run_id: str, reason: str | None) -> None:
-    """Cancel a worker run: a queued one ends at once (failed, cancelled), a
-    held one's worker is asked to stop on its next heartbeat."""
+    """Cancel a run in flight: a queued worker run ends at once (failed,
+    cancelled), a held one's worker is asked to stop on its next heartbeat;
+    a container run's node stops its container at its next lease renewal."""
     run = client.cancel_run(run_id, reason)
     emit(fmt, run, lambda: runs_table([run]), lambda: runs_wide([run]))

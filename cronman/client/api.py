@@ -330,8 +330,10 @@ class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls, SigningCalls, 
         return cast(Run, self.request("POST", _run(run_id) + "/replay", keyed=True))
 
     def cancel_run(self, run_id: str, reason: str | None = None) -> Run:
-        """Cancel a worker run: a queued one ends at once, a held one's worker
-        is asked to stop on its next heartbeat; 409 when the run already ended."""
+        """Cancel a run in flight: a queued worker run ends at once, a held
+        one's worker is asked to stop on its next heartbeat, a container run's
+        node stops its container at its next lease renewal; 409 when the run
+        already ended or nothing can stop it (a plain http request)."""
         body = {} if reason is None else {"reason": reason}
         return cast(Run, self.request("POST", _run(run_id) + "/cancel", body))
 

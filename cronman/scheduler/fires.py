@@ -124,6 +124,8 @@ class ActiveRun:
     # What the limits' gate granted the attempt under way (``dispatch.limits.Hold``).
     limits: Any = None
     buffer_passed: bool = False  # let through its job's buffer (``dispatch.buffers``)
+    # The error of an operator's cancel being carried out (``dispatch.cancels``).
+    cancel_error: str | None = None
 
     @property
     def key(self) -> tuple[str, datetime]:

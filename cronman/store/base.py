@@ -158,6 +158,22 @@ class RunStore(Protocol):
     ) -> int:
         """Extend the lease of the node's in-flight runs (id, scheduled_for)."""
 
+    def request_cancel(self, run_id: str, request: dict[str, Any]) -> Run | None:
+        """Record an operator's cancel (``{"by", "reason", "at", "attempt"}``)
+        on the run, in the statement that finds it in flight (``claimed``,
+        ``running``, ``retrying``); returns the run, or None when it is not in
+        flight (ended, or no such run). Asking again replaces the request.
+        Only the run's holder acts on it (``cancel_requests``)."""
+
+    def cancel_request(self, run_id: str) -> dict[str, Any] | None:
+        """The cancel recorded on the run (``request_cancel``), if any."""
+
+    def cancel_requests(self, keys: Sequence[tuple[str, datetime]]
+                        ) -> dict[str, dict[str, Any]]:
+        """The cancels recorded on those of the runs (id, scheduled_for) still
+        in flight, by run id: read by the node holding them at its lease
+        renewal."""
+
     def start_claimed_runs(
         self, node_id: str, keys: Sequence[tuple[str, datetime]], started_at: datetime,
         lease_until: datetime, holder: str | None = None,

@@ -11,14 +11,20 @@ from sqlalchemy.engine import Row
 
 from cronman.errors import ValidationError
 from cronman.models import Job, Run, RunUpdate
-from cronman.store.tables import ATTEMPT_COLUMNS, NOTIFIER_RUN_COLUMNS, jobs, scheduled_jobs
+from cronman.store.tables import (
+    ATTEMPT_COLUMNS,
+    CANCEL_COLUMNS,
+    NOTIFIER_RUN_COLUMNS,
+    jobs,
+    scheduled_jobs,
+)
 from cronman.timeutil import EPOCH
 
 JOB_FIELDS = tuple(f.name for f in fields(Job))
 RUN_FIELDS = tuple(f.name for f in fields(Run))
 assert set(JOB_FIELDS) == set(jobs.c.keys()), "Job and the jobs table disagree"
 assert set(RUN_FIELDS) == (set(scheduled_jobs.c.keys()) - set(NOTIFIER_RUN_COLUMNS)
-                           - set(ATTEMPT_COLUMNS)), \
+                           - set(ATTEMPT_COLUMNS) - set(CANCEL_COLUMNS)), \
     "Run and scheduled_jobs disagree"
 
 # Columns a RunUpdate may set through ``extra``.

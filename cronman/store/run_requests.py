@@ -60,7 +60,8 @@ class RunRequests:
         """Put a finished run back in flight: status ``claimed`` with no node,
         ``attempt`` + 1, origin ``replay``. The previous outcome (result, error,
         started/finished times, durations) is cleared so the row describes the
-        attempt under way; ``skipped_before`` is kept."""
+        attempt under way, and a cancel asked of an earlier attempt with it;
+        ``skipped_before`` is kept."""
         span = run_key_range(run_id)
         if span is None:
             raise NotFound(f"no run {run_id}")
@@ -70,7 +71,8 @@ class RunRequests:
                 .values(status="claimed", node_id=None, attempt=sj.c.attempt + 1,
                         origin="replay", claimed_at=utcnow(), started_at=None,
                         finished_at=None, lateness_ms=None, duration_ms=None, result=None,
-                        error=None, lease_expires_at=None, next_attempt_at=None)
+                        error=None, lease_expires_at=None, next_attempt_at=None,
+                        cancel_request=None)
                 .returning(*sj.c))
 
         def fn(tx: Tx) -> Run:

@@ -6,6 +6,8 @@
 - ``run_results``: write-back of outcomes (``write_run_updates``, fenced on the node);
 - ``run_leases``: lease renewal, starting claimed runs, and the takers of
   requested and expired runs (``FOR UPDATE SKIP LOCKED`` on PostgreSQL);
+- ``run_cancels``: an operator's cancel of a run its node stops, and its
+  node's read of them;
 - ``run_reads``: reads by run id and by job;
 - ``run_requests``: runs the API asks for (trigger, replay, backfill);
 - ``run_search``: the operator's searches and statistics across jobs.
@@ -22,6 +24,7 @@ from collections.abc import Callable, Iterable
 from datetime import date
 
 from cronman.store.engine import Database
+from cronman.store.run_cancels import RunCancels
 from cronman.store.run_claims import RunClaims
 from cronman.store.run_leases import RunLeases
 from cronman.store.run_reads import RunReads
@@ -31,7 +34,8 @@ from cronman.store.run_search import RunQueries
 from cronman.store.triggers import SuccessHook
 
 
-class SqlRunStore(RunClaims, RunResults, RunLeases, RunReads, RunRequests, RunQueries):
+class SqlRunStore(RunClaims, RunResults, RunLeases, RunCancels, RunReads, RunRequests,
+                  RunQueries):
     """Runs: the fence, the write-back of results, leases, and the history."""
 
     def __init__(self, db: Database,

@@ -184,6 +184,9 @@ scheduled_jobs = Table(
     # The outcomes of the run's earlier attempts, oldest first (the row holds
     # the latest): written by a trigger only (migration 0016, ATTEMPT_COLUMNS).
     Column("attempts", NullableJsonType),
+    # An operator's cancel of a run its node stops (a container run): who,
+    # why, when, which attempt (migration 0018, CANCEL_COLUMNS); NULL: none.
+    Column("cancel_request", NullableJsonType),
     PrimaryKeyConstraint("id", "scheduled_for", name="pk_scheduled_jobs"),
     UniqueConstraint("job_id", "scheduled_for", name="uq_scheduled_jobs_job_id_scheduled_for"),
     postgresql_partition_by="RANGE (scheduled_for)",
@@ -211,6 +214,10 @@ NOTIFIER_RUN_COLUMNS = ("notified_attempt",)
 # Written by the database itself (a trigger, when a run's attempt goes up) and
 # read by the API's run detail only (``RunStore.run_attempts``).
 ATTEMPT_COLUMNS = ("attempts",)
+# Written by the API's cancel (and cleared by a replay), read by the node
+# holding the run at its lease renewal and by the API's run detail
+# (``RunStore.request_cancel``, ``cancel_requests``).
+CANCEL_COLUMNS = ("cancel_request",)
 # The runs the notifier has yet to read: failed or lost, in this attempt,
 # and not read yet. Small (it holds only failures not yet read), so the
 # notifier finds them without a watermark -- a result written late (after a

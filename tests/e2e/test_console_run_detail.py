@@ -2,13 +2,15 @@
 of a retried run with its answer; a worker run's worker, heartbeats,
 progress and its stdout and stderr apart, tailing while it runs; cancel from
 the page (checked through the API), neither cancel nor replay for a
-read-only token; a running container's output as its agent publishes it; the
-Queues view; the trace id when the API traces. Nothing
+read-only token; a running container's output as its agent publishes it, and
+its cancel from the page (its command stopped); the Queues view; the trace
+id when the API traces. Nothing
 wider than the viewport, no console error, no request off loopback.
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -16,7 +18,7 @@ import pytest
 from tests.e2e.test_console_layout import LAYOUT_JS
 from tests.support.api import running_api
 from tests.support.console import Console, confirm, goto, open_page, shot, until
-from tests.support.processes import Processes
+from tests.support.processes import Processes, processes_with
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
@@ -212,8 +214,7 @@ def test_the_trace_id_shows_when_the_api_traces(console, browser, retried):
 
 def test_a_running_containers_page_tails_its_output(console, browser):
     """The agent publishes a running container's tails every 2 s; the page
-    follows them, stdout and stderr apart, and offers no cancel (the API
-    cancels only runs with a work queue)."""
+    follows them, stdout and stderr apart, and offers Cancel while it runs."""
     job = made(console, {
         "name": "container-tail", "schedule": {"kind": "interval", "every": 86400},
         "retry": {"max_attempts": 1},
@@ -235,7 +236,7 @@ def test_a_running_containers_page_tails_its_output(console, browser):
         assert page.inner_text("h2:has-text('stdout')") == "stdout so far"
         until(page, f"document.querySelector('#run-stdout') && document.querySelector("
                     f"'#run-stdout').innerText !== {first!r}", 20)
-        assert page.locator("#run-actions button[data-action=cancel]").count() == 0
+        assert page.locator("#run-actions button[data-action=cancel]").count() == 1
         fits(page)
         shot(page, "390-run-container-live", console.shots)
         ended = wait_for(lambda: (lambda r: r if r["status"] == "succeeded" else None)(
@@ -245,6 +246,44 @@ def test_a_running_containers_page_tails_its_output(console, browser):
         until(page, "document.querySelector('#run-stdout') && "
                     "document.querySelector('#run-stdout').innerText.trim().endsWith('out-60')",
               20)
+        watch.assert_clean()
+    finally:
+        context.close()
+        console.api("DELETE", f"/v1/jobs/{job['id']}?force=true")
+
+
+def test_a_long_container_run_is_cancelled_from_its_page(console, browser):
+    """Cancel on a running container's page: the node stops the command at
+    its next lease renewal, the run ends failed with who cancelled it, and
+    the page follows it there (Replay instead of Cancel)."""
+    sleep = ["sleep", f"3600.{uuid.uuid4().int % 10**6:06d}"]  # found by its command line
+    job = made(console, {
+        "name": "container-long", "schedule": {"kind": "interval", "every": 86400},
+        "target": {"kind": "container", "image": "unused", "selector": {"kind": "host"},
+                   "timeout": 7200, "command": sleep}})
+    context, page, watch = open_page(browser, console, console.admin, width=390, height=844)
+    try:
+        run_id = trigger(console, job)
+        wait_for(lambda: processes_with(sleep), 30, "the run's command")
+        goto(page, console, f"runs/{run_id}")
+        page.wait_for_selector("#run-actions button[data-action=cancel]")
+        page.click("#run-actions button[data-action=cancel]")
+        confirm(page)
+        # Asked: the page says so (and offers no second cancel) until the node acts.
+        until(page, "document.querySelector('#run-head .status') && (document.querySelector("
+                    "'#run-cancel') !== null || document.querySelector('#run-head .status')"
+                    ".innerText === 'failed')", 20)
+        ended = wait_for(lambda: (lambda r: r if r["status"] == "failed" else None)(
+            run_of(console, run_id)), 40, "the cancelled run's end")
+        assert ended["error"].startswith("cancelled by token e2e-admin (exit code "), ended
+        assert ended["attempt"] == 1 and ended["result"]["agent_id"] == "e2e-agent-1"
+        assert not processes_with(sleep)
+        until(page, "document.querySelector('#run-head .status') && "
+                    "document.querySelector('#run-head .status').innerText === 'failed'", 20)
+        assert page.locator("#run-actions button[data-action=cancel]").count() == 0
+        assert page.locator("#run-actions button[data-action=replay]").count() == 1
+        assert "cancelled by token e2e-admin" in page.inner_text("#run-error")
+        fits(page)
         watch.assert_clean()
     finally:
         context.close()

@@ -11,7 +11,7 @@ import pytest
 
 from cronman.config import Settings
 from cronman.ids import run_id_for
-from cronman.models import Run
+from cronman.models import Run, RunUpdate
 from cronman.processes.api import make_app
 from cronman.store.work_records import WorkOrder
 from cronman.timeutil import utcnow
@@ -218,7 +218,32 @@ def test_cancel_of_another_kind_of_run_is_a_conflict(client):
     job = client.post("/v1/jobs", json=job_spec(name="http-job")).get_json()
     run = client.post(f"/v1/jobs/{job['id']}/trigger").get_json()
     error = error_of(client.post(f"/v1/runs/{run['id']}/cancel"), 409)
-    assert error["message"] == "cannot cancel a http run"
+    assert error["message"].startswith("an http run cannot be cancelled: its request is "
+                                       "sent and ends within the target's timeout")
+
+
+def test_a_container_runs_cancel_is_recorded_on_the_run_for_its_node(client, store):
+    job = client.post("/v1/jobs", json=job_spec(name="long", target={
+        "kind": "container", "image": "busybox", "command": ["sleep", "3600"]})).get_json()
+    run = client.post(f"/v1/jobs/{job['id']}/trigger").get_json()
+    resp = client.post(f"/v1/runs/{run['id']}/cancel", json={"reason": "too long"})
+    assert resp.status_code == 202, resp.get_json()
+    asked = resp.get_json()["cancel_request"]
+    assert (asked["by"], asked["reason"]) == ("an operator (no token: auth is off)", "too long")
+    assert resp.get_json()["status"] == "claimed"  # its node stops it (tests/agent)
+    assert client.get(f"/v1/runs/{run['id']}").get_json()["cancel_request"] == asked
+    scheduled = store.runs.get_run(run["id"]).scheduled_for
+    assert store.runs.cancel_requests([(run["id"], scheduled)]) == {run["id"]: asked}
+    # Ended since: the cancel is refused, and the row keeps what it was.
+    store.runs.write_run_updates([RunUpdate(id=run["id"], scheduled_for=scheduled,
+                                            status="succeeded", finished_at=utcnow())])
+    error = error_of(client.post(f"/v1/runs/{run['id']}/cancel"), 409)
+    assert error["message"] == "the run already ended (succeeded)"
+    assert store.runs.cancel_requests([(run["id"], scheduled)]) == {}
+    assert "cancel_request" not in client.get(f"/v1/runs/{run['id']}").get_json()
+    # A replay starts afresh: no cancel carried over.
+    assert client.post(f"/v1/runs/{run['id']}/replay").status_code == 202
+    assert store.runs.cancel_request(run["id"]) is None
 
 
 @pytest.mark.parametrize(("path", "body", "field"), [

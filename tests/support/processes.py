@@ -191,6 +191,22 @@ class Processes:
         return p
 
 
+def processes_with(argv: Sequence[str]) -> list[int]:
+    """PIDs of the processes whose command line is exactly ``argv`` (a run's
+    command started by an agent, found by a unique argument)."""
+    want = "\0".join(argv) + "\0"
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "cmdline").read_text() == want:
+                found.append(int(entry.name))
+        except OSError:  # gone meanwhile
+            continue
+    return found
+
+
 def _answers(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=1.0) as resp:

@@ -123,6 +123,8 @@ def test_a_gate_in_words():
                       "stale": ["x"]}) == "waited 2.5 s; stale: 1 upstream job(s)"
     assert gate_text({"depends_on": [{}], "waited_ms": 0}) == \
         "waited 0.0 s; 1 upstream(s) fresh"
+    assert gate_text({"limit": {"name": "billing", "waited_ms": 840}}) == "limit billing 0.8 s"
+    assert gate_text({"limit": {"name": "billing", "since": "t"}}) == "limit billing (waiting)"
 
 
 def test_a_job_without_workflow_keys_is_unchanged():

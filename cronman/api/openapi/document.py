@@ -215,8 +215,10 @@ def openapi_document() -> dict[str, Any]:
 def _with_schemas(parts: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
     parts["schemas"].update(more)
     schemas = parts["schemas"]
-    # A worker run carries its queue's item; the cluster its queues.
+    # A worker run carries its queue's item, a container run its cancel; the
+    # cluster its queues.
     schemas["Run"]["properties"]["worker"] = work.run_worker()
+    schemas["Run"]["properties"]["cancel_request"] = work.run_cancel_request()
     schemas["Cluster"]["properties"]["queues"] = {
         "anyOf": [{"type": "array", "items": ref("Queue")}, {"type": "null"}],
         "description": "the work queues of the caller's namespaces (null: the database "

@@ -32,7 +32,7 @@ STALE = {"description": "stale_lease: the token is not the run's current lease (
                         "the run was re-queued or completed); nothing changed",
          "content": {"application/json": {"schema": ref("Error")}}}
 
-__all__ = ["SEMANTIC_RULES", "paths", "run_worker", "schemas"]
+__all__ = ["SEMANTIC_RULES", "paths", "run_cancel_request", "run_worker", "schemas"]
 
 
 def run_worker() -> dict[str, Any]:
@@ -62,6 +62,19 @@ def run_worker() -> dict[str, Any]:
         description="where the run stands with its work queue (worker targets only, "
                     "while the run is with the queue; the worker id stays in "
                     "result.worker_id after)")
+
+
+def run_cancel_request() -> dict[str, Any]:
+    """The ``cancel_request`` of a container run's JSON, once a cancel was asked."""
+    return obj({
+        "by": {**STRING, "description": "who asked: token <name>, or an operator when the "
+                                        "API requires no token"},
+        "reason": nullable(STRING),
+        "at": TIME,
+    }, ("by", "reason", "at"), description=(
+        "POST /v1/runs/{run_id}/cancel's answer and GET /v1/runs/{run_id}, while a container "
+        "run is in flight: the cancel recorded on it, which the node holding the run carries "
+        "out at its next lease renewal"))
 
 
 def schemas() -> dict[str, Any]:
@@ -114,9 +127,21 @@ def schemas() -> dict[str, Any]:
 
 def paths() -> dict[str, Any]:
     run = [path_param("run_id")]
-    cancel = op("cancelRun", "Cancel a worker run: a queued one ends at once, a held one's "
-                "worker is told on its next heartbeat", ok("202", "Run", "the run"),
+    cancel = op("cancelRun", "Cancel a run in flight: a worker's (or an http run completed by "
+                "callback) through its queue, a container's through its node",
+                ok("202", "Run", "the run, its cancel asked (or, queued, ended)"),
                 "400 403 404 409 413 415", run)
+    cancel["description"] = (
+        "A worker run still queued ends at once (failed, `cancelled: <reason>`); a held one's "
+        "worker is told on its next heartbeat (`cancel_requested`) and reports its end. A "
+        "container run's cancel is recorded on the run (`cancel_request`, in the statement "
+        "that finds it in flight); the node holding it reads it at its next lease renewal "
+        "(every third of CRONMAN_LEASE_SECONDS) and has the agent stop the container "
+        "(SIGTERM, then SIGKILL after the agent's grace), or ends the run at once while it "
+        "waits (for room, a retry, a limit); the run ends failed, not retried, its error "
+        "`cancelled by <who>: <reason> (exit code N)`, its output kept. 409: the run already "
+        "ended, or it is of a kind nothing can stop once sent (a plain http request, an sqs "
+        "message), the message saying why.")
     cancel["requestBody"] = {"required": False,
                              "content": {JSON: {"schema": ref("CancelRequest")}}}
     return {

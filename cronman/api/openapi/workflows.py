@@ -74,7 +74,10 @@ GATE = {"type": ["object", "null"], "description": (
     "what gated the run: upstream (the upstream runs a trigger consumed), depends_on "
     "(the fresh upstream runs found), waiting_for/waiting_since (while it waits), "
     "waited_for/waited_ms, stale (upstreams whose success never came), calendar (the "
-    "calendar whose date skipped it)")}
+    "calendar whose date skipped it), limit (the limit that held it: name and reason, "
+    "with since while it waits, waited_ms once it started), buffered (while its job's "
+    "overlap buffer holds it: policy, behind: the run ids in flight, since), "
+    "buffered_behind/buffered_since (once the buffer let it go)")}
 
 EXCLUDED = {"type": "array", "items": obj({"fire_time": TIME, "calendar": STRING},
                                            ("fire_time", "calendar")),

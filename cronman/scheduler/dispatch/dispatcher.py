@@ -25,6 +25,9 @@ flight (``buffers``).
 An attempt held to limits (per destination, the namespaces' quotas) starts
 once the cluster's counters grant it (``limits``), waiting meanwhile.
 
+An operator's cancel of a held run, read at the lease renewal, stops its
+attempt or ends it (``cancels``).
+
 A fire claimed under a coordinator lock is marked started in the coordinator
 right before its first attempt (``start_marks``, batched per loop turn); a
 fire found taken over is dropped here without a write.
@@ -47,6 +50,7 @@ from cronman.observability.tracing import RunTraces
 from cronman.scheduler.dispatch import admission
 from cronman.scheduler.dispatch.admission import HeldJobs
 from cronman.scheduler.dispatch.buffers import Buffers, RemoteLookup, buffered, buffered_error
+from cronman.scheduler.dispatch.cancels import Cancels, cancelled
 from cronman.scheduler.dispatch.dead_letters import DeadLetters
 from cronman.scheduler.dispatch.deadlines import timeout_of
 from cronman.scheduler.dispatch.duequeue import DueQueue
@@ -139,6 +143,8 @@ class Dispatcher:
         # Overlap buffers (``buffers``): ``remote_runs`` reads a job's runs in
         # flight (on other nodes) from the store.
         self.buffers = Buffers(self, clock, remote_runs)
+        # An operator's cancels, read at the lease renewal (``cancels``).
+        self.cancels = Cancels(self, self._side_tasks)
 
     # -- entry points -----------------------------------------------------
 
@@ -479,6 +485,8 @@ class Dispatcher:
             if trace is not None:
                 trace.attempt_ended(ar.status, outcome.error)
             return
+        if ar.cancel_error is not None and not outcome.ok:
+            outcome = cancelled(outcome, ar.cancel_error)
         try:
             at_ms = self.finisher.after_attempt(ar, outcome, accepting=self._accepting)
             if at_ms is not None:

@@ -13,7 +13,8 @@ concurrency.
 - **Waiting**: an attempt refused waits in the queue of the limit that
   refused it, by priority then due time, marked started (no replica takes it
   over), out of the node's progress watermark (``ActiveRun.waiting``), its
-  row's ``gate`` saying why (``{"limit": {"name", "reason", "since"}}``). It
+  row's ``gate`` saying why (``{"limit": {"name", "reason", "since"}}``;
+  once it starts, ``{"name", "waited_ms", "reason"}``). It
   is asked for again when the limit said it may allow one (its window moves,
   its bucket refills), at once when this node releases one of its slots,
   and every ``RELEASE_POLL_MS`` while its slots are all taken (another
@@ -398,8 +399,11 @@ class LimitGate:
         wait = self._waiting.pop(ar.run_id, None)
         if wait is not None:
             ar.waiting = False
-            ar.gate = {**(ar.gate or {}), "limit": {"name": wait.limit,
-                                                    "waited_ms": max(0, now - wait.since_ms)}}
+            entry: dict[str, Any] = {"name": wait.limit, "waited_ms": max(0, now - wait.since_ms)}
+            held = (ar.gate or {}).get("limit")
+            if isinstance(held, dict) and held.get("name") == wait.limit and held.get("reason"):
+                entry["reason"] = held["reason"]  # what was in flight, or the rate, then
+            ar.gate = {**(ar.gate or {}), "limit": entry}
         passage.limit_passed(ar)
 
     def _requeue(self, ar: ActiveRun, passage: LimitPassage,

@@ -7,7 +7,9 @@ outcome still waits in the result writer (a slow or returning database) are
 renewed too: their rows say ``claimed`` until it is written, and must not
 look abandoned. A renewal that touches fewer rows than expected means some
 run was taken from this node (replaced by another node, or swept after a
-stall): those runs are stopped here without another write.
+stall): those runs are stopped here without another write. The same tick
+reads the cancels an operator recorded on held container runs
+(``dispatch.cancels``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import logging
 from datetime import datetime, timedelta
 
 from cronman.errors import StoreUnavailable
+from cronman.scheduler.dispatch.cancels import cancel_error
 from cronman.scheduler.dispatch.dispatcher import Dispatcher
 from cronman.scheduler.record.writer import ResultWriter
 from cronman.scheduler.runtime.clock import ReferenceClock
@@ -24,6 +27,7 @@ from cronman.scheduler.runtime.lifecycle import Lifecycle, Pool
 from cronman.scheduler.runtime.metrics import NodeMetrics
 from cronman.scheduler.runtime.ratelog import RateLimitedLog
 from cronman.store.base import RunStore
+from cronman.vocabulary import NODE_CANCELLED_KINDS
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +71,7 @@ class LeaseKeeper:
         renewed = await self._renew(keys, until)
         if renewed is None:
             return False
+        await self._read_cancels()
         if renewed >= len(keys):
             return True
         # Some runs are no longer ours: find which (still held and not in flight here).
@@ -85,6 +90,25 @@ class LeaseKeeper:
                 self._writer.discard(run_id)
                 d.drop(run_id, "the run was replaced or taken over by another node")
         return True
+
+    async def _read_cancels(self) -> None:
+        """Carry out the cancels recorded on held runs an operator cancels
+        through their node (``NODE_CANCELLED_KINDS``); unread ones wait for
+        the next renewal."""
+        d = self._dispatcher
+        keys = [ar.key for ar in d.active.values()
+                if not ar.pending_claim and not ar.done and ar.cancel_error is None
+                and ar.job.target.get("kind") in NODE_CANCELLED_KINDS]
+        if not keys:
+            return
+        try:
+            found = await self._pool(self._runs.cancel_requests, keys)
+        except StoreUnavailable as exc:
+            self._ratelog.error("cancels", "cannot read the cancels of %d runs: %s",
+                                len(keys), exc)
+            return
+        for run_id, request in found.items():
+            d.cancels.cancel(run_id, cancel_error(request))
 
     async def _renew(self, keys: list[tuple[str, datetime]], until: datetime) -> int | None:
         try:

@@ -128,21 +128,6 @@ export function scheduleText(schedule) {
   return schedule.kind || "—";
 }
 
-/** Why a run waited or was skipped, in a few words (its ``gate``). */
-export function gateText(gate) {
-  if (!gate) return "";
-  const parts = [];
-  if (gate.upstream && gate.upstream.length) parts.push(`after ${gate.upstream.length} upstream run(s)`);
-  if (gate.calendar) parts.push(`excluded by calendar ${gate.calendar}`);
-  if (gate.waiting_for && gate.waited_ms === undefined && !gate.stale) {
-    parts.push(`waiting for ${gate.waiting_for.length} upstream job(s) since ${fmtTime(gate.waiting_since)}`);
-  }
-  if (gate.waited_ms !== undefined) parts.push(`waited ${fmtMs(gate.waited_ms)}`);
-  if (gate.stale && gate.stale.length) parts.push(`stale upstream: ${gate.stale.join(", ")}`);
-  else if (gate.depends_on && gate.depends_on.length) parts.push(`${gate.depends_on.length} upstream(s) fresh`);
-  return parts.join("; ");
-}
-
 export function resultText(result) {
   if (!result) return "";
   if (result.http_status !== undefined) return `HTTP ${result.http_status}`;

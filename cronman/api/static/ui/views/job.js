@@ -5,8 +5,9 @@
 
 import { api } from "../api.js";
 import {
-  clear, fmtMs, gateText, h, resultText, runLink, scheduleText, statusBadge, table, timeCell,
+  clear, fmtMs, h, resultText, runLink, scheduleText, statusBadge, table, timeCell,
 } from "../dom.js";
+import { gateView } from "../gate.js";
 import { graphSvg, loadGraph } from "../graph.js";
 import { strip, summary, summaryText } from "../history.js";
 import { actionButton, errorBox, FINAL, loaded } from "./common.js";
@@ -210,7 +211,7 @@ function runsTable(ctx, runs, afterAction) {
     { title: "Origin", cls: "opt", cell: (r) => r.origin },
     { title: "Node", cls: "opt narrow", clip: true, cell: (r) => r.node_id || "—" },
     { title: "Result", cell: (r) => resultText(r.result) },
-    { title: "Gate", clip: true, cell: (r) => gateText(r.gate) },
+    { title: "Gate", cls: "narrow", clip: true, cell: (r) => gateView(r.gate) },
     { title: "Error", clip: true, cls: "wide", cell: (r) => r.error || "" },
     { title: "", cell: (r) => FINAL.has(r.status) ? actionButton(ctx, "Replay", {
       title: "Replay this run?", text: `Dispatch run ${r.id} again, as a new attempt.`,

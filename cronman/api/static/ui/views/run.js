@@ -4,13 +4,16 @@
 // the answer's first KiB, the SQS message id, a container's or a worker's exit
 // code with stdout and stderr apart -- so far, while it runs); a
 // worker run's worker, heartbeats and progress; why it waited or was skipped
-// (its gate). Replay it when finished, cancel it while it runs (when this API
-// has POST /v1/runs/{id}/cancel). Refreshed every 2 s until the run ends.
+// (its gate: a limit, a buffer, upstream runs, a calendar). Replay it when
+// finished, cancel it while it runs -- a worker's or an http callback's run
+// through its queue, a container run through its node -- when this API has
+// POST /v1/runs/{id}/cancel. Refreshed every 2 s until the run ends.
 
 import { api } from "../api.js";
 import {
-  append, clear, fmtMs, fmtRelative, gateText, h, resultText, statusBadge, table, timeCell,
+  append, clear, fmtMs, fmtRelative, h, resultText, statusBadge, table, timeCell,
 } from "../dom.js";
+import { gateView } from "../gate.js";
 import { actionButton, errorBox, FINAL, hasApiPath, loaded } from "./common.js";
 
 const CANCEL_PATH = "/v1/runs/{run_id}/cancel";
@@ -33,8 +36,11 @@ export function render(ctx) {
       if (!job || job.id !== run.job_id) {
         job = await api(`v1/jobs/${encodeURIComponent(run.job_id)}`).catch(() => null);
       }
-      // Only a run with a work queue's item (a worker's, an http callback's) can be cancelled.
-      const cancellable = !FINAL.has(run.status) && Boolean(run.worker)
+      // A run with a work queue's item (a worker's, an http callback's) is cancelled
+      // through its queue, a container run through its node (once: then it says so).
+      const container = Boolean(job && job.target && job.target.kind === "container");
+      const cancellable = !FINAL.has(run.status)
+        && (Boolean(run.worker) || (container && !run.cancel_request))
         && await hasApiPath(CANCEL_PATH, "post");
       renderHead(cancellable);
       renderAttempts();
@@ -73,6 +79,9 @@ export function render(ctx) {
         h("dt", { text: "Duration" }), h("dd", { text: fmtMs(run.duration_ms) }),
         run.skipped_before ? [h("dt", { text: "Skipped before" }),
           h("dd", { text: `${run.skipped_before} missed fire(s) folded into this one` })] : null,
+        run.cancel_request ? [h("dt", { text: "Cancel" }),
+          h("dd", { id: "run-cancel", class: "bad", text: cancelText(run.cancel_request) })]
+          : null,
         run.trace_id ? [h("dt", { text: "Trace id" }),
           h("dd", null, h("code", { id: "run-trace-id", text: run.trace_id }))] : null),
       h("div", { class: "actions", id: "run-actions" },
@@ -82,7 +91,9 @@ export function render(ctx) {
           done: "Replay requested", after: load }) : null,
         cancellable ? actionButton(ctx, "Cancel", {
           title: "Cancel this run?", danger: true, okLabel: "Cancel the run",
-          text: `Ask the API to stop run ${run.id}; this page shows when it has ended.`,
+          text: run.worker ? `Ask the API to stop run ${run.id}; this page shows when it has ended.`
+            : `Stop run ${run.id}: its container gets SIGTERM, then SIGKILL after a grace, ` +
+              "and the run ends failed, not retried; this page shows when it has ended.",
           action: () => api(`v1/runs/${id}/cancel`, { method: "POST" }),
           done: "Cancel requested", after: load }) : null));
   }
@@ -167,11 +178,11 @@ export function render(ctx) {
     const g = run.gate;
     clear(gate).append(h("h2", { text: "Gate" }));
     if (!g) {
-      gate.append(h("p", { class: "muted", id: "run-gate-text",
-                           text: "nothing held this run back (no dependency, no calendar)" }));
+      gate.append(h("p", { class: "muted", id: "run-gate-text", text:
+        "nothing held this run back (no limit, buffer, dependency or calendar)" }));
       return;
     }
-    append(gate, [h("p", { id: "run-gate-text", text: gateText(g) || "—" }),
+    append(gate, [h("p", { id: "run-gate-text" }, gateView(g) || "—"),
       upstreamRuns(g).length ? h("ul", { id: "run-upstream" }, upstreamRuns(g).map((u) =>
         h("li", null, h("a", { href: `#/runs/${u.run_id}`, text: `run ${u.run_id}` }),
           ` of job `, h("a", { href: `#/jobs/${u.job_id}`, text: u.job_id }),
@@ -203,6 +214,13 @@ function outputFold(a) {
     result.response_snippet !== undefined
       ? h("pre", { class: "log", text: result.response_snippet }) : null,
     result.logs_tail ? streams(result.logs_tail, "", `run-attempt-${a.attempt}`) : null);
+}
+
+/** A container run's cancel, asked: who, when, why, and what comes next. */
+function cancelText(asked) {
+  return `asked by ${asked.by} ${fmtRelative(asked.at)}`
+    + (asked.reason ? ` (${asked.reason})` : "")
+    + ": its node stops the container at its next lease renewal";
 }
 
 /** The upstream runs a gate names: consumed (``upstream``) or found fresh (``depends_on``). */

@@ -3,8 +3,9 @@
 
 import { api } from "../api.js";
 import {
-  clear, fmtMs, gateText, h, hashFor, resultText, runLink, statusBadge, table,
+  clear, fmtMs, h, hashFor, resultText, runLink, statusBadge, table,
 } from "../dom.js";
+import { gateView } from "../gate.js";
 import { replayRun, report, runAll } from "../bulk.js";
 import { errorBox, FINAL, loaded } from "./common.js";
 
@@ -122,7 +123,7 @@ function runsTable(runs) {
     { title: "Lateness", cls: "num opt", cell: (r) => fmtMs(r.lateness_ms) },
     { title: "Duration", cls: "num opt", cell: (r) => fmtMs(r.duration_ms) },
     { title: "Result", cls: "opt", cell: (r) => resultText(r.result) },
-    { title: "Gate", cls: "opt narrow", clip: true, cell: (r) => gateText(r.gate) },
+    { title: "Gate", cls: "opt narrow", clip: true, cell: (r) => gateView(r.gate) },
     { title: "Error", clip: true, cls: "wide", cell: (r) => r.error || "" },
   ], runs, "no runs match");
 }
