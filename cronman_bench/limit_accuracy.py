@@ -95,12 +95,13 @@ def settle_s(fault: str, heartbeat_ttl: float) -> float:
     """Seconds after a fault's end left out of the rate used (docs/limits.md):
     a killed node's slots are held until its heartbeat TTL runs out; a Redis
     that came back empty grants nothing for a renewal interval (a quarter of
-    the TTL, at most 2 s) and a second, while the nodes tell it what they
-    hold; a second more for the nodes to see it back."""
+    the TTL, at most 2 s), the nodes' back-off from Redis (2 s) and a second,
+    while the nodes tell it what they hold; a second more for the nodes to
+    see it back."""
     if fault == "node-killed":
         return heartbeat_ttl + 1.0
     if fault in ("redis-restarted", "redis-away"):
-        return min(2.0, max(heartbeat_ttl, 2.0) / 4) + 1.0 + 1.0
+        return min(2.0, max(heartbeat_ttl, 2.0) / 4) + 2.0 + 1.0 + 1.0
     return 0.0
 
 
