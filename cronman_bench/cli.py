@@ -19,7 +19,7 @@ from cronman.cli.group import RET_ERROR, cli
 
 _SCENARIO_CHOICES = ("steady", "max-rate", "herd", "million", "kill", "overload",
                      "priority-herd", "skew", "patroni-failover", "chaos", "work-queue",
-                     "limits", "tracing", "all")
+                     "limits", "limit-accuracy", "tracing", "all")
 _PEER_CHOICES = ("apscheduler-memory", "apscheduler-sqlalchemy", "apscheduler4-postgres",
                  "none")
 
@@ -33,6 +33,19 @@ def _parse_peers(value: str | None) -> tuple[str, ...] | None:
             raise click.BadParameter(f"unknown peer {n!r} (choose from "
                                      f"{', '.join(_PEER_CHOICES)})", param_hint="--peer")
     return tuple(n for n in names if n != "none")
+
+
+def _parse_faults(value: str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    from cronman_bench.limit_accuracy import FAULTS
+
+    names = tuple(v.strip() for v in value.split(",") if v.strip())
+    for n in names:
+        if n not in FAULTS:
+            raise click.BadParameter(f"unknown fault {n!r} (choose from {', '.join(FAULTS)})",
+                                     param_hint="--faults")
+    return names or None
 
 
 @cli.command("bench")
@@ -92,7 +105,8 @@ def _parse_peers(value: str | None) -> tuple[str, ...] | None:
                    "kill at least lease + TTL + 40).")
 @click.option("--rate", type=click.FloatRange(1, 1e6), default=None,
               help="overload: the knee in fires/s (default: probed per system with short "
-                   "max-rate trials); skew: the steady rate (default 1,000).")
+                   "max-rate trials); skew: the steady rate (default 1,000); "
+                   "limit-accuracy: the limit's starts a second (default 100).")
 @click.option("--phase-seconds", type=click.FloatRange(5, 3600), default=60.0,
               show_default=True, help="overload: length of the knee, 2x and 3x phases.")
 @click.option("--recover-seconds", type=click.FloatRange(5, 7200), default=180.0,
@@ -123,7 +137,16 @@ def _parse_peers(value: str | None) -> tuple[str, ...] | None:
                    "came early (no long-poll to spare), instead of the client Worker's "
                    "pause.")
 @click.option("--runs", type=click.IntRange(1, 50), default=None,
-              help="limits: alternating pairs of runs, none and 100 limits (default 3).")
+              help="limits: alternating pairs of runs, none and 100 limits (default 3); "
+                   "limit-accuracy: rounds of the --faults (default 1).")
+@click.option("--concurrency", "limit_concurrency", type=click.IntRange(1, 100_000),
+              default=None, help="limit-accuracy: the limit's requests at once (default 20).")
+@click.option("--answer-ms", type=click.IntRange(0, 60_000), default=None,
+              help="limit-accuracy: the receiver answers each request this late "
+                   "(default 200).")
+@click.option("--faults", default=None, metavar="LIST",
+              help="limit-accuracy: comma-separated, one phase each, in turn: none, "
+                   "node-killed, redis-restarted, redis-away (default none).")
 @click.option("--claim-max", type=click.IntRange(1, 100), default=None,
               help="work-queue: runs one claim call takes at most (default 10; 1: one run "
                    "a call, the answer without `max`).")
@@ -141,7 +164,8 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
                   probe_duration: float, grace: int | None, high_jobs: int, steady_jobs: int,
                   skews: str | None, minutes: float | None, seed: int | None,
                   claimers: int | None, kills: int | None,
-                  claim_spin: bool, runs: int | None, claim_max: int | None,
+                  claim_spin: bool, runs: int | None, limit_concurrency: int | None,
+                  answer_ms: int | None, faults: str | None, claim_max: int | None,
                   rounds: int,
                   peer_processes: int, keep: bool) -> None:
     """Benchmark cronman against APScheduler on this machine, measured at a receiver.
@@ -206,6 +230,13 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
                 --runs (3) alternating pairs of T (30) s, each from scratch:
                 nodes' + Redis CPU ms per fire, the pairs' ratios, medians,
                 the load average.
+      limit-accuracy  a herd of J (1,000) jobs on N nodes held to one limit
+                (--rate 100/s, --concurrency 20) at a receiver answering after
+                --answer-ms (200), under each of --faults in turn (none,
+                node-killed, redis-restarted, redis-away), --runs rounds: the
+                receiver's max per second and in flight against the limit,
+                the share of the rate used while fires waited, delivered,
+                doubled, the order (raised priority first).
       tracing   N nodes at --rate (1,000) fires/s, --rounds (3) rounds of
                 tracing off, on at 1 % (parentbased_traceidratio 0.01) and
                 on at 100 %, exporting to a real OTLP/HTTP receiver on
@@ -255,7 +286,9 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
                             skews=tuple(x.strip() for x in skews.split(",") if x.strip())
                             if skews else None, minutes=minutes, seed=seed,
                             claimers=claimers, kills=kills, claim_spin=claim_spin, runs=runs,
-                            claim_max=claim_max, rounds=rounds)
+                            claim_max=claim_max, rounds=rounds,
+                            limit_concurrency=limit_concurrency, answer_ms=answer_ms,
+                            faults=_parse_faults(faults))
     try:
         ensure_postgres(admin_url)
     except BenchError as exc:

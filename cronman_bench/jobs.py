@@ -5,14 +5,16 @@ port) on the run's scratch database, sends the job definitions through the
 public Python client (``cronman.client.CronmanClient``, bulk requests of up
 to 1,000 jobs, a few in flight at once) and stops the server before any
 scheduler starts. Every job is thus validated by the API itself; the
-benchmark holds no copy of the job spec's rules.
+benchmark holds no copy of the job spec's rules. Limits a scenario asks for
+go in first, through the same server, with an admin token made with
+database access (as ``cronman tokens create --admin`` does).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -78,14 +80,33 @@ class ApiServer:
 
 
 def create_jobs(database_url: str, w: Jobs, url: str, run_label: str, *, workdir: Path,
-                tag: str = "jobs", progress: Callable[[int], None] | None = None
-                ) -> list[str]:
-    """Create the workload's jobs through the API; the job ids, index ``i`` at ``i``."""
+                tag: str = "jobs", progress: Callable[[int], None] | None = None,
+                limits: Sequence[Mapping[str, Any]] = ()) -> list[str]:
+    """Create ``limits``, then the workload's jobs, through the API; the job
+    ids, index ``i`` at ``i``."""
     server = ApiServer(database_url, workdir, tag).start()
     try:
+        if limits:
+            _create_limits(database_url, server.url, limits)
         return _send(server.url, w, url, run_label, progress)
     finally:
         server.stop()
+
+
+def _create_limits(database_url: str, api_url: str, limits: Sequence[Mapping[str, Any]]
+                   ) -> None:
+    from cronman.store import open_store
+
+    store = open_store(database_url)
+    try:
+        token, _ = store.tokens.create_token("bench-admin", None)
+    finally:
+        store.close()
+    with CronmanClient(api_url, token=token) as client:
+        for spec in limits:
+            client.create_limit(spec)
+        if len(client.list_limits()) != len(limits):
+            raise BenchError("the limits were not all made")
 
 
 def _send(api_url: str, w: Jobs, url: str, run_label: str,

@@ -18,14 +18,11 @@ import os
 import statistics
 from typing import Any
 
-from cronman.client import CronmanClient
 from cronman_bench.harness import run_phase, steady_window
-from cronman_bench.jobs import ApiServer
-from cronman_bench.procs import BenchError
 from cronman_bench.report import dig
 from cronman_bench.scenarios import ScenarioParams
 from cronman_bench.systems import BenchOptions, CronmanSystem
-from cronman_bench.workload import Jobs, Workload
+from cronman_bench.workload import Workload
 
 LIMITS = 100
 DEFAULT_JOBS = 1000
@@ -34,35 +31,10 @@ DEFAULT_RUNS = 3
 HEADROOM = 10  # each limit allows this many times its shard's fires
 
 
-class LimitedCronman(CronmanSystem):
-    """cronman with ``LIMITS`` label limits defined through the API (an admin
-    token made with database access, as ``cronman tokens create --admin``)."""
-
-    def __init__(self, opts: BenchOptions, tag: str, per_limit_rate: float) -> None:
-        super().__init__(opts, tag)
-        self.per_limit_rate = per_limit_rate
-
-    def prepare(self, w: Jobs, url: str) -> list[str]:
-        from cronman.store import open_store
-
-        ids = super().prepare(w, url)
-        store = open_store(self.db.url)
-        try:
-            token, _ = store.tokens.create_token("bench-admin", None)
-        finally:
-            store.close()
-        server = ApiServer(self.db.url, self.opts.workdir, f"{self.tag}-limits").start()
-        try:
-            with CronmanClient(server.url, token=token) as client:
-                for k in range(LIMITS):
-                    client.create_limit({"name": f"shard-{k}", "match": {"label": f"shard:{k}"},
-                                         "rate": self.per_limit_rate,
-                                         "concurrency": max(1, int(self.per_limit_rate))})
-                if len(client.list_limits()) != LIMITS:
-                    raise BenchError("the limits were not all made")
-        finally:
-            server.stop()
-        return ids
+def shard_limits(per_limit_rate: float) -> list[dict[str, Any]]:
+    """``LIMITS`` label limits ``shard-k`` on ``shard:k``, each of that rate."""
+    return [{"name": f"shard-{k}", "match": {"label": f"shard:{k}"}, "rate": per_limit_rate,
+             "concurrency": max(1, int(per_limit_rate))} for k in range(LIMITS)]
 
 
 def _side(phase: dict[str, Any]) -> dict[str, Any]:
@@ -102,7 +74,7 @@ def limits_cost(opts: BenchOptions, params: ScenarioParams) -> dict[str, Any]:
     def build(side: str, tag: str) -> CronmanSystem:
         if side == "none":
             return CronmanSystem(opts, tag)
-        return LimitedCronman(opts, tag, per_limit)
+        return CronmanSystem(opts, tag, limits=shard_limits(per_limit))
 
     for n in range(runs):
         pair: dict[str, Any] = {}

@@ -8,6 +8,7 @@ from typing import Any
 from cronman_bench.chaos import chaos
 from cronman_bench.herd import herd
 from cronman_bench.kill import kill
+from cronman_bench.limit_accuracy import limit_accuracy
 from cronman_bench.limits_cost import limits_cost
 from cronman_bench.max_rate import max_rate
 from cronman_bench.million import million
@@ -26,7 +27,7 @@ RUNNERS: dict[str, Runner] = {
     "steady": steady, "max-rate": max_rate, "herd": herd, "million": million, "kill": kill,
     "overload": overload, "priority-herd": priority_herd, "skew": skew,
     "patroni-failover": patroni_failover, "chaos": chaos, "work-queue": work_queue,
-    "limits": limits_cost, "tracing": tracing,
+    "limits": limits_cost, "limit-accuracy": limit_accuracy, "tracing": tracing,
 }
 # `all`: what runs on any machine with PostgreSQL and Redis (patroni-failover
 # needs Patroni, etcd and root or the postgres user; chaos, a source checkout

@@ -7,7 +7,7 @@ and ``table`` (the text printed at the end). cronman runs first, then each
 peer, one after the other -- never side by side, so no system competes with
 another for the machine's cores. The other scenarios have a module each
 (``max_rate``, ``herd``, ``million``, ``kill``, ``overload``,
-``priority_herd``, ``skew``; ``runners`` names them all).
+``priority_herd``, ``skew``, ``limit_accuracy``, ...; ``runners`` names them all).
 """
 
 from __future__ import annotations
@@ -58,8 +58,13 @@ class ScenarioParams:
     claimers: int | None = None
     kills: int | None = None
     claim_spin: bool = False
-    # limits: alternating pairs (none, 100 limits)
+    # limits: alternating pairs (none, 100 limits); limit-accuracy: rounds of the faults
     runs: int | None = None
+    # limit-accuracy: the limit's concurrency (its rate is ``rate``), the
+    # receiver's answer time, and the faults, one phase each
+    limit_concurrency: int | None = None
+    answer_ms: int | None = None
+    faults: tuple[str, ...] | None = None
     claim_max: int | None = None
     # tracing: rounds of off / 1 % / 100 %
     rounds: int = 3

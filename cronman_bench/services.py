@@ -158,21 +158,39 @@ class PrivateRedis:
         last = ""
         for _ in range(attempts):
             self.port = free_port(self.host)
-            self.proc = ManagedProcess(
-                "redis-server",
-                [self.binary, "--bind", self.host, "--port", str(self.port), "--save", "",
-                 "--appendonly", "no", "--dir", str(self.dir), "--daemonize", "no",
-                 "--maxclients", "10000"],
-                log_path=self.dir / "redis.log",
-            )
             try:
-                wait_port(self.host, self.port, timeout=10, proc=self.proc)
-                return self
+                return self._launch()
             except BenchError as exc:
                 last = str(exc)
-                self.proc.stop(timeout=5)
-                self.proc = None
         raise BenchError(f"redis-server did not start: {last}")
+
+    def _launch(self) -> PrivateRedis:
+        self.proc = ManagedProcess(
+            "redis-server",
+            [self.binary, "--bind", self.host, "--port", str(self.port), "--save", "",
+             "--appendonly", "no", "--dir", str(self.dir), "--daemonize", "no",
+             "--maxclients", "10000"],
+            log_path=self.dir / "redis.log",
+        )
+        try:
+            wait_port(self.host, self.port, timeout=10, proc=self.proc)
+        except BenchError:
+            self.proc.stop(timeout=5)
+            self.proc = None
+            raise
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL by PID (a crash: with no persistence, every key is gone)."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.stop()  # closes its log
+            self.proc = None
+
+    def restart(self) -> PrivateRedis:
+        """Start again, empty, on the same port (after ``kill``)."""
+        self.kill()
+        return self._launch()
 
     def total_commands(self) -> int:
         """``total_commands_processed`` of INFO stats (this call adds one)."""

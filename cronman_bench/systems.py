@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -94,13 +94,17 @@ def _live_pids(procs: list[ManagedProcess]) -> PidSource:
 
 
 class CronmanSystem:
-    """N scheduler nodes on a scratch PostgreSQL database and a private Redis."""
+    """N scheduler nodes on a scratch PostgreSQL database and a private Redis;
+    ``limits`` (definitions as ``POST /v1/limits`` takes them) are made before
+    the jobs."""
 
     name = "cronman"
 
-    def __init__(self, opts: BenchOptions, tag: str) -> None:
+    def __init__(self, opts: BenchOptions, tag: str,
+                 limits: Sequence[Mapping[str, Any]] = ()) -> None:
         self.opts = opts
         self.tag = tag
+        self.limits = list(limits)
         self.db = ScratchDatabase(opts.admin_url)
         self.redis = PrivateRedis()
         self.processes: list[ManagedProcess] = []
@@ -128,7 +132,7 @@ class CronmanSystem:
                      f"({n / max(now - t0, 1e-6):,.0f}/s)")
 
         return create_jobs(self.db.url, w, url, self.tag, workdir=self.opts.workdir,
-                           tag=self.tag, progress=progress)
+                           tag=self.tag, progress=progress, limits=self.limits)
 
     def node_env(self, node_id: str) -> dict[str, str]:
         env = {

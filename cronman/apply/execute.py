@@ -1,8 +1,11 @@
 """Carrying out a plan through the API client.
 
-Creates go in bulk requests (≤ 1,000 jobs each, all or nothing per request);
-when a request is refused (a name taken meanwhile: 409), its jobs are
-created one by one so only the job at fault fails. Updates are ``PUT`` with the version
+Creates go in bulk requests (≤ 1,000 jobs each, all or nothing per request),
+each with an ``Idempotency-Key`` of its own (the client's): one whose answer
+was lost is sent again and creates its jobs once. An apply run again needs
+no key of the first's: it creates only what it finds missing. When a
+request is refused (a name taken meanwhile: 409), its jobs are created one
+by one so only the job at fault fails. Updates are ``PUT`` with the version
 the plan compared, so a job changed by someone else since it was read is
 refused (409) and reported, never overwritten. Updates and deletes run on
 ``parallel`` threads.

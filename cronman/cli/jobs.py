@@ -19,6 +19,7 @@ from cronman.cli.options import (
     collect,
     fail,
     first_page_only,
+    idempotency_key,
     job_namespace,
     more_hint,
     progress,
@@ -72,17 +73,24 @@ def _definitions(path: str) -> list[dict[str, Any]]:
                    "or a folder of such files ('-': stdin)")
 @click.option("--chunk-size", type=click.IntRange(1, BULK_MAX), default=BULK_MAX,
               show_default=True, help="jobs per bulk request (each is all or nothing)")
+@idempotency_key
 @client_command
-def jobs_create(client: CronmanClient, fmt: str, path: str, chunk_size: int) -> None:
-    """Create one job, or many (in bulk requests of up to 1,000, with progress)."""
+def jobs_create(client: CronmanClient, fmt: str, path: str, chunk_size: int,
+                idempotency_key: str | None) -> None:
+    """Create one job, or many (in bulk requests of up to 1,000, with progress).
+
+    With --idempotency-key, bulk request N of several sends KEY/N: the same
+    files sent again with the key create only what the first command did not.
+    """
     specs = _definitions(path)
     if len(specs) == 1:
-        job = client.create_job(specs[0])
+        job = client.create_job(specs[0], idempotency_key=idempotency_key)
         emit(fmt, job, lambda: jobs_table([job]), lambda: jobs_wide([job]))
         return
     with progress(len(specs), "creating jobs") as bar:
         try:
-            created = client.create_jobs(specs, chunk_size=chunk_size, progress=bar.advance)
+            created = client.create_jobs(specs, chunk_size=chunk_size, progress=bar.advance,
+                                         idempotency_key=idempotency_key)
         except BulkCreateError as exc:
             if exc.created:
                 click.echo(f"created {len(exc.created)} of {len(specs)} jobs before the "
@@ -220,10 +228,12 @@ _job_action("resume", "Resume a paused job (a job its breaker paused starts its 
 @jobs.command("trigger", epilog=JOB_HELP)
 @click.argument("job")
 @job_namespace
+@idempotency_key
 @client_command
-def jobs_trigger(client: CronmanClient, fmt: str, job: str, namespace: str | None) -> None:
+def jobs_trigger(client: CronmanClient, fmt: str, job: str, namespace: str | None,
+                 idempotency_key: str | None) -> None:
     """Fire a job once now, outside its schedule."""
-    run = client.trigger_job(job, namespace=namespace)
+    run = client.trigger_job(job, namespace=namespace, idempotency_key=idempotency_key)
     emit(fmt, run, lambda: runs_table([run]), lambda: runs_wide([run]))
 
 
@@ -249,11 +259,17 @@ def jobs_next(client: CronmanClient, fmt: str, job: str, namespace: str | None,
 @click.option("--since", type=TIME, required=True, help=f"start of the range: {TIME_HELP}")
 @click.option("--until", type=TIME, default="now", show_default=True,
               help=f"end of the range (at most now): {TIME_HELP}")
+@idempotency_key
 @client_command
 def jobs_backfill(client: CronmanClient, fmt: str, job: str, namespace: str | None,
-                  since: str, until: str) -> None:
-    """Fire every scheduled time in a range that has no run yet (at most 10,000)."""
-    answer = client.backfill_job(job, since, until, namespace=namespace)
+                  since: str, until: str, idempotency_key: str | None) -> None:
+    """Fire every scheduled time in a range that has no run yet (at most 10,000).
+
+    'now' and relative times are read anew by each command: to repeat one
+    with --idempotency-key, give RFC 3339 times (else it is another request).
+    """
+    answer = client.backfill_job(job, since, until, namespace=namespace,
+                                 idempotency_key=idempotency_key)
     emit(fmt, answer, lambda: backfill_text(answer["requested"], answer["fire_times"]))
 
 

@@ -34,7 +34,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 TIME_HELP = "RFC 3339, 'now', or relative to now: -1h, -30m, -1h30m, -7d"
 JOB_HELP = "JOB is a job id, namespace/name, or a name (in -n NAMESPACE)"
 # Fields of API errors that are options of the command that sent the request.
-FIELD_FLAGS = {"force": "--force"}
+FIELD_FLAGS = {"force": "--force", "Idempotency-Key": "--idempotency-key"}
 TOKEN_HINT = "give a token with --token or CRONMAN_TOKEN"
 WRONG_TOKEN_HINT = "check the token given by --token or CRONMAN_TOKEN"
 
@@ -107,6 +107,16 @@ def job_namespace(func: F) -> F:
     """``-n/--namespace``: where a bare job name given to the command lives."""
     return click.option("--namespace", "-n", default=None,
                         help="the namespace of a JOB given as a bare name")(func)
+
+
+def idempotency_key(func: F) -> F:
+    """``--idempotency-key``: the key the command's call sends (``idempotency_key``)."""
+    return click.option(
+        "--idempotency-key", default=None, metavar="KEY",
+        help="send this Idempotency-Key (1-255 printable ASCII characters): the same "
+             "command with the same key and arguments, again within 24 h, answers as the "
+             "first did and makes nothing more; the key with other arguments is refused "
+             "(without it, each command sends a new key)")(func)
 
 
 def api_options(func: F) -> F:

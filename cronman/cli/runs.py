@@ -14,6 +14,7 @@ from cronman.cli.options import (
     client_command,
     collect,
     first_page_only,
+    idempotency_key,
     more_hint,
 )
 from cronman.cli.output import (
@@ -90,25 +91,29 @@ def runs_get(client: CronmanClient, fmt: str, run_id: str) -> None:
     emit(fmt, run, lambda: run_details(run), lambda: runs_wide([run]))
 
 
-def _replay(client: CronmanClient, fmt: str, run_id: str) -> None:
-    run = client.replay_run(run_id)
+def _replay(client: CronmanClient, fmt: str, run_id: str, key: str | None) -> None:
+    run = client.replay_run(run_id, idempotency_key=key)
     emit(fmt, run, lambda: runs_table([run]), lambda: runs_wide([run]))
 
 
 @runs.command("replay")
 @click.argument("run_id")
+@idempotency_key
 @client_command
-def runs_replay(client: CronmanClient, fmt: str, run_id: str) -> None:
+def runs_replay(client: CronmanClient, fmt: str, run_id: str,
+                idempotency_key: str | None) -> None:
     """Dispatch a finished run's target again, as a new attempt (same run id)."""
-    _replay(client, fmt, run_id)
+    _replay(client, fmt, run_id, idempotency_key)
 
 
 @jobs.command("replay")
 @click.argument("run_id")
+@idempotency_key
 @client_command
-def jobs_replay(client: CronmanClient, fmt: str, run_id: str) -> None:
+def jobs_replay(client: CronmanClient, fmt: str, run_id: str,
+                idempotency_key: str | None) -> None:
     """Dispatch a finished run of a job again (the same as `cronman runs replay`)."""
-    _replay(client, fmt, run_id)
+    _replay(client, fmt, run_id, idempotency_key)
 
 
 @cli.command("cluster")

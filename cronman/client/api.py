@@ -105,40 +105,60 @@ class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls, SigningCalls, 
     def request(self, method: str, path: str, body: Any = None, *,
                 query: Query | None = None, timeout: float | None = None,
                 retry: RetryPolicy | None = None, keyed: bool = False,
+                idempotency_key: str | None = None,
                 headers: Mapping[str, str] | None = None) -> Any:
         """One raw call (``path`` from the root, e.g. ``/v1/jobs``): the decoded JSON answer.
 
         ``timeout`` (seconds) and ``retry`` replace the client's for this call.
         ``keyed``: with an ``Idempotency-Key``, so that a retry after a lost
-        connection is safe (the calls that make things send one); ``headers``:
-        more headers to send (a ``traceparent``).
+        connection is safe (the calls that make things send one);
+        ``idempotency_key``: that key rather than a new one; ``headers``: more
+        headers to send (a ``traceparent``).
         """
         return self._http.request(method, path, body, query=query, timeout=timeout,
-                                  retry=retry, keyed=keyed, headers=headers)
+                                  retry=retry, keyed=keyed, idempotency_key=idempotency_key,
+                                  headers=headers)
 
     # -- jobs ------------------------------------------------------------------
 
-    def create_job(self, spec: JobSpec | Mapping[str, Any]) -> Job:
-        """``POST /v1/jobs``; 409 (``ConflictError``) when the name is taken in its namespace."""
-        return cast(Job, self.request("POST", "/v1/jobs", dict(spec), keyed=True))
+    def create_job(self, spec: JobSpec | Mapping[str, Any], *,
+                   idempotency_key: str | None = None) -> Job:
+        """``POST /v1/jobs``; 409 (``ConflictError``) when the name is taken in its namespace.
+
+        Every call that makes something sends an ``Idempotency-Key`` (a new
+        one per call, so that its retries are safe); ``idempotency_key`` sends
+        the caller's own: the same call made again with it, within 24 h,
+        answers as the first did (one job), and the key with another request
+        is refused (422 ``idempotency_key_reused``)."""
+        return cast(Job, self.request("POST", "/v1/jobs", dict(spec), keyed=True,
+                                      idempotency_key=idempotency_key))
 
     def create_jobs(self, specs: Sequence[JobSpec | Mapping[str, Any]], *,
                     chunk_size: int = BULK_MAX,
-                    progress: Callable[[int], None] | None = None) -> list[Job]:
+                    progress: Callable[[int], None] | None = None,
+                    idempotency_key: str | None = None) -> list[Job]:
         """Create many jobs through ``POST /v1/jobs/bulk``, ``chunk_size`` at a time.
 
         Each chunk is all or nothing. A failing chunk raises ``BulkCreateError``
         whose ``field`` counts from the start of ``specs`` (``jobs[2041].name``)
         and whose ``created`` holds the jobs of the chunks before it.
         ``progress`` is called with the number of jobs each chunk created.
+        ``idempotency_key`` (as ``create_job``'s): the key of a single
+        request; with several, chunk ``n`` (from 1) sends ``KEY/n``, so that
+        the same specs sent again with the key create only what the first
+        call did not.
         """
         if not 1 <= chunk_size <= BULK_MAX:
             raise ValueError(f"chunk_size must be 1..{BULK_MAX}")
         created: list[Job] = []
-        for start in range(0, len(specs), chunk_size):
+        several = len(specs) > chunk_size
+        for n, start in enumerate(range(0, len(specs), chunk_size), 1):
             chunk = [dict(s) for s in specs[start:start + chunk_size]]
+            key = (f"{idempotency_key}/{n}" if several and idempotency_key is not None
+                   else idempotency_key)
             try:
-                answer = self.request("POST", "/v1/jobs/bulk", {"jobs": chunk}, keyed=True)
+                answer = self.request("POST", "/v1/jobs/bulk", {"jobs": chunk}, keyed=True,
+                                      idempotency_key=key)
             except ApiError as exc:
                 raise BulkCreateError(exc.with_field(_renumber(exc.field, start)),
                                       created) from exc
@@ -213,10 +233,12 @@ class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls, SigningCalls, 
         return cast(Job, self.request("POST", self._job(job, namespace) + "/resume",
                                       None if note is None else {"note": note}))
 
-    def trigger_job(self, job: str, *, namespace: str | None = None) -> Run:
-        """Fire once now, outside the schedule: the new run (status ``claimed``)."""
+    def trigger_job(self, job: str, *, namespace: str | None = None,
+                    idempotency_key: str | None = None) -> Run:
+        """Fire once now, outside the schedule: the new run (status ``claimed``);
+        ``idempotency_key`` as ``create_job``'s (one run)."""
         return cast(Run, self.request("POST", self._job(job, namespace) + "/trigger",
-                                      keyed=True))
+                                      keyed=True, idempotency_key=idempotency_key))
 
     def next_fire_times(self, job: str, count: int = 10, *,
                         namespace: str | None = None) -> list[str]:
@@ -226,15 +248,19 @@ class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls, SigningCalls, 
         return cast(list[str], answer["fire_times"])
 
     def backfill_job(self, job: str, since: str | datetime, until: str | datetime, *,
-                     namespace: str | None = None) -> Backfill:
+                     namespace: str | None = None,
+                     idempotency_key: str | None = None) -> Backfill:
         """Fire every scheduled time in [since, until] that has no run yet (≤ 10,000).
 
         ``requested`` of the answer counts the runs made, ``fire_times`` the
         schedule's times in the range: the others already had runs.
+        ``idempotency_key`` as ``create_job``'s; ``now`` and relative times
+        are read by this clock at each call, so a repeat with the key needs
+        fixed times to be the same request.
         """
         body = {"since": _time(since), "until": _time(until)}
         return cast(Backfill, self.request("POST", self._job(job, namespace) + "/backfill",
-                                           body, keyed=True))
+                                           body, keyed=True, idempotency_key=idempotency_key))
 
     def list_job_history(self, job: str, *, limit: int = 100, cursor: str | None = None,
                          namespace: str | None = None) -> Page[HistoryEntry]:
@@ -325,9 +351,11 @@ class CronmanClient(NotificationCalls, TokenCalls, WorkflowCalls, SigningCalls, 
     def get_run(self, run_id: str) -> Run:
         return cast(Run, self.request("GET", _run(run_id)))
 
-    def replay_run(self, run_id: str) -> Run:
-        """Dispatch a finished run's target again, as a new attempt of the same run."""
-        return cast(Run, self.request("POST", _run(run_id) + "/replay", keyed=True))
+    def replay_run(self, run_id: str, *, idempotency_key: str | None = None) -> Run:
+        """Dispatch a finished run's target again, as a new attempt of the same run;
+        ``idempotency_key`` as ``create_job``'s (one new attempt)."""
+        return cast(Run, self.request("POST", _run(run_id) + "/replay", keyed=True,
+                                      idempotency_key=idempotency_key))
 
     def cancel_run(self, run_id: str, reason: str | None = None) -> Run:
         """Cancel a run in flight: a queued worker run ends at once, a held

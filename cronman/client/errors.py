@@ -74,6 +74,10 @@ class BulkCreateError(ApiError):
         self.cause = cause
         self.created = created
 
+    def with_field(self, field: str | None) -> ApiError:
+        """The same error naming another field, with what was created before it."""
+        return BulkCreateError(self.cause.with_field(field), self.created)
+
 
 _BY_STATUS: dict[int, type[ApiError]] = {
     400: InvalidRequest,

@@ -15,7 +15,10 @@ What is retried, and why (``RetryPolicy``):
   attempt still running on the server (409 ``idempotency_in_progress``) is
   tried again too.
 
-One key is made per call, and every attempt of the call sends it.
+One key is made per call, and every attempt of the call sends it; a key of
+the caller's own (``idempotency_key``) is sent instead, so that a call made
+again later -- by a process that never heard the first answer -- is
+answered as the first was.
 
 Waits double from ``backoff`` up to ``max_backoff``, with jitter; a
 ``Retry-After`` answer header is honoured within the same cap.
@@ -113,13 +116,15 @@ class Transport:
     def request(self, method: str, path: str, body: Any = None, *,
                 query: Query | None = None, timeout: float | None = None,
                 retry: RetryPolicy | None = None, keyed: bool = False,
+                idempotency_key: str | None = None,
                 headers: Mapping[str, str] | None = None) -> Any:
         """The decoded JSON answer (None for an empty one); raises ``ApiError``.
 
         ``timeout`` replaces the read timeout for this request (a long-poll
         waits longer than a call), ``retry`` the transport's policy;
         ``keyed``: send an ``Idempotency-Key`` (the call may then be retried
-        whatever became of an attempt); ``headers``: more headers to send.
+        whatever became of an attempt), ``idempotency_key`` if given (it
+        implies ``keyed``), else a new one; ``headers``: more headers to send.
         """
         policy = retry or self.retry
         read = None if timeout is None else urllib3.Timeout(
@@ -128,8 +133,9 @@ class Transport:
         if query:
             url += "?" + urlencode(list(query))
         sent = {**self._headers, **(headers or {})}
+        keyed = keyed or idempotency_key is not None
         if keyed:
-            sent[IDEMPOTENCY_HEADER] = uuid.uuid4().hex
+            sent[IDEMPOTENCY_HEADER] = idempotency_key or uuid.uuid4().hex
         data = None
         if body is not None:
             data = json.dumps(body, ensure_ascii=False).encode("utf-8")

@@ -76,6 +76,12 @@ class LimitCounters(Protocol):
     def shared(self) -> bool:
         """Whether other processes count on the same counters (Redis)."""
 
+    @property
+    def retry_ms(self) -> int:
+        """The longest this caller goes without asking again once a call
+        failed (its back-off): a new epoch's quarantine outlasts it, so that
+        every node has told what it holds before anything is granted."""
+
     async def take(self, node_id: str, specs: Sequence[LimitSpec], asks: Sequence[Ask], *,
                    lease_ms: int, margin_ms: int, quarantine_ms: int = 0,
                    waiting: Mapping[str, int] | None = None) -> list[Answer]:

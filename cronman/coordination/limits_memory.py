@@ -42,6 +42,7 @@ class LocalLimitCounters:
     """Limit counters in memory (thread-safe); ``clock``: Unix ms."""
 
     shared = False
+    retry_ms = 0  # never away
 
     def __init__(self, clock: Callable[[], int] = _wall_ms) -> None:
         self._clock = clock

@@ -49,6 +49,10 @@ class RedisLimitCounters:
         # The counters' epoch this caller told what it holds ("": none yet).
         self.epoch = ""
 
+    @property
+    def retry_ms(self) -> int:
+        return int(self.shard.max_backoff * 1000)
+
     def _ascript(self) -> AsyncScript:
         client = self.shard.aclient()
         if self._async is None or self._async[0] is not client:

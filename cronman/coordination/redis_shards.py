@@ -177,6 +177,11 @@ class Shard:
         return self._clock() >= self._down_until
 
     @property
+    def max_backoff(self) -> float:
+        """The longest back-off after an error, in seconds."""
+        return self._max_backoff
+
+    @property
     def down(self) -> bool:
         return self._failures > 0
 

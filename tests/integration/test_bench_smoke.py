@@ -424,6 +424,46 @@ def test_bench_skew_smoke_run_reads_the_skewed_nodes_offset(tmp_path) -> None:
 
 @pytest.mark.postgres
 @pytest.mark.slow
+def test_bench_limit_accuracy_smoke_run_reads_the_receivers_figures(tmp_path) -> None:
+    s = _bench(tmp_path, "--scenario", "limit-accuracy", "--nodes", "2", "--jobs", "160",
+               "--rate", "40", "--concurrency", "8", "--lead", "7", "--heartbeat-ttl", "3",
+               "--lease-seconds", "6")
+    (phase,) = s["phases"]
+    assert phase["fault"] == "none" and phase["owed"] == 160
+    assert phase["delivered"] + phase["missed"] == 160 and phase["delivered"] > 0, phase
+    assert phase["doubled"] == 0 and not phase["timed_out"], phase
+    assert 0 < phase["max_in_flight"] <= 8 and phase["max_per_second"] > 0, phase
+    used = phase["rate_used"]  # 4 s of herd: at least a whole second waited in
+    assert used["rate"] == 40 and used["seconds"] >= 1 and 0 < used["share"] <= 1.1, phase
+    assert isinstance(phase["low_before_last_raised"], int)
+    assert s["figures"]["none"]["delivered"] == phase["delivered"]
+    assert "rate used" in s["table"]
+
+
+def test_limit_figures_count_seconds_in_flight_and_the_rate_used_while_fires_wait() -> None:
+    from cronman_bench.limit_figures import (
+        max_in_any_second,
+        max_in_flight,
+        rate_used,
+        waiting_spans,
+    )
+
+    assert max_in_any_second([0.0, 0.5, 0.99, 1.0, 1.2]) == 4  # (0.2, 1.2]: 0.5 .. 1.2
+    assert max_in_flight([(0.0, 1.0), (0.5, 1.5), (1.0, 2.0)]) == 2  # 1.0: one ends first
+    spans = waiting_spans([(0.0, 3), (0.5, 2), (1.0, 0), (1.5, 4), (2.0, 4), (4.0, 4),
+                           (4.5, 1)])
+    assert spans == [(0.0, 0.5), (1.5, 2.0), (4.0, 4.5)]  # 2.0 .. 4.0: a gap, not known
+    arrivals = [i / 10 for i in range(60)]  # 10 a second over 6 s
+    waited = waiting_spans([(t / 4, 1) for t in range(0, 25)])  # 0 .. 6 s
+    assert rate_used(arrivals, 10, waited).to_dict() == {
+        "seconds": 5, "arrivals": 50, "rate": 10, "share": 1.0}
+    used = rate_used(arrivals, 20, waited, excluded=[(1.5, 2.5)])  # seconds 1 and 2 out
+    assert (used.seconds, used.arrivals, used.share) == (3, 30, 0.5)
+    assert rate_used([], 10, waited).share is None
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
 def test_bench_work_queue_smoke_run_measures_every_phase(tmp_path) -> None:
     from cronman_bench.systems import BenchOptions
     from cronman_bench.work_queue import WorkQueueParams, run_work_queue

@@ -213,6 +213,10 @@ def test_an_unreachable_redis_raises_unavailable():
     try:
         with pytest.raises(CoordinatorUnavailable):
             run(take(counters, "n1", [LimitSpec("x", concurrency=1)], asks("a", 1)))
+        # It is not asked again for its back-off: a new epoch's quarantine outlasts it.
+        assert counters.retry_ms == 2000 and LocalLimitCounters.retry_ms == 0
+        with pytest.raises(CoordinatorUnavailable, match="backing off"):
+            run(take(counters, "n1", [LimitSpec("x", concurrency=1)], asks("a", 1)))
     finally:
         counters.close()
 

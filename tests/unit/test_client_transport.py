@@ -198,6 +198,9 @@ def test_a_keyed_post_whose_answer_was_lost_is_sent_again_with_the_same_key():
     with dropping_first() as (url, seen):
         CronmanClient(url, retry=FAST).trigger_job(JOB_ID)
     assert len(seen) == 2 and seen[0][2] == seen[1][2] != key  # a new key per call
+    with dropping_first() as (url, seen):  # a key of the caller's own, on every attempt
+        CronmanClient(url, retry=FAST).replay_run("run-1", idempotency_key="mine")
+    assert [k for _, _, k in seen] == ["mine", "mine"]
 
 
 def test_a_post_without_a_key_is_not_sent_again_after_a_lost_answer():

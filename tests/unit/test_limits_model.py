@@ -1,4 +1,5 @@
-"""The limits' pure parts: matching jobs, a node's fair share, the forecast's
+"""The limits' pure parts: matching jobs, a node's fair share and the
+members it is counted over, the forecast's
 count of fires and its play of a limit's rate."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from cronman.api.herd import count_fires, hold_back
 from cronman.coordination.limit_counters import LimitSpec
 from cronman.limits import Limit, LimitIndex, Quota, parse_limit, quota_limit
 from cronman.models import JobRow
-from cronman.scheduler.dispatch.limit_book import fair_share
+from cronman.scheduler.dispatch.limit_book import AwayMembers, fair_share
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -57,6 +58,17 @@ def test_a_fair_share_is_never_more_than_the_whole_nor_less_than_one():
     assert fair_share(spec, 1) == spec
     many = fair_share(LimitSpec("y", concurrency=2), 5)
     assert many.concurrency == 1 and many.count == 0
+
+
+def test_a_share_while_redis_is_away_is_of_the_most_members_seen_since():
+    away = AwayMembers()
+    assert away.seen(3) == 3
+    # Redis back empty: the membership comes back one node at a time, while
+    # this node's counters still back off -- its share does not grow.
+    assert away.seen(1) == 3 and away.seen(2) == 3
+    away.back()
+    assert away.seen(2) == 2  # the next outage counts from its own view
+    assert AwayMembers().seen(0) == 1
 
 
 def test_the_forecast_counts_each_fire_and_plays_the_rate():

@@ -48,6 +48,27 @@ def fair_share(spec: LimitSpec, members: int) -> LimitSpec:
                      concurrency=max(1, spec.concurrency // n) if spec.concurrency else 0)
 
 
+class AwayMembers:
+    """How many nodes share each limit while its counters are away: the most
+    live members seen since they stopped answering. The membership lives in
+    Redis too: one that comes back empty lists the nodes again one by one as
+    they beat, and a share of that partial view (the whole, on the first
+    node back) would be more than this node's while the others still count
+    on theirs."""
+
+    def __init__(self) -> None:
+        self._most = 0
+
+    def seen(self, members: int) -> int:
+        """Note the membership's size now; the most since the counters went away."""
+        self._most = max(self._most, members, 1)
+        return self._most
+
+    def back(self) -> None:
+        """The counters answer again: the next absence counts from its own view."""
+        self._most = 0
+
+
 class LimitBook:
     """The limits in force on this node, read from ``store``."""
 

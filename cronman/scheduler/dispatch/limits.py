@@ -29,13 +29,15 @@ concurrency.
   node's heartbeat TTL).
 - **Redis away**: for ``FALLBACK_AFTER_MS`` the attempts wait (a restart, a
   failover); then the node counts on its fair share of each limit
-  (``limit_book.fair_share``: the whole over the live members it last saw)
-  in memory, never more than the whole. Its own grants are mirrored there
-  all along, so its share starts from what it has started and holds. Once
-  Redis answers again, the node first tells it what it holds (``restore``),
-  then asks it again. A Redis that restarted empty begins a new epoch: every
-  node tells it what it holds (on its next ask or renewal), and it grants
-  nothing for ``quarantine_ms`` (a renewal interval and a second) meanwhile.
+  (``limit_book.fair_share``: the whole over the most live members it saw
+  since they went away, ``AwayMembers``) in memory, never more than the
+  whole. Its own grants are mirrored there all along, so its share starts
+  from what it has started and holds. Once Redis answers again, the node
+  first tells it what it holds (``restore``), then asks it again. A Redis
+  that restarted empty begins a new epoch: every node tells it what it holds
+  (on its next ask or renewal), and it grants nothing for ``quarantine_ms``
+  meanwhile: a renewal interval, the counters' longest back-off (a node in
+  its back-off still counts on its fair share) and a second.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ from cronman.coordination.limits_memory import LocalLimitCounters
 from cronman.errors import CoordinatorUnavailable
 from cronman.limits import QUOTA_PREFIX
 from cronman.scheduler import policies
-from cronman.scheduler.dispatch.limit_book import LimitBook, fair_share, spec_of
+from cronman.scheduler.dispatch.limit_book import AwayMembers, LimitBook, fair_share, spec_of
 from cronman.scheduler.fires import ActiveRun
 from cronman.scheduler.runtime.clock import ReferenceClock
 from cronman.scheduler.runtime.lifecycle import Lifecycle
@@ -204,13 +206,16 @@ class LimitGate:
         self._busy = False
         self._scheduled = False
         self._away_since: int | None = None  # since when the counters do not answer
+        self._away_members = AwayMembers()
         # Tell the shared counters what this node holds before asking them
         # again: at start, after a new epoch, after grants of the fair share.
         self._tell = True
-        # After a new epoch, the nodes have this long to tell what they hold
-        # (their renewals, every lease / 4, tell it too).
+        # After a new epoch, the nodes have this long to tell what they hold:
+        # their renewals (every lease / 4) tell it too, and a node's first call
+        # may wait out its back-off from the counters' outage.
         self.renew_every = max(SWEEP_INTERVAL, min(RENEW_MAX, lease_ms / 4000.0))
-        self.quarantine_ms = int(self.renew_every * 1000) + QUARANTINE_SLACK_MS
+        self.quarantine_ms = (int(self.renew_every * 1000) + counters.retry_ms
+                              + QUARANTINE_SLACK_MS)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -330,6 +335,7 @@ class LimitGate:
             answers = await self._shared_take(specs, asks, waiting)
             if self._away_since is not None:
                 self._away_since = None
+                self._away_members.back()
                 log.info("limits counted on the shared counters again")
             self._ratelog.clear("take")
             for ask, answer in zip(asks, answers, strict=True):
@@ -337,6 +343,7 @@ class LimitGate:
                     self._local.record(self.node_id, specs, ask, lease_ms=self.lease_ms)
         except CoordinatorUnavailable as exc:
             now = self._clock.now_ms()
+            members = self._away_members.seen(len(self._members.members))
             if self._away_since is None:
                 self._away_since = now
             if now - self._away_since < FALLBACK_AFTER_MS:
@@ -345,9 +352,8 @@ class LimitGate:
                 answers = [Answer(False, ask.limits[0], UNANSWERED, AWAY_RETRY_MS)
                            if ask.limits else GRANTED for ask in asks]
             else:
-                members = len(self._members.members)
                 self._ratelog.warning("take", "limits counted on this node's fair share "
-                                              "(1/%d): %s", max(1, members), exc)
+                                              "(1/%d): %s", members, exc)
                 self.metrics.fallbacks.inc()
                 local = self._tell = True
                 answers = self._local.take_now(self.node_id,
