@@ -1,6 +1,7 @@
 """Creating and editing jobs in the console, in headless Chromium, checked
 through the API: the API's own validation shown at the field its 400 names,
-the JSON view and the form editing one definition, a diff before saving, and
+the JSON and YAML views and the form editing one definition (a YAML error
+named at its line blocks the review), a diff before saving, and
 the version check: a change saved by someone else meanwhile is shown (409),
 not overwritten; kept on top of it, only this edit's change is written. A
 read-only token gets no editor.
@@ -65,6 +66,83 @@ def test_create_a_job_with_the_apis_validation_at_the_field(console, admin_page,
     assert made[0]["schedule"]["cron"] == "*/5 * * * *" and made[0]["labels"] == {"made": "console"}
     assert page.url.endswith(f"#/jobs/{made[0]['id']}")
     console.api("DELETE", f"/v1/jobs/{made[0]['id']}")
+
+
+YAML_JOB = """\
+# made in the console's YAML view
+name: made-in-yaml
+namespace: ops
+labels: {made: yaml, tier: %s}
+schedule:
+  kind: cron
+  cron: "%s"    # quoted: a plain value cannot start with "*"
+  timezone: Europe/Berlin
+target:
+  kind: http
+  url: %s
+  method: POST
+  body: |
+    line one
+    line two
+retry:
+  max_attempts: 2
+"""
+
+
+def test_create_a_job_in_the_yaml_view(console, admin_page, tmp_path):
+    page, watch = admin_page
+    goto(page, console, "jobs")
+    page.click("#job-new")
+    page.wait_for_selector("#job-json")
+    page.click("#job-format-yaml")
+    page.wait_for_selector("#job-yaml")
+    assert page.is_hidden("#job-json")
+    assert "schedule:\n  kind: cron\n" in page.input_value("#job-yaml")
+    # The choice is remembered: the editor opens on YAML from now on.
+    goto(page, console, "new")
+    page.wait_for_selector("#job-yaml")
+    assert page.get_attribute("#job-format-yaml", "aria-pressed") == "true"
+    # A text that does not parse says where, and nothing can be reviewed or switched.
+    page.fill("#job-yaml", "name: x\nschedule:\n  kind: cron\n  cron: &c '0 3 * * *'\n")
+    assert page.inner_text("#job-yaml-error") == \
+        "not YAML: line 4: anchors and aliases are not supported"
+    assert page.is_disabled("#job-review-button") and page.is_disabled("#job-format-json")
+    shot(page, "edit-yaml-error", tmp_path)
+    # Pasted YAML fills the form; the API's 400 lands at the form's field.
+    url = console.jobs["ops-actions"]["target"]["url"]
+    page.fill("#job-yaml", YAML_JOB % ('"1"', "61 * * * *", url))
+    assert page.input_value("#f-name") == "made-in-yaml"
+    assert page.input_value("#f-target-url") == url
+    diff = review_and_save(page)
+    assert "+ name: made-in-yaml" in diff and "+   cron: 61 * * * *" in diff, diff
+    page.wait_for_selector("#f-schedule-cron[aria-invalid=true]")
+    assert page.inner_text(".field-error[data-for='schedule.cron']").startswith("schedule.cron")
+    expect_error(watch, 400)
+    # The form edits the YAML's definition, and JSON shows the same one.
+    page.fill("#f-schedule-cron", "*/5 * * * *")
+    assert 'cron: "*/5 * * * *"\n' in page.input_value("#job-yaml")
+    page.click("#job-format-json")
+    assert '"cron": "*/5 * * * *"' in page.input_value("#job-json")
+    assert '"body": "line one\\nline two\\n"' in page.input_value("#job-json")
+    page.click("#job-format-yaml")
+    # A field the form lacks: the API's message under the YAML view.
+    page.fill("#job-yaml", YAML_JOB % ("1", "*/5 * * * *", url))
+    review_and_save(page)
+    page.wait_for_selector("#job-yaml-error:not([hidden])")
+    assert page.inner_text("#job-yaml-error").startswith("labels.tier"), \
+        page.inner_text("#job-yaml-error")
+    expect_error(watch, 400)
+    assert console.api("GET", "/v1/jobs?name=made-in-yaml")[1]["items"] == []
+    page.fill("#job-yaml", YAML_JOB % ('"1"', "*/5 * * * *", url))
+    review_and_save(page)
+    page.wait_for_selector("#job-actions")
+    [made] = console.api("GET", "/v1/jobs?name=made-in-yaml")[1]["items"]
+    assert made["namespace"] == "ops" and made["labels"] == {"made": "yaml", "tier": "1"}
+    assert made["schedule"] == {"kind": "cron", "cron": "*/5 * * * *", "timezone": "Europe/Berlin"}
+    assert made["target"]["method"] == "POST" and made["target"]["body"] == "line one\nline two\n"
+    assert made["retry"]["max_attempts"] == 2
+    assert page.url.endswith(f"#/jobs/{made['id']}")
+    console.api("DELETE", f"/v1/jobs/{made['id']}")
 
 
 def test_edit_shows_a_concurrent_change_instead_of_overwriting_it(console, admin_page, tmp_path):

@@ -1,11 +1,12 @@
 // Create or edit a job: a form for the common fields and the definition as
-// JSON (both edit the same definition), reviewed as a diff before saving.
+// JSON or YAML (all edit the same definition), reviewed as a diff before saving.
 // The API validates: a 400 is shown at the field it names. An edit is a PUT
 // carrying the version it was read at, so a concurrent change is a 409: it
 // is shown (what changed, against yours), never overwritten.
 
 import { api } from "../api.js";
 import { diffView } from "../diff.js";
+import { definitionPanel } from "../definition.js";
 import { clear, h } from "../dom.js";
 import { errorBox, loaded } from "./common.js";
 
@@ -62,7 +63,6 @@ export function definitionOf(job) {
   return out;
 }
 
-const pretty = (obj) => JSON.stringify(obj, null, 2);
 const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
 
 /** ``mine``'s changes to ``base`` (key by key, top level) applied to ``theirs``. */
@@ -87,27 +87,27 @@ export function render(ctx) {
     loaded(root, false);
     return null;
   }
-  const state = { base: "", version: null, def: null };
+  // base: the definition as read (null for a new job); def: the one being edited from.
+  const state = { base: null, version: null, def: null };
   const inputs = new Map();
   const form = h("div", { class: "editor-fields" });
-  const json = h("textarea", { id: "job-json", spellcheck: "false", "aria-label": "definition (JSON)",
-                               rows: 22 });
-  const jsonError = h("p", { class: "field-error", id: "job-json-error", hidden: true });
   const review = h("div", { id: "job-review" });
   const conflict = h("div", { id: "job-conflict" });
   const reviewButton = h("button", { class: "btn primary", type: "button", id: "job-review-button",
                                      text: "Review changes" });
 
+  // A review shown is of the text as it was: any edit takes it away, so
+  // Save never sends a definition other than the one reviewed.
+  const definition = definitionPanel(() => {
+    clear(review);
+    if (current()) showFields();
+  });
+  const baseText = () => (state.base ? definition.text(state.base) : "");
+
   function current() {
-    try {
-      const obj = JSON.parse(json.value);
-      jsonError.hidden = true;
-      return obj;
-    } catch (err) {
-      jsonError.textContent = `not JSON: ${err.message}`;
-      jsonError.hidden = false;
-      return null;
-    }
+    const def = definition.read();
+    reviewButton.disabled = !def;
+    return def;
   }
 
   function showFields() {
@@ -135,7 +135,8 @@ export function render(ctx) {
       setPath(def, field, value);
       if (field.startsWith("retry.") && def.retry && !Object.keys(def.retry).length) delete def.retry;
     }
-    json.value = pretty(def);
+    clear(review);
+    definition.write(def);
     showFields();
   }
 
@@ -151,15 +152,13 @@ export function render(ctx) {
     inputs.set(field, { input, row });
     form.append(row);
   }
-  json.addEventListener("input", () => { if (current()) showFields(); });
-
   function clearErrors() {
     for (const el of card.querySelectorAll(".field-error[data-for]")) el.hidden = true;
     for (const { input } of inputs.values()) input.removeAttribute("aria-invalid");
-    jsonError.hidden = true;
+    definition.showError("");
   }
 
-  /** A 400's message at the field it names (or, for a field the form lacks, at the JSON). */
+  /** A 400's message at the field it names (or, for a field the form lacks, under the definition). */
   function showError(err) {
     const field = (err.field || "").replace(/^jobs\[0\]\./, "");
     const match = [...inputs.keys()].filter((f) => field === f || field.startsWith(f + ".") ||
@@ -172,8 +171,7 @@ export function render(ctx) {
       slot.hidden = false;
       input.focus();
     } else {
-      jsonError.textContent = field ? `${field}: ${err.message}` : err.message;
-      jsonError.hidden = false;
+      definition.showError(field ? `${field}: ${err.message}` : err.message);
     }
   }
 
@@ -183,7 +181,7 @@ export function render(ctx) {
     if (!def) return;
     clear(conflict);
     clear(review).append(h("h2", { text: jobId ? "Changes to save" : "The new job" }),
-      diffView(state.base, pretty(def), "job-diff"),
+      diffView(baseText(), definition.text(def), "job-diff"),
       h("div", { class: "actions" },
         h("button", { class: "btn primary", type: "button", id: "job-save", text: "Save",
                       onclick: () => save(def) }),
@@ -210,21 +208,21 @@ export function render(ctx) {
   /** Someone saved the job since it was read: what they changed, against this edit. */
   async function showConflict(mine) {
     const now = await api(`v1/jobs/${encodeURIComponent(jobId)}`);
-    const theirs = pretty(definitionOf(now));
+    const theirs = definition.text(definitionOf(now));
     clear(conflict).append(h("div", { class: "error-box", role: "alert",
       text: `The job changed since you opened it (version ${state.version} → ${now.version}). ` +
         "Nothing was saved." }),
       h("h2", { text: "Their change (the version you opened → the current one)" }),
-      diffView(state.base, theirs, "job-conflict-theirs"),
+      diffView(baseText(), theirs, "job-conflict-theirs"),
       h("h2", { text: "Yours against the current version" }),
-      diffView(theirs, pretty(mine), "job-conflict-mine"),
+      diffView(theirs, definition.text(mine), "job-conflict-mine"),
       h("div", { class: "actions" },
         h("button", { class: "btn", type: "button", id: "job-rebase",
                       text: "Keep my edit, on top of the current version",
                       onclick: () => {
                         const merged = rebase(state.def, mine, definitionOf(now));
                         start(now);
-                        json.value = pretty(merged);
+                        definition.write(merged);
                         showFields();
                         clear(conflict);
                       } }),
@@ -238,8 +236,8 @@ export function render(ctx) {
       name: "", namespace: (session.who && session.who.namespaces && session.who.namespaces[0]) ||
         "default", schedule: SCHEDULES.cron(), target: TARGETS.http() };
     state.version = job ? job.version : null;
-    state.base = job ? pretty(state.def) : "";
-    json.value = pretty(state.def);
+    state.base = job ? state.def : null;
+    definition.write(state.def);
     showFields();
   }
 
@@ -247,7 +245,7 @@ export function render(ctx) {
     h("h1", { text: jobId ? "Edit job" : "New job" }),
     h("div", { class: "grid2 editor" },
       h("div", null, h("h2", { text: "Fields" }), form),
-      h("div", null, h("h2", { text: "Definition (JSON)" }), json, jsonError)),
+      definition.element),
     h("div", { class: "actions" }, reviewButton,
       h("a", { class: "btn", href: jobId ? `#/jobs/${jobId}` : "#/jobs", text: "Cancel" })),
     review, conflict);
