@@ -6,7 +6,8 @@ While the workers hold all four runs, a node is SIGKILLed, then the API process
 (started again on its port 2 s later: the workers' heartbeats and reports
 carry on through it, within their lease), then one worker (its commands die
 with it). The runs the killed worker held come back as attempt 2 after their
-heartbeat timeout and are finished by a third worker; the others finish as
+heartbeat timeout and are finished by a live worker (the third one, or the
+second once its own are done); the others finish as
 attempt 1 by the worker that held them through both kills. Every run
 succeeded once, and each command ran once per attempt.
 """
@@ -89,8 +90,8 @@ def test_workers_hold_their_runs_through_node_api_and_worker_kills(cluster: Clus
     for run in ended:
         was = held[run["id"]]
         assert run["status"] == "succeeded", run
-        if was == "w1":  # taken back after its lease, finished by w3
-            assert run["attempt"] == 2 and run["result"]["worker_id"] == "w3", run
+        if was == "w1":  # taken back after its lease, finished by a live worker
+            assert run["attempt"] == 2 and run["result"]["worker_id"] in ("w2", "w3"), run
         else:  # held through the node's and the API's deaths
             assert run["attempt"] == 1 and run["result"]["worker_id"] == "w2", run
         assert run["result"]["logs_tail"]["stdout"] == f"done by attempt {run['attempt']}\n"
