@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
+from cronman_bench.limit_figures import max_in_any_second
+
 
 @dataclass(frozen=True)
 class Reply:
@@ -233,13 +235,8 @@ class Receiver:
     def max_per_second(self, path: str | None = None) -> int:
         """The most requests (to ``path``, or any) that arrived within one
         second of the wall clock (any one-second window, not only whole seconds)."""
-        times = sorted(r.arrived_at for r in self.requests if path is None or r.path == path)
-        best, lo = 0, 0
-        for hi, t in enumerate(times):
-            while times[lo] <= t - 1.0:
-                lo += 1
-            best = max(best, hi - lo + 1)
-        return best
+        return max_in_any_second(r.arrived_at for r in self.requests
+                                 if path is None or r.path == path)
 
     @property
     def requests(self) -> list[ReceivedRequest]:
