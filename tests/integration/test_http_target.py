@@ -367,8 +367,11 @@ def test_many_in_flight_at_once(rx):
 
     outcomes, elapsed = asyncio.run(go())
     assert all(o.ok for o in outcomes)
-    assert elapsed < 2.0  # concurrent, not 40 x 0.2 s
     assert len({r.header("Cronman-Run-Id") for r in rx.wait_for(40)}) == 40
+    # Concurrent, not 40 x 0.2 s: counted at the receiver, not timed (a busy
+    # machine slows the start of each request, not their overlap).
+    assert rx.max_in_flight_for("/c") >= 20, rx.max_in_flight_for("/c")
+    assert elapsed < 6.0
 
 
 def test_cookies_are_not_carried_between_requests(rx):
