@@ -34,7 +34,7 @@ def review_and_save(page) -> str:
     return diff
 
 
-def test_create_a_job_with_the_apis_validation_at_the_field(console, admin_page, tmp_path):
+def test_create_a_job_with_the_apis_validation_at_the_field(console, admin_page):
     page, watch = admin_page
     goto(page, console, "jobs")
     page.click("#job-new")
@@ -49,7 +49,7 @@ def test_create_a_job_with_the_apis_validation_at_the_field(console, admin_page,
     assert error.startswith("schedule.cron"), error
     assert console.api("GET", "/v1/jobs?name=made-in-console")[1]["items"] == []
     expect_error(watch, 400)
-    shot(page, "edit-error", tmp_path)
+    shot(page, "edit-error", console.shots)
     page.fill("#f-schedule-cron", "*/5 * * * *")
     # The JSON view edits the same definition: a label added there is saved too.
     definition = page.input_value("#job-json")
@@ -89,7 +89,7 @@ retry:
 """
 
 
-def test_create_a_job_in_the_yaml_view(console, admin_page, tmp_path):
+def test_create_a_job_in_the_yaml_view(console, admin_page):
     page, watch = admin_page
     goto(page, console, "jobs")
     page.click("#job-new")
@@ -107,7 +107,7 @@ def test_create_a_job_in_the_yaml_view(console, admin_page, tmp_path):
     assert page.inner_text("#job-yaml-error") == \
         "not YAML: line 4: anchors and aliases are not supported"
     assert page.is_disabled("#job-review-button") and page.is_disabled("#job-format-json")
-    shot(page, "edit-yaml-error", tmp_path)
+    shot(page, "edit-yaml-error", console.shots)
     # Pasted YAML fills the form; the API's 400 lands at the form's field.
     url = console.jobs["ops-actions"]["target"]["url"]
     page.fill("#job-yaml", YAML_JOB % ('"1"', "61 * * * *", url))
@@ -145,7 +145,7 @@ def test_create_a_job_in_the_yaml_view(console, admin_page, tmp_path):
     console.api("DELETE", f"/v1/jobs/{made['id']}")
 
 
-def test_edit_shows_a_concurrent_change_instead_of_overwriting_it(console, admin_page, tmp_path):
+def test_edit_shows_a_concurrent_change_instead_of_overwriting_it(console, admin_page):
     page, watch = admin_page
     job = console.jobs["search-index-05"]
     path = f"/v1/jobs/{job['id']}"
@@ -165,7 +165,7 @@ def test_edit_shows_a_concurrent_change_instead_of_overwriting_it(console, admin
     assert f"version {job['version']} → {theirs['version']}" in page.inner_text("#job-conflict")
     assert "someone-else" in page.inner_text("#job-conflict-theirs")
     expect_error(watch, 409)
-    shot(page, "edit-conflict", tmp_path)
+    shot(page, "edit-conflict", console.shots)
     now = console.api("GET", path)[1]
     assert now["labels"] == {"owner": "someone-else"} and now["schedule"]["cron"] == "0 7 * * *"
     # Kept on top of the current version: only this edit's change is written.

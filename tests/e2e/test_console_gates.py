@@ -80,7 +80,7 @@ def test_a_run_held_by_a_limit_shows_the_limit_and_its_wait(console, browser, li
         page.wait_for_selector("#run-gate-text .gate")
         assert page.inner_text("#run-gate-text") == words
         assert page.evaluate(LAYOUT_JS) == []
-        shot(page, "390-run-limit", tmp_path)
+        shot(page, "390-run-limit", console.shots)
         watch.assert_clean()
     finally:
         context.close()
@@ -98,7 +98,7 @@ def test_a_run_held_by_a_limit_shows_the_limit_and_its_wait(console, browser, li
         cell.focus()
         assert cell.evaluate("(v) => getComputedStyle(v).whiteSpace") == "normal"
         assert page.evaluate(LAYOUT_JS) == []
-        shot(page, "1440-runs-limit", tmp_path)
+        shot(page, "1440-runs-limit", console.shots)
         watch.assert_clean()
     finally:
         context.close()
@@ -129,7 +129,7 @@ def test_a_buffered_run_shows_the_run_it_was_buffered_behind(console, browser, b
         assert link.inner_text() == "run of " + blocker_run["scheduled_for"].replace(
             "T", " ").removesuffix("Z").split(".")[0]
         assert page.evaluate(LAYOUT_JS) == []
-        shot(page, "390-run-buffered", tmp_path)
+        shot(page, "390-run-buffered", console.shots)
         link.click()
         page.wait_for_selector(f"#run-head .name[title='{blocker}']")
         assert page.url.endswith(f"#/runs/{blocker}")
@@ -146,7 +146,7 @@ def test_a_buffered_run_shows_the_run_it_was_buffered_behind(console, browser, b
         assert cell.inner_text().startswith("buffered behind run of ")
         assert cell.get_attribute("title") == cell.inner_text()
         assert page.evaluate(LAYOUT_JS) == []
-        shot(page, "1440-job-buffered", tmp_path)
+        shot(page, "1440-job-buffered", console.shots)
         watch.assert_clean()
     finally:
         context.close()

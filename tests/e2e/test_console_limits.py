@@ -45,7 +45,7 @@ def fill(page, **values: str) -> None:
 
 
 def test_an_admin_makes_edits_and_deletes_a_limit_and_sees_fires_wait_on_it(
-        console, browser, held_job, tmp_path):
+        console, browser, held_job):
     context, page, watch = open_page(browser, console, console.admin, width=1440, height=900)
     goto(page, console, "limits")
     assert page.locator("#limit-form").count() == 1
@@ -68,7 +68,7 @@ def test_an_admin_makes_edits_and_deletes_a_limit_and_sees_fires_wait_on_it(
     [row] = [r for r in rows(page, "#limits-table") if SLOW in r]
     assert f"namespace {NAMESPACE}" in row and "0.02/s" in row and "by hand" in row
     assert page.evaluate(LAYOUT_JS) == []
-    shot(page, "limits-1440", tmp_path)
+    shot(page, "limits-1440", console.shots)
 
     page.click(f"#limits-table tr[data-limit='{SLOW}'] button[data-action=edit]")
     assert page.input_value("#limit-name") == SLOW and page.is_disabled("#limit-name")
@@ -87,7 +87,7 @@ def test_an_admin_makes_edits_and_deletes_a_limit_and_sees_fires_wait_on_it(
 
 
 def test_the_limits_view_fits_a_phone_and_a_read_only_token_sees_no_action(
-        console, browser, tmp_path):
+        console, browser):
     status, _ = console.api("POST", "/v1/limits", {
         "name": "billing-host", "match": {"host": "billing.internal"}, "rate": 200,
         "burst": 20, "concurrency": 50})
@@ -104,7 +104,7 @@ def test_the_limits_view_fits_a_phone_and_a_read_only_token_sees_no_action(
             assert page.locator("#limit-form").count() == (0 if read_only else 1)
             assert page.locator("#limits-table button").count() == (0 if read_only else 2)
             assert page.evaluate(LAYOUT_JS) == [], (width, read_only)
-            shot(page, f"limits-{width}-{'viewer' if read_only else 'admin'}", tmp_path)
+            shot(page, f"limits-{width}-{'viewer' if read_only else 'admin'}", console.shots)
             watch.assert_clean()
             context.close()
     finally:

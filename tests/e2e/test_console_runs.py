@@ -41,7 +41,7 @@ def ended_run(console: Console, job: str, status: str, timeout: float = 30) -> d
 
 
 def test_a_container_runs_page_shows_its_exit_code_and_both_streams_and_replays(
-        console, admin_page, tmp_path):
+        console, admin_page):
     page, watch = admin_page
     run = ended_run(console, "ops-container", "failed")
     goto(page, console, f"jobs/{console.jobs['ops-container']['id']}")
@@ -54,7 +54,7 @@ def test_a_container_runs_page_shows_its_exit_code_and_both_streams_and_replays(
     assert page.inner_text("#run-attempt-no") == f"{run['attempt']} of at most 1"
     assert "ops/ops-container" in page.inner_text("#run-job")
     assert "nothing held this run back" in page.inner_text("#run-gate-text")
-    shot(page, "run-container", tmp_path)
+    shot(page, "run-container", console.shots)
     # Cancel is offered exactly when the API has it (and only while the run runs).
     has_cancel = CANCEL in console.api("GET", "/openapi.json")[1]["paths"]
     assert page.locator("#run-actions button[data-action=cancel]").count() == 0
@@ -69,7 +69,7 @@ def test_a_container_runs_page_shows_its_exit_code_and_both_streams_and_replays(
     assert not has_cancel or page.locator("#run-actions button[data-action=cancel]").count() <= 1
 
 
-def test_an_http_failures_page_shows_the_status_and_the_answer(console, admin_page, tmp_path):
+def test_an_http_failures_page_shows_the_status_and_the_answer(console, admin_page):
     page, watch = admin_page
     run = ended_run(console, "search-broken", "failed")
     assert run["result"] == {"http_status": 500, "response_snippet": FAIL_BODY}, run
@@ -82,7 +82,7 @@ def test_an_http_failures_page_shows_the_status_and_the_answer(console, admin_pa
     goto(page, console, f"runs/{refused['id']}")
     assert page.inner_text("#run-error") == refused["error"]
     assert page.locator("#run-answer").count() == 0
-    shot(page, "run-refused", tmp_path)
+    shot(page, "run-refused", console.shots)
 
 
 def test_a_workflow_runs_page_names_its_gate_and_the_upstream_run(console, admin_page):
@@ -113,7 +113,7 @@ def test_a_workflow_runs_page_names_its_gate_and_the_upstream_run(console, admin
             console.api("DELETE", f"/v1/jobs/{job['id']}?force=true")
 
 
-def test_history_at_a_glance_on_the_jobs_list_and_the_job_page(console, admin_page, tmp_path):
+def test_history_at_a_glance_on_the_jobs_list_and_the_job_page(console, admin_page):
     page, watch = admin_page
     goto(page, console, "jobs?q=search-")
     until(page, "document.querySelectorAll('#jobs-list .strip .cell').length > 0")
@@ -124,7 +124,7 @@ def test_history_at_a_glance_on_the_jobs_list_and_the_job_page(console, admin_pa
     assert len(statuses) >= 3 and set(statuses) <= {"failed", "claimed", "running"}, statuses
     never = console.jobs["search-index-00"]["id"]
     assert page.inner_text(f"#jobs-list tr:has(a[href='#/jobs/{never}']) .strip") == "no runs"
-    shot(page, "jobs-strips", tmp_path)
+    shot(page, "jobs-strips", console.shots)
     goto(page, console, f"jobs/{broken}")
     page.wait_for_selector("#job-history .strip .cell")
     assert page.inner_text("#job-history-summary").startswith("0 % of ")
@@ -196,7 +196,7 @@ def test_the_job_graph_draws_upstream_and_downstream_with_their_last_runs(consol
         xs = {n: page.locator(f"#job-graph-svg a.node[data-job='{n}'] rect").get_attribute("x")
               for n in by_id}
         assert float(xs[extract["id"]]) < float(xs[load["id"]]) < float(xs[report["id"]])
-        shot(page, "job-graph", tmp_path)
+        shot(page, "job-graph", console.shots)
         page.click(f"#job-graph-svg a.node[data-job='{report['id']}']")
         until(page, f"location.hash === '#/jobs/{report['id']}'")
     finally:
