@@ -15,8 +15,9 @@ owed fire one outcome:
   number (a violation: two nodes sent it, or a re-delivery claimed to be
   a first try);
 - ``documented_loss``: never delivered, and its run row says so with a
-  status (``lost``, ``failed``, ``skipped``) and an error (SPEC §6: nothing
-  is silently lost);
+  status (``failed``, ``skipped``, or ``lost`` for an ``at_most_once`` job:
+  an ``at_least_once`` run is dispatched again instead) and an error (SPEC
+  §6: nothing is silently lost);
 - ``missed``: never delivered and no row, or a row without an error (a
   violation).
 
@@ -269,7 +270,10 @@ def _judge(job_id: str, fire_ms: int, seen: list[Arrival], row: RunRow | None,
                 bound_ms=bounds.late_bound(near), arrivals=sorted(seen,
                                                                   key=lambda a: a.arrived_ms))
     if not seen:
-        if row is not None and row.status in LOSS_STATUSES and row.error:
+        if row is not None and row.error and row.status in LOSS_STATUSES and (
+                row.status != "lost" or at_most_once):
+            # ``lost`` is the documented end of an at_most_once run only: an
+            # at_least_once run whose node died is dispatched again.
             v.outcome = DOCUMENTED_LOSS
         return v
     first = v.arrivals[0]

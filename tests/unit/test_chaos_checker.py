@@ -62,8 +62,11 @@ def test_each_outcome():
     assert outcome_of([]).outcome == MISSED
     assert outcome_of([], [row("a", f, "succeeded")]).outcome == MISSED  # no error: silent
     assert outcome_of([], [row("a", f, "lost")]).outcome == MISSED  # a status but no error
-    assert outcome_of([], [row("a", f, "lost", "lease expired; at_most_once")]
-                      ).outcome == DOCUMENTED_LOSS
+    # Recorded lost with its reason: documented for an at_most_once job only.
+    lost = [row("a", f, "lost", "lease expired; at_most_once")]
+    [v] = check([("a", f)], [], lost, [], WINDOW, BOUNDS, at_most_once={"a"}).verdicts
+    assert v.outcome == DOCUMENTED_LOSS
+    assert outcome_of([], lost).outcome == MISSED  # an at_least_once run must come again
     assert outcome_of([], [row("a", f, "skipped", "neither backend reachable")]
                       ).outcome == DOCUMENTED_LOSS
     assert outcome_of([], [row("a", f + 1000, "lost", "x")]).outcome == MISSED  # another fire's
