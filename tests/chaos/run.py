@@ -323,6 +323,12 @@ def run_chaos(rig: Rig, config: ChaosConfig,
                                  if w.local(i)[0].name == "amo"})
     logs = [ln for node in c.nodes.values() for p in node.incarnations
             for ln in parse_log(node.node_id, p.log_text())]
+    # The API's, the worker's and the agent's too: a violation prints what
+    # every process said around it, not only the nodes.
+    nodes_procs = {id(p) for node in c.nodes.values() for p in node.incarnations}
+    logs += [ln for p in rig.procs.started if id(p) not in nodes_procs
+             for ln in parse_log(p.name, p.log_text())]
+    logs.sort(key=lambda ln: ln.at_ms)
     groups = {job_ids[i]: w.local(i)[0].name for i in range(w.count)}
     return ChaosOutcome(config, planned, result, logs, nemesis.errors + writer.errors,
                         len(writer.acked), writer.failures, lines, groups)
