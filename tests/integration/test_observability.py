@@ -77,8 +77,20 @@ def test_scheduler_port_probes_metrics_and_json_logs(tmp_path, pg_url, redis_url
 
         wait_for(lambda: any(ln.startswith("cronman_namespace_failures_total")
                              for ln in metric_lines()), 20, "a failure counted")
-        lines = metric_lines()
-        assert "cronman_live_nodes 1.0" in lines
+        # The membership view is read at scrape time: on a busy machine it can
+        # lag the node's own first pulse (what it read is in the failure).
+        seen: list[str] = []
+
+        def one_live_node() -> list[str] | None:
+            got = metric_lines()
+            seen[:] = [ln for ln in got if ln.startswith("cronman_live_nodes")]
+            return got if "cronman_live_nodes 1.0" in got else None
+
+        try:
+            lines = wait_for(one_live_node, 15, "cronman_live_nodes 1.0")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the node showed {seen or 'no cronman_live_nodes'}"
+                                 ) from None
         assert any(ln.startswith("cronman_build_info{") and 'component="scheduler"' in ln
                    for ln in lines)
         fired = [ln for ln in lines if ln.startswith("cronman_namespace_fires_total")]
