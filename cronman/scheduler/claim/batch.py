@@ -37,6 +37,7 @@ from cronman.coordination.base import (
 )
 from cronman.errors import CoordinatorUnavailable, StoreUnavailable
 from cronman.models import Run
+from cronman.scheduler.dispatch.in_flight import in_flight_besides
 from cronman.scheduler.fires import LOCK_TTL_MS, Cursor, Fire
 from cronman.store.base import RunStore
 
@@ -125,13 +126,7 @@ def claim_batch(fires: list[Fire], extra_cursors: list[Cursor], *, coordinator: 
     res.fence_losses = len(winners) - len(res.dispatch) - len(inserted.too_early)
     guarded = sorted({f.job.id for f in res.dispatch if f.job.concurrency != "allow"})
     if guarded:
-        mine = {f.run_id for f in res.dispatch}
-        try:
-            found = runs.in_flight_runs(guarded)
-        except StoreUnavailable:
-            found = {}
-        res.in_flight = {job_id: [r for r in rs if r.id not in mine]
-                         for job_id, rs in found.items()}
+        res.in_flight = in_flight_besides(runs, guarded, {f.run_id for f in res.dispatch})
     return res
 
 

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from cronman.errors import StoreUnavailable
 from cronman.models import Run, RunUpdate
 from cronman.scheduler.dispatch.dispatcher import Dispatcher
+from cronman.scheduler.dispatch.in_flight import in_flight_besides
 from cronman.scheduler.fires import ActiveRun
 from cronman.scheduler.jobs.source import JobSource
 from cronman.scheduler.record.writer import ResultWriter
@@ -82,8 +83,9 @@ class RequestedRuns:
         guarded = sorted({r.job_id for r in runs if r.origin in GATED_ORIGINS
                           and (job := jobs.get(r.job_id)) is not None
                           and job.concurrency != ConcurrencyPolicy.ALLOW})
-        in_flight = await self._pool(self._in_flight, guarded, {r.id for r in runs}) \
-            if guarded else {}
+        # A run an upstream made weighs its job's runs in flight as a fire does.
+        in_flight = await self._pool(in_flight_besides, self._runs, guarded,
+                                     {r.id for r in runs}) if guarded else {}
         now = self._clock.now_ms()
         for run in runs:
             job = jobs.get(run.job_id)
@@ -100,15 +102,3 @@ class RequestedRuns:
 
     def _take(self, until: datetime) -> list[Run]:
         return self._runs.take_requested_runs(self.node_id, until, TAKE_LIMIT)
-
-    def _in_flight(self, job_ids: list[str], taken: set[str]) -> dict[str, list[Run]]:
-        """The jobs' runs in flight elsewhere (held by other nodes, or by a work
-        queue), which the concurrency policy of a run an upstream made weighs as a
-        fire's does; none if the database is away (then only the runs held here
-        count, as for fires)."""
-        try:
-            found = self._runs.in_flight_runs(job_ids)
-        except StoreUnavailable:
-            return {}
-        return {job_id: [r for r in rs if r.id not in taken] for job_id, rs in found.items()}
-
