@@ -109,6 +109,16 @@ def test_fires_go_to_the_queue_and_a_lapsed_lease_comes_back(db, store):
                                                        {"ok": True, "worker_id": "w2"})
 
 
+def run_for(node: SchedulerNode, seconds: float) -> None:
+    """Run the node (ready first) for ``seconds``, then stop it."""
+
+    async def main() -> None:
+        async with running(node):
+            await asyncio.sleep(seconds)
+
+    asyncio.run(main())
+
+
 @pytest.mark.parametrize("policy", ["forbid", "replace"])
 def test_concurrency_sees_a_run_still_in_its_queue(db, store, policy):
     (job,) = store.jobs.create_jobs([job_spec(
@@ -116,11 +126,7 @@ def test_concurrency_sees_a_run_still_in_its_queue(db, store, policy):
         target={**WORKER, "heartbeat_timeout": 600}, concurrency=policy)])
     node = _node(db, store)
 
-    async def main():
-        async with running(node):
-            await asyncio.sleep(3.5)
-
-    asyncio.run(main())
+    run_for(node, 3.5)
     runs = sorted(_runs(store, job), key=lambda r: r.scheduled_for)
     assert len(runs) >= 3
     items = store.work.items([r.id for r in runs], now=utcnow())
@@ -147,11 +153,7 @@ def test_a_run_an_upstream_made_sees_its_jobs_run_still_in_its_queue(db, store):
         target={**WORKER, "heartbeat_timeout": 600}, concurrency="forbid")])
     node = _node(db, store)
 
-    async def main():
-        async with running(node):
-            await asyncio.sleep(3.5)
-
-    asyncio.run(main())
+    run_for(node, 3.5)
     runs = sorted(_runs(store, down), key=lambda r: r.scheduled_for)
     assert {r.origin for r in runs} == {"upstream"}
     assert list(store.work.items([r.id for r in runs], now=utcnow())) == [runs[0].id]
