@@ -211,7 +211,7 @@ class SchedulerNode:
                                       "behind_s": 0.0, "saturation": 0.0}
         self.database_clock = DatabaseClockProbe(clock, store.server_time_ms, pools.misc, life)
         self.leases = LeaseKeeper(node_id, store.runs, self.dispatcher, self.writer,
-                                  lease_seconds=lease, clock=clock, pool=pools.misc,
+                                  lease_seconds=lease, clock=clock, pool=pools.lease,
                                   lifecycle=life, metrics=m)
         self.sweeper = Sweeper(node_id, reader, store.runs, coordinator, self.dispatcher,
                                self.writer, self.membership, lease_seconds=lease,

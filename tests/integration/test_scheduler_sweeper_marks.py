@@ -10,6 +10,7 @@ sweeps them.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from cronman.callbacks.recording import RecordingTarget
 from cronman.config import Settings
 from cronman.coordination.memory import InProcessCoordinator
 from cronman.coordination.redis import RedisCoordinator
+from cronman.errors import CoordinatorUnavailable
 from cronman.ids import run_id_for
 from cronman.models import Run
 from cronman.scheduler.node import SchedulerNode
@@ -177,3 +179,71 @@ def test_without_the_coordinator_the_sweeper_sends_again(store):
     sweep(store, handle, target,
           lambda: store.runs.get_run(done.id).status == "succeeded" and target.records)
     assert [(d.run_id, d.attempt) for d in target.deliveries] == [(done.id, 2)]
+
+
+class SlowMarks(InProcessCoordinator):
+    """Outcome marks as from a Redis the node is cut off from: none can be
+    written, and a read answers only once ``answer`` is set (after the
+    timeouts); ``asked`` holds the ids asked for."""
+
+    def __init__(self) -> None:
+        super().__init__(ttl=2.0)
+        self.asked: list[str] = []
+        self.reading = threading.Event()
+        self.answer = threading.Event()
+
+    def read_outcomes(self, run_ids):
+        self.asked += run_ids
+        self.reading.set()
+        assert self.answer.wait(10), "the test never let the marks be read"
+        return super().read_outcomes(run_ids)
+
+    def mark_outcomes(self, marks, ttl_ms):
+        raise CoordinatorUnavailable("cut off from the coordinator")
+
+
+def test_an_own_run_that_ends_while_the_sweeper_reads_its_marks_is_not_sent_again(store):
+    """This node's renewals lagged (its lease lapsed), its sweeper took its own
+    run, then waited for the coordinator; meanwhile the attempt in flight
+    ended here. The sweeper must not send it again (the chaos run's repeated
+    attempts: a retry gone out from here, then re-sent under the same number)."""
+    coordinator = SlowMarks()
+    at = utcnow().replace(microsecond=0) + timedelta(seconds=2)
+    (job,) = store.jobs.create_jobs([job_spec(f"job-{uuid.uuid4().hex[:8]}",
+                                              schedule={"kind": "once",
+                                                        "at": format_rfc3339(at)})])
+    target = RecordingTarget("http", delay=1.5)
+    settings = Settings(node_id="n1", lease_seconds=30.0, heartbeat_ttl=2.0, replicas=2)
+    node = SchedulerNode(settings, store, coordinator, TargetRegistry([target]),
+                         registry=CollectorRegistry(), run_maintenance=False)
+
+    async def main() -> None:
+        task = asyncio.create_task(node.main())
+        try:
+            [first] = await target.wait_for(1, timeout=15)
+            run = store.runs.get_run(first.run_id)
+            assert run is not None and node.dispatcher.holds(run.id)
+            # The lease lapsed while its renewals were slow.
+            assert store.runs.renew_leases("n1", [(run.id, run.scheduled_for)],
+                                           utcnow() - timedelta(seconds=5)) == 1
+            sweep = asyncio.create_task(node.sweeper.sweep_once())
+            assert await asyncio.to_thread(coordinator.reading.wait, 10)
+            assert run.id in coordinator.asked  # taken: its lease had lapsed
+            deadline = time.monotonic() + 10
+            # The attempt in flight ends here, its outcome written.
+            while node.dispatcher.holds(run.id) or node.writer.has_pending_update(run.id):
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+            coordinator.answer.set()
+            await sweep
+            await asyncio.sleep(2.0)
+        finally:
+            coordinator.answer.set()
+            node.request_stop()
+            await asyncio.wait_for(task, 15)
+
+    asyncio.run(main())
+    assert [(d.run_id, d.attempt) for d in target.deliveries] == [
+        (target.deliveries[0].run_id, 1)]
+    row = store.runs.get_run(target.deliveries[0].run_id)
+    assert row is not None and (row.status, row.attempt) == ("succeeded", 1)

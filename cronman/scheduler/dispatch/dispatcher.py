@@ -54,6 +54,7 @@ from cronman.scheduler.dispatch.cancels import Cancels, cancelled
 from cronman.scheduler.dispatch.dead_letters import DeadLetters
 from cronman.scheduler.dispatch.deadlines import timeout_of
 from cronman.scheduler.dispatch.duequeue import DueQueue
+from cronman.scheduler.dispatch.ended import EndedRuns
 from cronman.scheduler.dispatch.finisher import OutcomeSink, RunFinisher
 from cronman.scheduler.dispatch.gates import GateKeeper, GateVerdict
 from cronman.scheduler.dispatch.limits import LimitGate
@@ -116,6 +117,7 @@ class Dispatcher:
         self.lease_seconds = lease_seconds
         self.jobs = jobs
         self.active: dict[str, ActiveRun] = {}
+        self.ended = EndedRuns()  # asked by the sweeper (``ended``)
         self.by_job: dict[str, dict[str, ActiveRun]] = {}
         self.running = 0
         self.starts = 0  # attempts started so far: the node's progress
@@ -526,7 +528,8 @@ class Dispatcher:
 
     def forget(self, ar: ActiveRun) -> None:
         """Stop holding ``ar`` (``RunHolder``: the finisher ended it)."""
-        self.active.pop(ar.run_id, None)
+        if self.active.pop(ar.run_id, None) is not None:
+            self.ended.add(ar.run_id)
         if ar.trace is not None:
             ar.trace.ended(ar.status)
         runs = self.by_job.get(ar.job.id)

@@ -101,13 +101,14 @@ class Sweeper:
         now = self._clock.now()
         until = now + timedelta(seconds=self._lease_seconds)
         spare = [m for m in self._membership.members if m != self.node_id]
+        took = time.monotonic()
         runs, marks = await self._pool(self._take_expired, now, until, spare)
         jobs = await self._jobs.jobs_of([r.job_id for r in runs]) if runs else {}
         recorded = 0
         for run in runs:
             # Its first attempt may have gone out before the row said so.
             run.attempt = max(run.attempt, 1)
-            recorded += self._recover(run, jobs.get(run.job_id), marks.get(run.id))
+            recorded += self._recover(run, jobs.get(run.job_id), marks.get(run.id), took)
         if recorded:
             log.info("recorded the outcome of %d runs whose node stopped before writing it "
                      "(from its outcome marks): not sent again", recorded)
@@ -150,12 +151,17 @@ class Sweeper:
                 marks[run.id] = mark
         return marks
 
-    def _recover(self, run: Run, job: Job | None, mark: OutcomeMark | None = None) -> bool:
-        """Carry on with a run taken over; True when its outcome was recorded
-        from its outcome mark."""
+    def _recover(self, run: Run, job: Job | None, mark: OutcomeMark | None = None,
+                 took: float | None = None) -> bool:
+        """Carry on with a run taken over (at monotonic ``took``); True when
+        its outcome was recorded from its outcome mark."""
         d = self._dispatcher
         if d.holds(run.id) or self._writer.has_pending_update(run.id):
             return False  # our own run whose renewal or outcome lagged: keep going
+        if took is not None and d.ended.since(run.id, took):
+            # Ours, and it ended here while its outcome marks were read (a
+            # coordinator slow to answer): its next attempt went out from here.
+            return False
         if mark is not None and mark.final:
             self._record(run, job, mark)
             return True

@@ -7,8 +7,10 @@ for one kind of work, so that a slow kind never holds back another:
 - **claim**: ``claim_batch`` and ``take_over_batch`` (a Redis pipeline, then
   one database commit per batch);
 - **write**: the result writer's flushes;
-- **misc**: the other database calls (sync reads, lease renewal, sweeper,
-  requested runs, partition upkeep);
+- **misc**: the other database calls (sync reads, sweeper, requested runs,
+  partition upkeep);
+- **lease**: lease renewal (never behind a sweeper waiting for an
+  unreachable coordinator: this node's own leases would lapse and be taken);
 - **beat**: membership calls (a slow database must never hold back the
   heartbeat, or live nodes drop out of the membership);
 - **start**: start marks, right before each first attempt (never behind a
@@ -127,7 +129,8 @@ class Pools:
         self.misc = Pool("misc", 3)
         self.beat = Pool("beat", 1)
         self.start = Pool("start", 1)
+        self.lease = Pool("lease", 1)
 
     def shutdown(self) -> None:
-        for pool in (self.claim, self.write, self.misc, self.beat, self.start):
+        for pool in (self.claim, self.write, self.misc, self.beat, self.start, self.lease):
             pool.shutdown()
