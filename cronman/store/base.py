@@ -158,6 +158,15 @@ class RunStore(Protocol):
     ) -> int:
         """Extend the lease of the node's in-flight runs (id, scheduled_for)."""
 
+    def hold_for_attempt(self, node_id: str, key: tuple[str, datetime], attempt: int,
+                         until: datetime) -> bool:
+        """Before the node sends ``attempt`` of a run it holds (a retry, or a
+        run it took over): extend its lease to ``until`` and record that
+        attempt as the run's latest, in one statement; False when the node
+        no longer holds the run in flight (another took it). A sweeper that
+        takes the run later carries on with the attempt after this one,
+        whether or not its outcome was written."""
+
     def request_cancel(self, run_id: str, request: dict[str, Any]) -> Run | None:
         """Record an operator's cancel (``{"by", "reason", "at", "attempt"}``)
         on the run, in the statement that finds it in flight (``claimed``,

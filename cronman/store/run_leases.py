@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import case, or_, select, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from cronman.models import Run
@@ -52,6 +52,21 @@ class RunLeases:
                             .values(lease_expires_at=until))
                     count += tx.conn.execute(stmt).rowcount
             return count
+
+        return self._db.write(fn)
+
+    def hold_for_attempt(self, node_id: str, key: tuple[str, datetime], attempt: int,
+                         until: datetime) -> bool:
+        """See ``RunStore.hold_for_attempt``."""
+
+        def fn(tx: Tx) -> bool:
+            with key_lookups(tx):
+                stmt = (update(sj)
+                        .where(sj.c.node_id == node_id, *by_keys([key], IN_FLIGHT_STATUSES))
+                        .values(lease_expires_at=until,
+                                attempt=case((sj.c.attempt < attempt, attempt),
+                                             else_=sj.c.attempt)))
+                return bool(tx.conn.execute(stmt).rowcount)
 
         return self._db.write(fn)
 

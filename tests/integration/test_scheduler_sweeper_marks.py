@@ -247,3 +247,26 @@ def test_an_own_run_that_ends_while_the_sweeper_reads_its_marks_is_not_sent_agai
         (target.deliveries[0].run_id, 1)]
     row = store.runs.get_run(target.deliveries[0].run_id)
     assert row is not None and (row.status, row.attempt) == ("succeeded", 1)
+
+
+def test_the_attempt_a_swept_run_goes_out_as_is_in_its_row_before_it_is_sent(store, coordinator):
+    """A node that took a run over records the attempt it sends before it
+    sends it: should it be cut off right after (its outcome never written),
+    the next sweeper sends the attempt after that one, not the same one again
+    (the chaos run's repeated attempts after a partition)."""
+    (job,) = store.jobs.create_jobs([never()])
+    run = dead_nodes_run(job.id, 10)
+    store.runs.claim_runs([run])
+    target = RecordingTarget("http", delay=1.0)
+    seen: list[int] = []
+
+    def sent_and_checked() -> bool:
+        if target.records and not seen:
+            row = store.runs.get_run(run.id)
+            assert row is not None
+            seen.append(row.attempt)
+        return bool(seen) and store.runs.get_run(run.id).status == "succeeded"
+
+    sweep(store, coordinator, target, sent_and_checked)
+    assert [(d.run_id, d.attempt) for d in target.deliveries] == [(run.id, 2)]
+    assert seen == [2]  # in the row while the attempt was in flight

@@ -192,6 +192,23 @@ def test_write_run_updates_large_batch(store, job):
     assert len(page.items) == 1000 and page.next_cursor
 
 
+def test_holding_for_an_attempt_records_it_only_while_held(store, job):
+    t0 = base_time()
+    run = make_run(job.id, t0, node="n1", lease_seconds=10)
+    store.runs.claim_runs([run])
+    key = (run.id, run.scheduled_for)
+    until = t0 + timedelta(seconds=90)
+    assert store.runs.hold_for_attempt("n1", key, 2, until)
+    got = store.runs.get_run(run.id)
+    assert (got.attempt, got.lease_expires_at) == (2, until)
+    assert store.runs.hold_for_attempt("n1", key, 1, until)  # never lowered
+    assert store.runs.get_run(run.id).attempt == 2
+    assert not store.runs.hold_for_attempt("n2", key, 3, until)  # not n2's
+    store.runs.write_run_updates([RunUpdate(run.id, run.scheduled_for, "succeeded", attempt=2)])
+    assert not store.runs.hold_for_attempt("n1", key, 3, until)  # ended
+    assert store.runs.get_run(run.id).attempt == 2
+
+
 def test_leases_renew_and_expire_to_another_node(store, job):
     t0 = base_time()
     mine = [make_run(job.id, t0 + timedelta(seconds=i), node="n1", lease_seconds=10)

@@ -217,8 +217,8 @@ class Dispatcher:
         ar.handle = None
         if ar.done:
             return
-        if (ar.attempt_started_ms is not None and self._still_held is not None
-                and ar.held_checked < ar.attempt):
+        if ((ar.attempt_started_ms is not None or ar.attempt > 1)
+                and self._still_held is not None and ar.held_checked < ar.attempt):
             self._check_held(ar, self._still_held)
             return
         if ar.attempt_started_ms is None:

@@ -422,21 +422,23 @@ class StartMarks:
         return await self._by_row(runs, answers, unvouched)
 
     async def still_held(self, ar: ActiveRun) -> bool:
-        """Whether this node still holds ``ar``'s row, its lease renewed by
-        compare-and-set (``StillHeld``, asked before a retry): a node slow
-        enough to be taken for gone finds a sweeper took the run -- and sends
-        the next attempt itself. A claim whose row waits in the writer, or a
-        database that cannot be reached, answers True: nobody can take the
-        run through its row meanwhile."""
+        """Whether this node still holds ``ar``'s row (``StillHeld``, asked
+        before a retry or the first attempt of a run taken over): its lease
+        renewed and the attempt about to go out recorded, by compare-and-set.
+        A node slow enough to be taken for gone finds a sweeper took the run
+        -- and sends the next attempt itself; a sweeper that takes it after
+        this sends the attempt after this one, never this one again. A claim
+        whose row waits in the writer, or a database that cannot be reached,
+        answers True: nobody can take the run through its row meanwhile."""
         if ar.pending_claim:
             return True
         until = self._clock.now() + timedelta(seconds=self._lease_seconds)
         try:
-            renewed = await self._pool(self._runs.renew_leases, self.node_id, [ar.key], until)
+            return await self._pool(self._runs.hold_for_attempt, self.node_id, ar.key,
+                                    ar.attempt, until)
         except StoreUnavailable:
             self._metrics.store_errors.labels("renew_leases").inc()
             return True
-        return renewed > 0
 
     async def _by_row(self, runs: list[ActiveRun], answers: list[int], in_db: list[int]
                       ) -> list[int]:
