@@ -14,8 +14,9 @@ Fault kinds of this slice:
   (``proxy.DelayProxy``);
 - ``partition_redis`` / ``partition_db`` / ``partition_receiver`` /
   ``partition_all``: the partition node, which runs in a network namespace
-  of its own (``netns``) and reaches each backend through a proxy, cut off
-  from Redis, from PostgreSQL, from the receiver, or from all three;
+  of its own (``netns``) and reaches each backend over a link of its own,
+  cut off from Redis, from PostgreSQL, from the receiver, or from all three
+  (those links taken down: what it sends is lost);
 - ``link_delay`` / ``link_loss``: the partition node's links to Redis,
   PostgreSQL and the receiver made slow (each answer held back a few hundred
   ms) or lossy (each chunk crossing ends its connection with a few percent
@@ -57,6 +58,7 @@ from pathlib import Path
 from cronman.scheduler.fires import LOCK_TTL_MS
 from cronman.timeutil import now_ms
 from tests.chaos.checker import Fault
+from tests.chaos.netns import Namespace
 from tests.chaos.proxy import DelayProxy
 from tests.chaos.services import ContainerAgent, DatabaseOutage, FailoverRedis, WorkerProcess
 from tests.cluster.harness import Cluster
@@ -247,15 +249,18 @@ class Nemesis:
     fault on a thread of its own at its time; ``faults`` logs what was done."""
 
     def __init__(self, cluster: Cluster, *, api: ApiProcess | None, proxy: DelayProxy | None,
-                 cuts: Mapping[str, Sequence[DelayProxy]] | None = None,
+                 netns: Namespace | None = None,
+                 link_proxies: Mapping[str, Sequence[DelayProxy]] | None = None,
                  redis: FailoverRedis | None = None, outage: DatabaseOutage | None = None,
                  agent: ContainerAgent | None = None, worker: WorkerProcess | None = None,
                  log: list[str] | None = None) -> None:
         self.cluster = cluster
         self.api = api
         self.proxy = proxy
-        # the partition node's proxies: redis (one per port), db, receiver
-        self.cuts = {name: list(ps) for name, ps in (cuts or {}).items()}
+        # the partition node's namespace (its links: redis, db, receiver) and
+        # the proxies on those links (redis: one per port)
+        self.netns = netns
+        self.link_proxies = {name: list(ps) for name, ps in (link_proxies or {}).items()}
         self.redis = redis
         self.outage = outage
         self.agent = agent
@@ -360,19 +365,17 @@ class Nemesis:
                 self.proxy.set_delay(0.0)
             return f"{p.amount:.1f} s per answer"
         if p.kind in PARTITIONS:
-            cut = [x for name in PARTITIONS[p.kind] for x in self.cuts.get(name, ())]
-            if not cut:
-                return "no partition proxies"
-            for proxy in cut:
-                proxy.set_cut(True)
+            if self.netns is None:
+                return "no network namespace"
+            names = PARTITIONS[p.kind]
+            self.netns.cut(names)
             try:
                 time.sleep(p.duration_s)
             finally:
-                for proxy in cut:
-                    proxy.set_cut(False)
-            return "cut from " + ", ".join(PARTITIONS[p.kind])
+                self.netns.heal(names)
+            return "links down: " + ", ".join(names)
         if p.kind in LINKS:
-            links = [x for ps in self.cuts.values() for x in ps]
+            links = [x for ps in self.link_proxies.values() for x in ps]
             if not links:
                 return "no partition proxies"
             for proxy in links:
@@ -419,9 +422,8 @@ class Nemesis:
 
     def release(self) -> None:
         """SIGCONT every node still stopped, heal every partition (a run that ends early)."""
-        for proxies in self.cuts.values():
-            for proxy in proxies:
-                proxy.set_cut(False)
+        if self.netns is not None:
+            self.netns.heal()
         if self.outage is not None:
             self.outage.end()
         for node_id in list(self.stopped):

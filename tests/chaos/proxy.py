@@ -1,11 +1,13 @@
 """A TCP proxy the fault suite puts between the nodes and a service (the
-receiver): it can hold the service's answers back (``set_delay``: a slow
-receiver, seconds per answer, while the request itself reaches the service
-at once, so the receiver's log keeps the true arrival time) or partition
-it (``set_cut``: hold every byte, as a link dropping packets does, or reset
-every connection). This kernel has no ``netem``: delay and loss come
-from here.
+receiver, or each backend of the partition node's links): it can hold the
+service's answers back (``set_delay``: a slow receiver, seconds per answer,
+while the request itself reaches the service at once, so the receiver's log
+keeps the true arrival time) or drop connections (``set_loss``: a lossy
+link). This kernel has no ``netem``: delay and loss come from here;
+partitions are links taken down (``netns``).
 
+A connection its client gives up on before the service accepted it is not
+carried on (the client's own connection attempt would have ended with it).
 It runs its own event loop on a thread of the test process, or alone as a
 process (``main``: a forwarder inside a network namespace).
 """
@@ -13,7 +15,9 @@ process (``main``: a forwarder inside a network namespace).
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import socket
 import threading
 import time
 from contextlib import suppress
@@ -31,10 +35,8 @@ class DelayProxy:
         self.host = host
         self.port = port
         self.delay = 0.0  # seconds each answer chunk is held back
-        self.cut = False
         self.loss = 0.0  # probability that a chunk crossing drops its connection
         self.dropped = 0
-        self._flowing: asyncio.Event | None = None  # clear while partitioned (hold)
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.base_events.Server | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, name="chaos-proxy",
@@ -53,8 +55,6 @@ class DelayProxy:
         return self
 
     async def _listen(self) -> int:
-        self._flowing = asyncio.Event()
-        self._flowing.set()
         self._server = await asyncio.start_server(self._serve, self.host, self.port,
                                                   backlog=4096)
         return int(self._server.sockets[0].getsockname()[1])
@@ -65,32 +65,25 @@ class DelayProxy:
     def set_loss(self, probability: float) -> None:
         self.loss = min(1.0, max(0.0, probability))
 
-    def set_cut(self, cut: bool, *, hold: bool = True) -> None:
-        """Partition (True) or heal. ``hold``: as when packets are dropped --
-        nothing crosses, in either direction, new connections are not
-        answered, and what was sent goes on once healed (TCP retransmits);
-        otherwise new connections are refused and the open ones reset."""
-        self.cut = cut and not hold
-        flowing = self._flowing
-        if flowing is not None:
-            self._loop.call_soon_threadsafe(flowing.clear if cut and hold else flowing.set)
-        if cut and not hold:
-            self._loop.call_soon_threadsafe(self._reset_all)
-
     def _reset_all(self) -> None:
         for w in list(self._writers):
             w.transport.abort()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.cut:
-            writer.transport.abort()
-            return
         self.connections += 1
-        if self._flowing is not None:
-            await self._flowing.wait()
+        self._writers.add(writer)
+        connecting = asyncio.ensure_future(asyncio.open_connection(*self.upstream))
+        gave_up = asyncio.ensure_future(_closed(writer))
         try:
-            up_reader, up_writer = await asyncio.open_connection(*self.upstream)
-        except OSError:
+            await asyncio.wait((connecting, gave_up), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gave_up.cancel()
+        if not connecting.done():
+            connecting.cancel()  # the client gave up first: its attempt ends here
+        try:
+            up_reader, up_writer = await connecting
+        except (OSError, asyncio.CancelledError):
+            self._writers.discard(writer)
             writer.transport.abort()
             return
         self._writers.update((writer, up_writer))
@@ -116,8 +109,6 @@ class DelayProxy:
                 wait = due - time.monotonic()
                 if wait > 0:
                     await asyncio.sleep(wait)
-                if self._flowing is not None:
-                    await self._flowing.wait()
                 dst.write(data)
                 await dst.drain()
 
@@ -155,11 +146,31 @@ class DelayProxy:
             self._thread.join(5)
 
 
+async def _closed(writer: asyncio.StreamWriter) -> None:
+    """Until the peer of ``writer`` has closed or reset its connection
+    (peeked on a duplicate of its socket: what it sent stays queued)."""
+    fd = writer.get_extra_info("socket").fileno()
+    with socket.socket(fileno=os.dup(fd)) as peek:
+        while not writer.transport.is_closing():
+            try:
+                if peek.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
+                    return
+            except BlockingIOError:
+                pass
+            except OSError:
+                return
+            await asyncio.sleep(0.2)
+
+
 def main(argv: list[str] | None = None) -> None:
     """``LISTEN_HOST LISTEN_PORT UPSTREAM_HOST UPSTREAM_PORT``, repeated: forward
     each until killed."""
+    import resource
     import sys
 
+    # Connections held across a partition pile up: as many as the system lets.
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     args = argv if argv is not None else sys.argv[1:]
     for i in range(0, len(args), 4):
         host, port, up_host, up_port = args[i:i + 4]
