@@ -373,10 +373,20 @@ def _telling(text: str) -> bool:
 
 
 def report(result: Result, logs: Sequence[LogLine], limit: int = 10) -> str:
-    """The table, then up to ``limit`` violations described."""
+    """The table, then up to ``limit`` violations described: the first of
+    each kind of violation, then the next ones in order."""
     parts = [result.table()]
     bad = result.violations
-    for v in bad[:limit]:
+    shown: list[Verdict] = []
+    kinds: set[str] = set()
+    for v in bad:  # one of each kind first: a common one must not hide a rare one
+        kind = v.violations[0]
+        if kind not in kinds:
+            kinds.add(kind)
+            shown.append(v)
+    firsts = {id(v) for v in shown}
+    shown += [v for v in bad if id(v) not in firsts]
+    for v in shown[:limit]:
         parts.append(describe(v, result.faults, logs))
     if len(bad) > limit:
         parts.append(f"... and {len(bad) - limit} more violations")

@@ -112,7 +112,11 @@ class FailoverRedis:
             except redis.RedisError:
                 return False
 
-        wait_until(synced, timeout, f"{old} to replicate {new}", 0.1)
+        try:
+            wait_until(synced, timeout, f"{old} to replicate {new}", 0.1)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}; {old}'s log: {back.log_tail()}; {new}'s log: "
+                               f"{self.servers[new].log_tail()}") from exc
         return f"SIGKILL of primary {old}, {new} promoted, {old} back as its replica"
 
 
