@@ -360,6 +360,18 @@ postgresql:
         raise AssertionError(f"timed out after {timeout:g}s waiting for {what}\n{self.logs()}")
 
 
+def unavailable() -> str | None:
+    """Why no cluster can be started here (None: it can): patroni, etcd and
+    PostgreSQL 15 installed (ops/setup --dev), and root (runuser) or postgres."""
+    missing = [p for p in ("/usr/bin/patroni", "/usr/bin/etcd", f"{PG_BIN}/postgres")
+               if not os.path.exists(p)]
+    if missing:
+        return f"not installed: {', '.join(missing)} (ops/setup --dev installs them)"
+    if os.geteuid() != 0 and pwd.getpwuid(os.geteuid()).pw_name != "postgres":
+        return "the Patroni cluster runs as postgres: needs root (runuser) or postgres"
+    return None
+
+
 def _http_ok(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=1) as resp:
