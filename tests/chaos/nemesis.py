@@ -25,6 +25,10 @@ Fault kinds of this slice:
 - ``pg_outage``: PostgreSQL gone for every node and the API (the run's
   database refuses connections and its open ones are terminated, as when
   the server stops; ``services.DatabaseOutage``);
+- ``patroni_failover`` (only when the run's database is on Patroni): the
+  primary member's Patroni, postmaster and backends SIGKILLed by PID, a
+  replica promoted by the cluster itself, then the old member started again
+  and back as a replica (``services.FailoverPostgres``);
 - ``kill_agent`` / ``kill_worker``: SIGKILL of the container agent or of
   ``cronman worker`` while runs are under way, started again;
 - ``clock_forward`` / ``clock_back``: the clock node stopped and started
@@ -58,7 +62,13 @@ from cronman.scheduler.fires import LOCK_TTL_MS
 from cronman.timeutil import now_ms
 from tests.chaos.checker import Fault
 from tests.chaos.proxy import DelayProxy
-from tests.chaos.services import ContainerAgent, DatabaseOutage, FailoverRedis, WorkerProcess
+from tests.chaos.services import (
+    ContainerAgent,
+    DatabaseOutage,
+    FailoverPostgres,
+    FailoverRedis,
+    WorkerProcess,
+)
 from tests.cluster.harness import Cluster
 from tests.support.processes import CronmanProcess, Processes
 
@@ -71,14 +81,15 @@ LINKS = ("link_delay", "link_loss")  # the partition node's links made slow or l
 NODE_KINDS = ("pause_short", "pause_long", "pause_past_lock", "kill_node", "clock_forward",
               "clock_back", *PARTITIONS, *LINKS)
 SERVICE_KINDS = ("kill_api", "slow_receiver", "kill_agent", "kill_worker")
-BACKEND_KINDS = ("redis_failover", "pg_outage")
+BACKEND_KINDS = ("redis_failover", "pg_outage", "patroni_failover")
 KINDS = NODE_KINDS + SERVICE_KINDS + BACKEND_KINDS
 # The kinds of the short run in the test command: those it passes with on
 # this machine (the others are drawn by ``cronman bench --scenario chaos``).
 SHORT_KINDS = ("pause_short", "pause_long", "pause_past_lock", "kill_node", "clock_forward",
                "clock_back", *PARTITIONS, "kill_api", "slow_receiver")
 TARGETS = {"kill_api": "api", "slow_receiver": "receiver", "kill_agent": "agent",
-           "kill_worker": "worker", "redis_failover": "redis", "pg_outage": "postgresql"}
+           "kill_worker": "worker", "redis_failover": "redis", "pg_outage": "postgresql",
+           "patroni_failover": "postgresql"}
 END_MARGIN_S = 5.0  # every fault is over this long before the window ends
 
 
@@ -168,6 +179,10 @@ def _draw(rng: random.Random, kind: str, ttl_s: float, lease_s: float, lock_s: f
         return 8.0, 0.0  # planned room; the failover takes what it takes
     if kind == "pg_outage":
         return rng.uniform(2.0, 8.0), 0.0
+    if kind == "patroni_failover":
+        # planned room: the promotion takes Patroni's ttl (10 s), the rejoin
+        # a few seconds more (a pg_rewind); the failover takes what it takes
+        return 30.0, 0.0
     if kind == "clock_forward":
         return rng.uniform(6.0, 12.0), rng.uniform(2.0, 30.0)
     if kind == "clock_back":
@@ -250,6 +265,7 @@ class Nemesis:
                  cuts: Mapping[str, Sequence[DelayProxy]] | None = None,
                  redis: FailoverRedis | None = None, outage: DatabaseOutage | None = None,
                  agent: ContainerAgent | None = None, worker: WorkerProcess | None = None,
+                 postgres: FailoverPostgres | None = None,
                  log: list[str] | None = None) -> None:
         self.cluster = cluster
         self.api = api
@@ -260,6 +276,7 @@ class Nemesis:
         self.outage = outage
         self.agent = agent
         self.worker = worker
+        self.postgres = postgres
         self.faults: list[Fault] = []
         self.errors: list[str] = []
         self.log = log if log is not None else []
@@ -391,6 +408,10 @@ class Nemesis:
             if not isinstance(self.redis, FailoverRedis):
                 return "no Sentinel"
             return self.redis.failover()
+        if p.kind == "patroni_failover":
+            if self.postgres is None:
+                return "no Patroni"
+            return self.postgres.failover()
         if p.kind == "pg_outage":
             if self.outage is None:
                 return "no database"
