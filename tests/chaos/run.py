@@ -1,11 +1,11 @@
 """One chaos run end to end, for ``test_chaos`` and ``cronman bench --scenario chaos``.
 
 ``chaos_rig`` makes what a run needs (a migrated scratch database on the
-machine's PostgreSQL behind a gate proxy that can take it away, Redis under
-Sentinel, the nginx receiver behind the nemesis' proxy, ``cronman api`` on a
-loopback port, a ``Cluster`` of scheduler nodes, and on request
-``cronman worker`` and a container agent on a private containerd) and stops
-it all afterwards. ``run_chaos`` then starts the
+machine's PostgreSQL, or on request on a test-started Patroni cluster whose
+multi-host URL every process is given, Redis under Sentinel, the nginx
+receiver behind the nemesis' proxy, ``cronman api`` on a loopback port, a
+``Cluster`` of scheduler nodes, and on request ``cronman worker`` and a
+container agent on a private containerd) and stops it all afterwards. ``run_chaos`` then starts the
 nodes, writes the jobs -- a steady group spread evenly, a herd (many jobs
 due on the same second), ``worker`` and container jobs when their processes
 run, and ``at_most_once`` jobs -- waits for a warm-up (its last 3 s give the steady lateness), lets the nemesis apply its
@@ -31,9 +31,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, make_url, text
+from sqlalchemy import create_engine, text
 
 from cronman.store import open_store
+from cronman.store.connect import normalise_url
 from cronman.timeutil import format_rfc3339, now_ms, to_ms, utcnow
 from cronman.vocabulary import IN_FLIGHT_STATUSES
 from cronman_bench.receiver import Arrival
@@ -45,10 +46,12 @@ from tests.chaos.proxy import DelayProxy
 from tests.chaos.services import (
     ContainerAgent,
     DatabaseOutage,
+    FailoverPostgres,
     FailoverRedis,
     PlainRedis,
     WorkerProcess,
     container_target,
+    failover_postgres,
     failover_redis,
     plain_redis,
     worker_target,
@@ -73,7 +76,8 @@ BOUNDS = Bounds(
                   "slow_receiver": 15_000, "partition_redis": 20_000, "partition_db": 20_000,
                   "partition_receiver": 20_000, "partition_all": 20_000,
                   "link_delay": 15_000, "link_loss": 15_000, "redis_failover": 20_000,
-                  "pg_outage": 20_000, "kill_agent": 20_000, "kill_worker": 20_000},
+                  "pg_outage": 20_000, "patroni_failover": 20_000, "kill_agent": 20_000,
+                  "kill_worker": 20_000},
     before_ms=2_000,
     default_after_ms=15_000,
 )
@@ -132,11 +136,13 @@ class Rig:
     cuts: dict[str, list[DelayProxy]] = field(default_factory=dict)
     worker: WorkerProcess | None = None
     agent: ContainerAgent | None = None
+    postgres: FailoverPostgres | None = None  # the database is on Patroni
 
     def kinds(self, wanted: Sequence[str]) -> tuple[str, ...]:
         """The fault kinds of ``wanted`` this rig can apply."""
         missing = {"kill_worker": self.worker is None, "kill_agent": self.agent is None,
-                   "redis_failover": not isinstance(self.redis, FailoverRedis)}
+                   "redis_failover": not isinstance(self.redis, FailoverRedis),
+                   "patroni_failover": self.postgres is None}
         return tuple(k for k in wanted if not missing.get(k, False))
 
 
@@ -167,15 +173,20 @@ class ChaosOutcome:
 @contextmanager
 def chaos_rig(workdir: Path, nodes_env: dict[str, str] | None = None,
               partitions: bool = True, *, worker: bool = False, agent: bool = False,
-              sentinel: bool = True) -> Iterator[Rig]:
+              sentinel: bool = True, patroni: bool = False) -> Iterator[Rig]:
     """Everything a run needs, stopped and dropped afterwards. With
     ``partitions`` (and root), node ``PARTITION_NODE`` runs in a network
     namespace of its own and reaches the backends through proxies. ``worker``
     and ``agent``: run ``cronman worker`` and a container agent (root);
-    ``sentinel``: Redis under Sentinel (else one redis-server)."""
+    ``sentinel``: Redis under Sentinel (else one redis-server); ``patroni``:
+    the database on a Patroni cluster of three members in synchronous mode
+    (root or postgres: ``tests.support.patroni``), else a scratch database of
+    the machine's PostgreSQL."""
     workdir.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
-        url = stack.enter_context(migrated_pg_database("cronman_chaos"))
+        postgres = stack.enter_context(failover_postgres()) if patroni else None
+        url = (postgres.url if postgres is not None
+               else stack.enter_context(migrated_pg_database("cronman_chaos")))
         outage = DatabaseOutage(url)
         stack.callback(outage.end)
         redis = stack.enter_context(failover_redis() if sentinel else plain_redis())
@@ -194,7 +205,7 @@ def chaos_rig(workdir: Path, nodes_env: dict[str, str] | None = None,
                 node.proc.kill()
 
         stack.callback(kill_nodes)
-        rig = Rig(cluster, fires, proxy, api, procs, url, outage, redis)
+        rig = Rig(cluster, fires, proxy, api, procs, url, outage, redis, postgres=postgres)
         if worker:
             rig.worker = WorkerProcess(procs, api.url, proxy.url, BENCH_NAMESPACE)
             stack.callback(rig.worker.stop)
@@ -220,9 +231,8 @@ def _partitionable(rig: Rig, ns: Namespace, workdir: Path) -> None:
             cut = DelayProxy(("127.0.0.1", port), host=ns.host_ip).start()
             rig.cuts.setdefault(name, []).append(cut)
             forwards[port] = (ns.host_ip, cut.port)
-    db = make_url(rig.db_url)
-    rig.cuts["db"] = [DelayProxy((db.host or "127.0.0.1", db.port or 5432),
-                                 host=ns.host_ip).start()]
+    rig.cuts["db"] = [DelayProxy(member, host=ns.host_ip).start()
+                      for member in db_endpoints(rig.db_url)]
     log = workdir / "ns-forwarder.log"
     ns.forward(forwards, log)
     deadline = time.monotonic() + 20
@@ -230,9 +240,35 @@ def _partitionable(rig: Rig, ns: Namespace, workdir: Path) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"the namespace's forwarder did not start: {log.read_text()}")
         time.sleep(0.05)
-    db_url = db.set(host=ns.host_ip, port=rig.cuts["db"][0].port)
-    rig.cluster.add_node(PARTITION_NODE, database_url=db_url.render_as_string(
-        hide_password=False), prefix=ns.prefix)
+    db_url = with_db_endpoints(rig.db_url, [(ns.host_ip, cut.port) for cut in rig.cuts["db"]])
+    rig.cluster.add_node(PARTITION_NODE, database_url=db_url, prefix=ns.prefix)
+
+
+def db_endpoints(database_url: str) -> list[tuple[str, int]]:
+    """The (host, port) of each server the URL names, in its order (one, or
+    each member of a multi-host URL)."""
+    url = normalise_url(database_url)
+    hosts = url.query.get("host")
+    if not isinstance(hosts, str):
+        return [(url.host or "127.0.0.1", url.port or 5432)]
+    ports = url.query.get("port")
+    listed = ports.split(",") if isinstance(ports, str) else []
+    return [(h or "127.0.0.1", int(listed[i]) if i < len(listed) and listed[i] else 5432)
+            for i, h in enumerate(hosts.split(","))]
+
+
+def with_db_endpoints(database_url: str, endpoints: Sequence[tuple[str, int]]) -> str:
+    """``database_url`` naming ``endpoints`` instead of its servers (one:
+    in the netloc; several: ``host=h:p`` each, the URL's other options kept)."""
+    url = normalise_url(database_url)
+    query = {k: v for k, v in url.query.items() if k not in ("host", "port")}
+    if len(endpoints) == 1:
+        ((host, port),) = endpoints
+        url = url.set(host=host, port=port, query=query)
+    else:
+        url = url.set(host=None, port=None,
+                      query={**query, "host": tuple(f"{h}:{p}" for h, p in endpoints)})
+    return url.render_as_string(hide_password=False)
 
 
 def workload(config: ChaosConfig, base_ms: int, receiver_url: str) -> Mix:
@@ -289,7 +325,8 @@ def run_chaos(rig: Rig, config: ChaosConfig,
     start = (now_ms() // 1000 + int(config.warmup_s)) * 1000
     end = start + int(config.window_s * 1000)
     nemesis = Nemesis(c, api=rig.api, proxy=rig.proxy, cuts=rig.cuts, redis=rig.redis,
-                      outage=rig.outage, agent=rig.agent, worker=rig.worker, log=lines)
+                      outage=rig.outage, agent=rig.agent, worker=rig.worker,
+                      postgres=rig.postgres, log=lines)
     nemesis.start(planned, start, end)
     writer = ApiWriter(lambda: rig.api.url, config.api_writes_per_s, rig.proxy.url)
     sleep_until(start, c)
