@@ -41,7 +41,7 @@ Fault kinds of this slice:
 Node faults follow one another (never two nodes down at once: with two
 replicas a job then keeps one owner); the backends' (Redis, PostgreSQL) are
 planned on a timeline of their own but applied between the node faults,
-never during one (``Nemesis``); the API, receiver, agent and worker faults
+never during one, ``BACKEND_SETTLE_S`` apart from them (``Nemesis``); the API, receiver, agent and worker faults
 run on a third timeline, overlapping them. Every fault is over a few seconds
 before the window ends. Each applied fault is logged with its wall times
 (``checker.Fault``).
@@ -91,6 +91,14 @@ TARGETS = {"kill_api": "api", "slow_receiver": "receiver", "kill_agent": "agent"
            "kill_worker": "worker", "redis_failover": "redis", "pg_outage": "postgresql",
            "patroni_failover": "postgresql"}
 END_MARGIN_S = 5.0  # every fault is over this long before the window ends
+# A backend fault starts at least this long after the node or backend fault
+# before it ended, and the one after it at least this long after it ended:
+# the nodes write the run rows they kept through a database outage, and find
+# a promoted Redis primary again, before the next failure (a Redis failover
+# while a node still holds the rows of fires it sent under the Redis lock
+# alone is two faults at once: another node, claiming through the database
+# fence, finds no row and sends them again).
+BACKEND_SETTLE_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,8 +296,10 @@ class Nemesis:
         # single failure), nor two faults of one service kind: one that comes
         # due while the one before it is still under way (a failover, a slow
         # restart) waits for it, and is left out if it could then not end in
-        # the window.
+        # the window. Next to a backend fault the node group keeps
+        # ``BACKEND_SETTLE_S`` between one fault's end and the next one's start.
         self._serial = {k: threading.Lock() for k in ("node", *SERVICE_KINDS)}
+        self._last: dict[str, Fault] = {}  # each group's latest fault applied
         self._end_ms = 0
         self.stopped: set[str] = set()  # nodes under SIGSTOP now
 
@@ -326,6 +336,12 @@ class Nemesis:
     def _apply(self, p: Planned) -> None:
         group = "node" if p.kind in (*NODE_KINDS, *BACKEND_KINDS) else p.kind
         with self._serial[group]:
+            last = self._last.get(group)
+            if last is not None and (
+                    last.kind in BACKEND_KINDS or p.kind in BACKEND_KINDS):
+                settle = (last.end_ms + BACKEND_SETTLE_S * 1000 - now_ms()) / 1000
+                if settle > 0:
+                    time.sleep(settle)
             start = now_ms()
             if self._end_ms and start + (p.duration_s + END_MARGIN_S) * 1000 > self._end_ms:
                 self.log.append(f"fault left out (its kind was busy until too late): {p}")
@@ -336,6 +352,7 @@ class Nemesis:
             except Exception as exc:  # noqa: BLE001 - reported by the run
                 self.errors.append(f"{p}: {type(exc).__name__}: {exc}")
             fault = Fault(p.kind, p.target, start, now_ms(), detail)
+            self._last[group] = fault
         with self._lock:
             self.faults.append(fault)
         self.log.append(f"fault: {fault}")
