@@ -10,7 +10,11 @@ TTL, SIGKILL + restart of a node, of the API, of ``cronman worker`` and of
 the container agent (mid-run), a slow receiver, a node restarted with its
 clock off, partitions of one node (in a network namespace) from Redis,
 PostgreSQL, the receiver or all three, its links made slow or lossy, a
-Redis Sentinel failover, a PostgreSQL outage. ``worker`` jobs (``--worker-jobs``)
+Redis Sentinel failover, a PostgreSQL outage; with ``--database patroni``
+the database is on a test-started Patroni cluster (three members,
+synchronous mode, every process given its multi-host URL) and its primary
+is SIGKILLed too, a replica promoted, the old one back as a replica.
+``worker`` jobs (``--worker-jobs``)
 and container jobs (``--container-jobs``, root: a private containerd) run
 beside the http ones and call the receiver from their commands. The suite's heartbeat TTL and lease (3 s and
 6 s) are used, not the bench's.
@@ -28,6 +32,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cronman_bench.patroni import unavailable as patroni_unavailable
 from cronman_bench.procs import BenchError
 from cronman_bench.scenarios import ScenarioParams
 from cronman_bench.systems import BenchOptions
@@ -59,6 +64,9 @@ def _containerd_why() -> str | None:
 
 def chaos(opts: BenchOptions, params: ScenarioParams) -> dict[str, Any]:
     suite = _suite()
+    patroni = params.database == "patroni"
+    if patroni and (why := patroni_unavailable()):
+        raise BenchError(f"--database patroni: {why}")
     minutes = params.minutes or DEFAULT_MINUTES
     seed = DEFAULT_SEED if params.seed is None else params.seed
     jobs = params.jobs or DEFAULT_JOBS
@@ -69,9 +77,10 @@ def chaos(opts: BenchOptions, params: ScenarioParams) -> dict[str, Any]:
                                worker_jobs=WORKER_JOBS, container_jobs=CONTAINER_JOBS,
                                settle_s=20.0)
     opts.echo(f"chaos: seed {seed}, {minutes:g} min, {opts.nodes} nodes, "
-              f"{config.rate:.0f} fires/s (herd of {config.herd_jobs} every {HERD_EVERY_S} s)")
+              f"{config.rate:.0f} fires/s (herd of {config.herd_jobs} every {HERD_EVERY_S} s), "
+              f"database {'on Patroni' if patroni else 'on the machine PostgreSQL'}")
     with suite.chaos_rig(opts.workdir / f"chaos-{seed}", worker=True,
-                         agent=_containerd_why() is None) as rig:
+                         agent=_containerd_why() is None, patroni=patroni) as rig:
         out = suite.run_chaos(rig, config, echo=opts.echo)
     result = out.result
     kinds = sorted({f.kind for f in result.faults})
@@ -87,6 +96,7 @@ def chaos(opts: BenchOptions, params: ScenarioParams) -> dict[str, Any]:
                "api_writes_acked": out.writes, **result.counts()}
     return {"scenario": "chaos",
             "params": {"seed": seed, "minutes": minutes, "nodes": opts.nodes,
+                       "database": params.database,
                        "rate_per_s": round(config.rate, 1), "steady_jobs": jobs,
                        "every_s": every, "herd_jobs": config.herd_jobs,
                        "herd_every_s": HERD_EVERY_S,

@@ -127,6 +127,11 @@ def _parse_faults(value: str | None) -> tuple[str, ...] | None:
               help="chaos: minutes of faults measured (default 3).")
 @click.option("--seed", type=click.IntRange(0, 2**31), default=None,
               help="chaos: the seed of the nemesis' fault schedule (default 39).")
+@click.option("--database", "chaos_database", type=click.Choice(("postgresql", "patroni")),
+              default="postgresql", show_default=True,
+              help="chaos: the run's database: a scratch database of the machine's "
+                   "PostgreSQL, or a test-started Patroni cluster (3 members, synchronous "
+                   "mode; as root) whose primary the nemesis also fails over.")
 @click.option("--claimers", type=click.IntRange(1, 256), default=None,
               help="work-queue: waiting claimers (threads, one process each) for the "
                    "fire-to-claim phase (default 4).")
@@ -163,7 +168,7 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
                   rate: float | None, phase_seconds: float, recover_seconds: float,
                   probe_duration: float, grace: int | None, high_jobs: int, steady_jobs: int,
                   skews: str | None, minutes: float | None, seed: int | None,
-                  claimers: int | None, kills: int | None,
+                  chaos_database: str, claimers: int | None, kills: int | None,
                   claim_spin: bool, runs: int | None, limit_concurrency: int | None,
                   answer_ms: int | None, faults: str | None, claim_max: int | None,
                   rounds: int,
@@ -218,7 +223,8 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
                 faults (--seed) for --minutes, J steady jobs every S s
                 (1,500 every 5) and a herd of J/3 every 10 s: per fault
                 kind, faults applied, fires owed, each outcome, extra
-                lateness p99/max; not part of 'all'.
+                lateness p99/max; --database patroni: on a Patroni cluster,
+                its primary failed over too; not part of 'all'.
       work-queue  worker runs through cronman api (gunicorn) and N nodes, raw
                 claim loops as the workers: fire -> claim p50/p99 at --rate
                 (200) runs/s by --claimers waiting claimers; claims/s draining
@@ -285,6 +291,7 @@ def bench_command(scenario: str, nodes: int, replicas: int, jobs: int | None,
                             grace=grace, high_jobs=high_jobs, steady_jobs=steady_jobs,
                             skews=tuple(x.strip() for x in skews.split(",") if x.strip())
                             if skews else None, minutes=minutes, seed=seed,
+                            database=chaos_database,
                             claimers=claimers, kills=kills, claim_spin=claim_spin, runs=runs,
                             claim_max=claim_max, rounds=rounds,
                             limit_concurrency=limit_concurrency, answer_ms=answer_ms,

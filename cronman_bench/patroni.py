@@ -37,6 +37,7 @@ import psycopg2
 from cronman_bench.procs import free_port
 
 PG_BIN = "/usr/lib/postgresql/15/bin"
+TTL_S = 10  # the DCS ``ttl``: how long a cluster may be without a primary
 T = TypeVar("T")
 
 
@@ -274,7 +275,7 @@ etcd3:
   hosts: 127.0.0.1:{self.etcd_port}
 bootstrap:
   dcs:
-    ttl: 10
+    ttl: {TTL_S}
     loop_wait: 2
     retry_timeout: 4
     synchronous_mode: {"true" if self.synchronous_mode else "false"}
@@ -358,6 +359,18 @@ postgresql:
                 return value
             time.sleep(0.2)
         raise AssertionError(f"timed out after {timeout:g}s waiting for {what}\n{self.logs()}")
+
+
+def unavailable() -> str | None:
+    """Why no cluster can be started here (None: it can): patroni, etcd and
+    PostgreSQL 15 installed (ops/setup --dev), and root (runuser) or postgres."""
+    missing = [p for p in ("/usr/bin/patroni", "/usr/bin/etcd", f"{PG_BIN}/postgres")
+               if not os.path.exists(p)]
+    if missing:
+        return f"not installed: {', '.join(missing)} (ops/setup --dev installs them)"
+    if os.geteuid() != 0 and pwd.getpwuid(os.geteuid()).pw_name != "postgres":
+        return "the Patroni cluster runs as postgres: needs root (runuser) or postgres"
+    return None
 
 
 def _http_ok(url: str) -> bool:

@@ -51,9 +51,10 @@ class ScenarioParams:
     steady_jobs: int = 100
     # skew: libfaketime offsets of one node
     skews: tuple[str, ...] | None = None
-    # chaos: the window's length and the nemesis' seed
+    # chaos: the window's length, the nemesis' seed, the database (postgresql, patroni)
     minutes: float | None = None
     seed: int | None = None
+    database: str = "postgresql"
     # work-queue: waiting claimers, and worker SIGKILLs
     claimers: int | None = None
     kills: int | None = None

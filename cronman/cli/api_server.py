@@ -21,7 +21,8 @@ import click
 
 import cronman
 from cronman.api.gunicorn_conf import ACCESS_LOG_ENV, METRICS_DIR_ENV, OWNED_METRICS_DIR_ENV
-from cronman.cli.group import RET_UNAVAILABLE, cli
+from cronman.cli.group import cli
+from cronman.cli.schema_wait import wait_for_schema
 from cronman.config import DEFAULT_API_BIND, Settings
 
 DEFAULT_THREADS = 4
@@ -102,18 +103,6 @@ def long_polls_for(threads: int, asked: int) -> int:
     return max(0, min(asked, threads - 1))
 
 
-def _check_schema(url: str) -> None:
-    """Refuse to start against a database whose schema is not the current one."""
-    from cronman.store.migrate import check_schema_current
-
-    try:
-        check_schema_current(url)
-    except Exception as exc:
-        click.echo(f"cronman api: the database is not ready: {exc}\n"
-                   "run `cronman migrate` first", err=True)
-        sys.exit(RET_UNAVAILABLE)
-
-
 @cli.command("api")
 @click.option("--bind", envvar="CRONMAN_API_BIND", default=DEFAULT_API_BIND,
               show_default=True, help="HOST:PORT to listen on [env CRONMAN_API_BIND]")
@@ -128,7 +117,8 @@ def _check_schema(url: str) -> None:
 @click.option("--redis-url", default=None, help="[env CRONMAN_REDIS_URL]")
 @click.option("--access-log/--no-access-log", default=False, show_default=True)
 @click.option("--check-schema/--no-check-schema", default=True, show_default=True,
-              help="refuse to start unless the database schema is current")
+              help="refuse to start unless the database schema is current (an "
+                   "unreachable database is waited for, up to 60 s)")
 def api(bind: str, workers: int | None, threads: int, timeout: int,
         database_url: str | None, redis_url: str | None, access_log: bool,
         check_schema: bool) -> None:
@@ -146,7 +136,7 @@ def api(bind: str, workers: int | None, threads: int, timeout: int,
     # Waiting claims never take every thread of a worker: one is always free.
     os.environ["CRONMAN_API_LONG_POLLS"] = str(long_polls_for(threads, settings.api_long_polls))
     if check_schema:
-        _check_schema(settings.database_url)
+        wait_for_schema(settings.database_url, "cronman api")
     if not os.environ.get(METRICS_DIR_ENV):
         path = tempfile.mkdtemp(prefix="cronman-api-metrics-")
         os.environ[METRICS_DIR_ENV] = path

@@ -52,7 +52,8 @@ def export(database_url: str | None, url: str | None, s3_endpoint_url: str | Non
            metrics_host: str, log_level: str) -> None:
     """Export (or stand by to export) until SIGTERM/SIGINT."""
     from cronman.audit.slot import AuditSetupError
-    from cronman.cli.scheduler import setup_logging, wait_for_schema
+    from cronman.cli.scheduler import setup_logging
+    from cronman.cli.schema_wait import wait_for_schema
     from cronman.processes.audit import run_exporter
 
     setup_logging(log_level)
@@ -62,7 +63,7 @@ def export(database_url: str | None, url: str | None, s3_endpoint_url: str | Non
         click.echo("cronman audit export: the export reads PostgreSQL's change stream; "
                    "CRONMAN_DATABASE_URL is not a PostgreSQL URL", err=True)
         sys.exit(RET_ERROR)
-    wait_for_schema(db_url)
+    wait_for_schema(db_url, "cronman audit export")
     try:
         run_exporter(db_url, settings, exporter_id=exporter_id, metrics_port=metrics_port,
                      metrics_host=metrics_host)

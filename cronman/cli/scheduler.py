@@ -5,21 +5,18 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from typing import TYPE_CHECKING
 
 import click
 
 from cronman.cli.group import RET_ERROR, RET_UNAVAILABLE, cli
+from cronman.cli.schema_wait import wait_for_schema
 from cronman.config import Settings
 
 if TYPE_CHECKING:
     pass
 
 log = logging.getLogger("cronman.scheduler")
-
-SCHEMA_WAIT_SECONDS = 60.0
-
 
 def setup_logging(level: str) -> None:
     """Text or JSON (CRONMAN_LOG_FORMAT) to stderr; libraries held at WARNING
@@ -30,34 +27,6 @@ def setup_logging(level: str) -> None:
         logs.configure(level)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-
-
-def wait_for_schema(url: str, timeout: float = SCHEMA_WAIT_SECONDS) -> None:
-    """Return once the database answers with the current schema. A missing or
-    foreign schema exits at once; an unreachable database is waited for."""
-    from sqlalchemy.exc import InterfaceError, OperationalError
-
-    from cronman.errors import StoreUnavailable
-    from cronman.store.migrate import SchemaNotCurrent, check_schema_current
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            check_schema_current(url)
-            return
-        except SchemaNotCurrent as exc:
-            click.echo(f"cronman scheduler: {exc.message}", err=True)
-            sys.exit(RET_ERROR)
-        except (StoreUnavailable, OperationalError, InterfaceError, OSError) as exc:
-            # Unreachable (connection refused, DNS, starting up): wait a while.
-            if time.monotonic() >= deadline:
-                click.echo(f"cronman scheduler: the database is unreachable: {exc}", err=True)
-                sys.exit(RET_UNAVAILABLE)
-            log.warning("database not reachable yet, retrying: %s", str(exc).splitlines()[0])
-            time.sleep(2.0)
-        except Exception as exc:  # a URL that cannot work: unknown driver, bad syntax
-            click.echo(f"cronman scheduler: cannot use the database URL: {exc}", err=True)
-            sys.exit(RET_ERROR)
 
 
 @cli.command("scheduler")

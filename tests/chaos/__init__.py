@@ -8,12 +8,13 @@ fires a steady load with herds; a checker accounts for every fire owed.
   ``tests.cluster.harness.Cluster`` (SIGSTOP/SIGCONT, SIGKILL + restart of a
   node, of the API, of ``cronman worker`` or of the container agent, a slow
   receiver, a node restarted with its clock off, partitions, slow and lossy
-  links, a Redis Sentinel failover, a PostgreSQL outage).
+  links, a Redis Sentinel failover, a PostgreSQL outage, a Patroni failover).
 - ``proxy``: the TCP proxy in front of the receiver and of the partition
   node's backends that makes them slow, cut or lossy.
 - ``netns``: the partition node's network namespace.
 - ``services``: Redis under Sentinel that fails over again and again, the
-  database outage, ``cronman worker`` and the container agent.
+  database on a Patroni cluster that does too, the database outage,
+  ``cronman worker`` and the container agent.
 - ``run``: one chaos run end to end (shared by ``test_chaos`` and
   ``cronman bench --scenario chaos``).
 """

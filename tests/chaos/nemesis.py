@@ -26,6 +26,10 @@ Fault kinds of this slice:
 - ``pg_outage``: PostgreSQL gone for every node and the API (the run's
   database refuses connections and its open ones are terminated, as when
   the server stops; ``services.DatabaseOutage``);
+- ``patroni_failover`` (only when the run's database is on Patroni): the
+  primary member's Patroni, postmaster and backends SIGKILLed by PID, a
+  replica promoted by the cluster itself, then the old member started again
+  and back as a replica (``services.FailoverPostgres``);
 - ``kill_agent`` / ``kill_worker``: SIGKILL of the container agent or of
   ``cronman worker`` while runs are under way, started again;
 - ``clock_forward`` / ``clock_back``: the clock node stopped and started
@@ -38,7 +42,7 @@ Fault kinds of this slice:
 Node faults follow one another (never two nodes down at once: with two
 replicas a job then keeps one owner); the backends' (Redis, PostgreSQL) are
 planned on a timeline of their own but applied between the node faults,
-never during one (``Nemesis``); the API, receiver, agent and worker faults
+never during one, ``BACKEND_SETTLE_S`` apart from them (``Nemesis``); the API, receiver, agent and worker faults
 run on a third timeline, overlapping them. Every fault is over a few seconds
 before the window ends. Each applied fault is logged with its wall times
 (``checker.Fault``).
@@ -60,7 +64,13 @@ from cronman.timeutil import now_ms
 from tests.chaos.checker import Fault
 from tests.chaos.netns import Namespace
 from tests.chaos.proxy import DelayProxy
-from tests.chaos.services import ContainerAgent, DatabaseOutage, FailoverRedis, WorkerProcess
+from tests.chaos.services import (
+    ContainerAgent,
+    DatabaseOutage,
+    FailoverPostgres,
+    FailoverRedis,
+    WorkerProcess,
+)
 from tests.cluster.harness import Cluster
 from tests.support.processes import CronmanProcess, Processes
 
@@ -73,15 +83,24 @@ LINKS = ("link_delay", "link_loss")  # the partition node's links made slow or l
 NODE_KINDS = ("pause_short", "pause_long", "pause_past_lock", "kill_node", "clock_forward",
               "clock_back", *PARTITIONS, *LINKS)
 SERVICE_KINDS = ("kill_api", "slow_receiver", "kill_agent", "kill_worker")
-BACKEND_KINDS = ("redis_failover", "pg_outage")
+BACKEND_KINDS = ("redis_failover", "pg_outage", "patroni_failover")
 KINDS = NODE_KINDS + SERVICE_KINDS + BACKEND_KINDS
 # The kinds of the short run in the test command: those it passes with on
 # this machine (the others are drawn by ``cronman bench --scenario chaos``).
 SHORT_KINDS = ("pause_short", "pause_long", "pause_past_lock", "kill_node", "clock_forward",
                "clock_back", *PARTITIONS, "kill_api", "slow_receiver")
 TARGETS = {"kill_api": "api", "slow_receiver": "receiver", "kill_agent": "agent",
-           "kill_worker": "worker", "redis_failover": "redis", "pg_outage": "postgresql"}
+           "kill_worker": "worker", "redis_failover": "redis", "pg_outage": "postgresql",
+           "patroni_failover": "postgresql"}
 END_MARGIN_S = 5.0  # every fault is over this long before the window ends
+# A backend fault starts at least this long after the node or backend fault
+# before it ended, and the one after it at least this long after it ended:
+# the nodes write the run rows they kept through a database outage, and find
+# a promoted Redis primary again, before the next failure (a Redis failover
+# while a node still holds the rows of fires it sent under the Redis lock
+# alone is two faults at once: another node, claiming through the database
+# fence, finds no row and sends them again).
+BACKEND_SETTLE_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +189,10 @@ def _draw(rng: random.Random, kind: str, ttl_s: float, lease_s: float, lock_s: f
         return 8.0, 0.0  # planned room; the failover takes what it takes
     if kind == "pg_outage":
         return rng.uniform(2.0, 8.0), 0.0
+    if kind == "patroni_failover":
+        # planned room: the promotion takes Patroni's ttl (10 s), the rejoin
+        # a few seconds more (a pg_rewind); the failover takes what it takes
+        return 30.0, 0.0
     if kind == "clock_forward":
         return rng.uniform(6.0, 12.0), rng.uniform(2.0, 30.0)
     if kind == "clock_back":
@@ -253,6 +276,7 @@ class Nemesis:
                  link_proxies: Mapping[str, Sequence[DelayProxy]] | None = None,
                  redis: FailoverRedis | None = None, outage: DatabaseOutage | None = None,
                  agent: ContainerAgent | None = None, worker: WorkerProcess | None = None,
+                 postgres: FailoverPostgres | None = None,
                  log: list[str] | None = None) -> None:
         self.cluster = cluster
         self.api = api
@@ -265,6 +289,7 @@ class Nemesis:
         self.outage = outage
         self.agent = agent
         self.worker = worker
+        self.postgres = postgres
         self.faults: list[Fault] = []
         self.errors: list[str] = []
         self.log = log if log is not None else []
@@ -276,8 +301,10 @@ class Nemesis:
         # single failure), nor two faults of one service kind: one that comes
         # due while the one before it is still under way (a failover, a slow
         # restart) waits for it, and is left out if it could then not end in
-        # the window.
+        # the window. Next to a backend fault the node group keeps
+        # ``BACKEND_SETTLE_S`` between one fault's end and the next one's start.
         self._serial = {k: threading.Lock() for k in ("node", *SERVICE_KINDS)}
+        self._last: dict[str, Fault] = {}  # each group's latest fault applied
         self._end_ms = 0
         self.stopped: set[str] = set()  # nodes under SIGSTOP now
 
@@ -314,6 +341,12 @@ class Nemesis:
     def _apply(self, p: Planned) -> None:
         group = "node" if p.kind in (*NODE_KINDS, *BACKEND_KINDS) else p.kind
         with self._serial[group]:
+            last = self._last.get(group)
+            if last is not None and (
+                    last.kind in BACKEND_KINDS or p.kind in BACKEND_KINDS):
+                settle = (last.end_ms + BACKEND_SETTLE_S * 1000 - now_ms()) / 1000
+                if settle > 0:
+                    time.sleep(settle)
             start = now_ms()
             if self._end_ms and start + (p.duration_s + END_MARGIN_S) * 1000 > self._end_ms:
                 self.log.append(f"fault left out (its kind was busy until too late): {p}")
@@ -324,6 +357,7 @@ class Nemesis:
             except Exception as exc:  # noqa: BLE001 - reported by the run
                 self.errors.append(f"{p}: {type(exc).__name__}: {exc}")
             fault = Fault(p.kind, p.target, start, now_ms(), detail)
+            self._last[group] = fault
         with self._lock:
             self.faults.append(fault)
         self.log.append(f"fault: {fault}")
@@ -394,6 +428,10 @@ class Nemesis:
             if not isinstance(self.redis, FailoverRedis):
                 return "no Sentinel"
             return self.redis.failover()
+        if p.kind == "patroni_failover":
+            if self.postgres is None:
+                return "no Patroni"
+            return self.postgres.failover()
         if p.kind == "pg_outage":
             if self.outage is None:
                 return "no database"

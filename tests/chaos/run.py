@@ -1,11 +1,11 @@
 """One chaos run end to end, for ``test_chaos`` and ``cronman bench --scenario chaos``.
 
 ``chaos_rig`` makes what a run needs (a migrated scratch database on the
-machine's PostgreSQL behind a gate proxy that can take it away, Redis under
-Sentinel, the nginx receiver behind the nemesis' proxy, ``cronman api`` on a
-loopback port, a ``Cluster`` of scheduler nodes, and on request
-``cronman worker`` and a container agent on a private containerd) and stops
-it all afterwards. ``run_chaos`` then starts the
+machine's PostgreSQL, or on request on a test-started Patroni cluster whose
+multi-host URL every process is given, Redis under Sentinel, the nginx
+receiver behind the nemesis' proxy, ``cronman api`` on a loopback port, a
+``Cluster`` of scheduler nodes, and on request ``cronman worker`` and a
+container agent on a private containerd) and stops it all afterwards. ``run_chaos`` then starts the
 nodes, writes the jobs -- a steady group spread evenly, a herd (many jobs
 due on the same second), ``worker`` and container jobs when their processes
 run, and ``at_most_once`` jobs -- waits for a warm-up (its last 3 s give the steady lateness), lets the nemesis apply its
@@ -31,11 +31,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, make_url, text
+from sqlalchemy import create_engine, text
 
 from cronman.store import open_store
+from cronman.store.connect import normalise_url
 from cronman.timeutil import format_rfc3339, now_ms, to_ms, utcnow
 from cronman.vocabulary import DEFAULT_MIN_BACKOFF, IN_FLIGHT_STATUSES
+from cronman_bench.patroni import TTL_S as PATRONI_TTL_S
 from cronman_bench.receiver import Arrival
 from cronman_bench.workload import BENCH_NAMESPACE, Mix, Workload
 from tests.chaos.checker import Bounds, LogLine, Result, RunRow, Write, check, parse_log, report
@@ -46,10 +48,12 @@ from tests.chaos.services import (
     WORK_S,
     ContainerAgent,
     DatabaseOutage,
+    FailoverPostgres,
     FailoverRedis,
     PlainRedis,
     WorkerProcess,
     container_target,
+    failover_postgres,
     failover_redis,
     plain_redis,
     worker_target,
@@ -99,6 +103,9 @@ def documented_bounds(ttl_s: float, lease_s: float) -> Bounds:
     late["partition_all"] = max(takeover, resend)
     late["kill_worker"] = requeue
     late.update(dict.fromkeys(("clock_jump_forward", "clock_jump_back"), takeover))
+    # Patroni's ``ttl`` (the rig's: cronman_bench.patroni) without a primary:
+    # worker runs wait for the queue's database meanwhile.
+    late["patroni_failover"] = takeover + PATRONI_TTL_S * 1000
     return Bounds(early_ms=100, late_ms=SLACK_MS,
                   late_by_kind={k: v + SLACK_MS for k, v in late.items()},
                   before_ms=2_000, default_after_ms=15_000)
@@ -159,11 +166,13 @@ class Rig:
     link_proxies: dict[str, list[DelayProxy]] = field(default_factory=dict)
     worker: WorkerProcess | None = None
     agent: ContainerAgent | None = None
+    postgres: FailoverPostgres | None = None  # the database is on Patroni
 
     def kinds(self, wanted: Sequence[str]) -> tuple[str, ...]:
         """The fault kinds of ``wanted`` this rig can apply."""
         missing = {"kill_worker": self.worker is None, "kill_agent": self.agent is None,
-                   "redis_failover": not isinstance(self.redis, FailoverRedis)}
+                   "redis_failover": not isinstance(self.redis, FailoverRedis),
+                   "patroni_failover": self.postgres is None}
         return tuple(k for k in wanted if not missing.get(k, False))
 
 
@@ -194,15 +203,20 @@ class ChaosOutcome:
 @contextmanager
 def chaos_rig(workdir: Path, nodes_env: dict[str, str] | None = None,
               partitions: bool = True, *, worker: bool = False, agent: bool = False,
-              sentinel: bool = True) -> Iterator[Rig]:
+              sentinel: bool = True, patroni: bool = False) -> Iterator[Rig]:
     """Everything a run needs, stopped and dropped afterwards. With
     ``partitions`` (and root), node ``PARTITION_NODE`` runs in a network
     namespace of its own and reaches the backends through proxies. ``worker``
     and ``agent``: run ``cronman worker`` and a container agent (root);
-    ``sentinel``: Redis under Sentinel (else one redis-server)."""
+    ``sentinel``: Redis under Sentinel (else one redis-server); ``patroni``:
+    the database on a Patroni cluster of three members in synchronous mode
+    (root or postgres: ``tests.support.patroni``), else a scratch database of
+    the machine's PostgreSQL."""
     workdir.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
-        url = stack.enter_context(migrated_pg_database("cronman_chaos"))
+        postgres = stack.enter_context(failover_postgres()) if patroni else None
+        url = (postgres.url if postgres is not None
+               else stack.enter_context(migrated_pg_database("cronman_chaos")))
         outage = DatabaseOutage(url)
         stack.callback(outage.end)
         redis = stack.enter_context(failover_redis() if sentinel else plain_redis())
@@ -221,7 +235,7 @@ def chaos_rig(workdir: Path, nodes_env: dict[str, str] | None = None,
                 node.proc.kill()
 
         stack.callback(kill_nodes)
-        rig = Rig(cluster, fires, proxy, api, procs, url, outage, redis)
+        rig = Rig(cluster, fires, proxy, api, procs, url, outage, redis, postgres=postgres)
         if worker:
             rig.worker = WorkerProcess(procs, api.url, proxy.url, BENCH_NAMESPACE)
             stack.callback(rig.worker.stop)
@@ -253,9 +267,8 @@ def _partitionable(rig: Rig, ns: Namespace, workdir: Path) -> None:
             proxy = DelayProxy(("127.0.0.1", port), host=host_ip).start()
             rig.link_proxies.setdefault(name, []).append(proxy)
             forwards[port] = (host_ip, proxy.port)
-    db = make_url(rig.db_url)
-    rig.link_proxies["db"] = [DelayProxy((db.host or "127.0.0.1", db.port or 5432),
-                                         host=ns.links["db"].host_ip).start()]
+    rig.link_proxies["db"] = [DelayProxy(member, host=ns.links["db"].host_ip).start()
+                              for member in db_endpoints(rig.db_url)]
     log = workdir / "ns-forwarder.log"
     ns.forward(forwards, log)
     deadline = time.monotonic() + 20
@@ -263,9 +276,36 @@ def _partitionable(rig: Rig, ns: Namespace, workdir: Path) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"the namespace's forwarder did not start: {log.read_text()}")
         time.sleep(0.05)
-    db_url = db.set(host=ns.links["db"].host_ip, port=rig.link_proxies["db"][0].port)
-    rig.cluster.add_node(PARTITION_NODE, database_url=db_url.render_as_string(
-        hide_password=False), prefix=ns.prefix)
+    host_ip = ns.links["db"].host_ip
+    db_url = with_db_endpoints(rig.db_url, [(host_ip, p.port) for p in rig.link_proxies["db"]])
+    rig.cluster.add_node(PARTITION_NODE, database_url=db_url, prefix=ns.prefix)
+
+
+def db_endpoints(database_url: str) -> list[tuple[str, int]]:
+    """The (host, port) of each server the URL names, in its order (one, or
+    each member of a multi-host URL)."""
+    url = normalise_url(database_url)
+    hosts = url.query.get("host")
+    if not isinstance(hosts, str):
+        return [(url.host or "127.0.0.1", url.port or 5432)]
+    ports = url.query.get("port")
+    listed = ports.split(",") if isinstance(ports, str) else []
+    return [(h or "127.0.0.1", int(listed[i]) if i < len(listed) and listed[i] else 5432)
+            for i, h in enumerate(hosts.split(","))]
+
+
+def with_db_endpoints(database_url: str, endpoints: Sequence[tuple[str, int]]) -> str:
+    """``database_url`` naming ``endpoints`` instead of its servers (one:
+    in the netloc; several: ``host=h:p`` each, the URL's other options kept)."""
+    url = normalise_url(database_url)
+    query = {k: v for k, v in url.query.items() if k not in ("host", "port")}
+    if len(endpoints) == 1:
+        ((host, port),) = endpoints
+        url = url.set(host=host, port=port, query=query)
+    else:
+        url = url.set(host=None, port=None,
+                      query={**query, "host": tuple(f"{h}:{p}" for h, p in endpoints)})
+    return url.render_as_string(hide_password=False)
 
 
 def workload(config: ChaosConfig, base_ms: int, receiver_url: str) -> Mix:
@@ -323,7 +363,8 @@ def run_chaos(rig: Rig, config: ChaosConfig,
     end = start + int(config.window_s * 1000)
     nemesis = Nemesis(c, api=rig.api, proxy=rig.proxy, netns=rig.netns,
                       link_proxies=rig.link_proxies, redis=rig.redis,
-                      outage=rig.outage, agent=rig.agent, worker=rig.worker, log=lines)
+                      outage=rig.outage, agent=rig.agent, worker=rig.worker,
+                      postgres=rig.postgres, log=lines)
     nemesis.start(planned, start, end)
     writer = ApiWriter(lambda: rig.api.url, config.api_writes_per_s, rig.proxy.url)
     sleep_until(start, c)

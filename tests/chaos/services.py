@@ -4,6 +4,11 @@
   sentinels on loopback); ``failover()`` SIGKILLs the primary, waits until
   the sentinels agree on the replica, then starts the old one again as the
   new primary's replica, so that the next failover finds one;
+- ``FailoverPostgres``: the run's database on a test-started Patroni
+  cluster (etcd and three members in synchronous mode on loopback);
+  ``failover()`` SIGKILLs the primary member (its Patroni, postmaster and
+  backends), waits until the cluster promotes a replica, then starts the old
+  member again so that it rejoins as a replica;
 - ``DatabaseOutage``: the run's PostgreSQL database taken away from every
   client (connections refused, the open ones terminated) and given back;
 - ``WorkerProcess``: ``cronman worker`` taking the ``worker`` jobs' runs from
@@ -21,14 +26,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import psycopg2
 import redis
-from sqlalchemy import make_url
 
+from cronman.store.connect import libpq_params, normalise_url
+from cronman.store.migrate import upgrade
+from cronman_bench.patroni import Member, PatroniCluster
 from tests.support.containerd import (
     TEST_IMAGE,
     ContainerdServer,
@@ -148,20 +156,78 @@ def failover_redis() -> Iterator[FailoverRedis]:
         yield FailoverRedis(setup, stack)
 
 
+PATRONI_DATABASE = "cronman_chaos"
+
+
+class FailoverPostgres:
+    """The run's database on a Patroni cluster whose primary can be failed
+    over again and again (``synchronous_mode``, as docs/cluster.md advises:
+    only the synchronous standby is promoted, so no acknowledged commit is
+    lost)."""
+
+    def __init__(self, cluster: PatroniCluster) -> None:
+        self.cluster = cluster
+        self.url = cluster.url(PATRONI_DATABASE)
+
+    def failover(self, timeout: float = 90.0) -> str:
+        """SIGKILL the primary member by PID, wait for the cluster's new
+        leader, start the old member again and wait until it streams from
+        that leader and a synchronous standby is recorded (the next
+        failover's candidate)."""
+        pg = self.cluster
+        old = pg.wait_ready(timeout)
+        pids = (old.patroni_pid(), old.postmaster_pid())
+        started = time.monotonic()
+        pg.kill_leader()
+        new = pg.wait_leader(other_than=old, timeout=timeout)
+        promoted = time.monotonic() - started
+        pg.start_member(old)
+        wait_until(lambda: _streams_from(pg, new, old), timeout,
+                   f"{old.name} to stream from {new.name}", 0.2)
+        pg.wait_ready(timeout)
+        back = time.monotonic() - started - promoted
+        return (f"SIGKILL of primary {old.name} (patroni pid {pids[0]}, postmaster pid "
+                f"{pids[1]}), {new.name} promoted after {promoted:.1f} s, {old.name} back "
+                f"as its replica {back:.1f} s later")
+
+
+def _streams_from(pg: PatroniCluster, leader: Member, member: Member) -> bool:
+    if member.role() != "replica":
+        return False
+    try:
+        return bool(pg.query(leader, "SELECT 1 FROM pg_stat_replication WHERE "
+                             f"application_name = '{member.name}' AND state = 'streaming'"))
+    except psycopg2.Error:
+        return False
+
+
+@contextmanager
+def failover_postgres(members: int = 3) -> Iterator[FailoverPostgres]:
+    """A Patroni cluster of ``members`` with the run's database, migrated."""
+    with PatroniCluster(members=members, scope="cronman-chaos") as pg:
+        pg.create_database(PATRONI_DATABASE)
+        db = FailoverPostgres(pg)
+        upgrade(db.url)
+        pg.wait_ready()
+        yield db
+
+
 class DatabaseOutage:
     """PostgreSQL gone for every node and the API, as when the server stops:
     the database refuses new connections (``ALLOW_CONNECTIONS false``) and
     its open ones are terminated; ``end()`` lets them in again. Only the
-    run's own database is touched, nothing in the data path is a proxy."""
+    run's own database is touched, nothing in the data path is a proxy.
+    On Patroni the statements go to the primary (the run's multi-host URL,
+    ``target_session_attrs=read-write``); the flag replicates to the
+    replicas, so a member promoted meanwhile refuses the database too."""
 
     def __init__(self, database_url: str) -> None:
-        url = make_url(database_url)
+        url = normalise_url(database_url)
         self.name = url.database
-        self._admin = {"host": url.host or LOOPBACK, "port": url.port or 5432,
-                       "user": url.username, "password": url.password, "dbname": "postgres"}
+        self._admin = {**libpq_params(url), "dbname": "postgres"}
 
     def _sql(self, *statements: str) -> int:
-        conn = psycopg2.connect(**{k: v for k, v in self._admin.items() if v is not None})
+        conn = psycopg2.connect(**self._admin)
         conn.autocommit = True
         try:
             with conn.cursor() as cur:

@@ -3,12 +3,18 @@ everything over before the window ends, each kind where it can apply."""
 
 from __future__ import annotations
 
+import time
+
+from cronman.timeutil import now_ms
+from tests.chaos import nemesis
 from tests.chaos.nemesis import (
     END_MARGIN_S,
     KINDS,
     NODE_KINDS,
     PARTITIONS,
     SERVICE_KINDS,
+    Nemesis,
+    Planned,
     faketime_env,
     plan,
 )
@@ -66,3 +72,27 @@ def test_kinds_that_cannot_apply_are_left_out():
 def test_a_clock_fault_runs_the_node_under_libfaketime():
     env = faketime_env(-12.5)
     assert env["FAKETIME"] == "-12.500" and env["LD_PRELOAD"].endswith("libfaketimeMT.so.1")
+
+
+def test_a_backend_fault_queued_behind_another_fault_waits_for_the_nodes_to_settle(
+        monkeypatch):
+    """A fault that came due while the one before it was under way used to
+    start the instant that one ended: a Redis failover right after a database
+    outage, while the nodes still held the run rows they kept through it."""
+    monkeypatch.setattr(nemesis, "BACKEND_SETTLE_S", 0.3)
+
+    class Recording(Nemesis):
+        def _do(self, p):
+            time.sleep(0.2 if p.kind == "pg_outage" else 0.0)
+            return ""
+
+    n = Recording(cluster=None, api=None, proxy=None)
+    n.start([Planned("pg_outage", "postgresql", 0.0, 0.2),
+             Planned("redis_failover", "redis", 0.05, 0.1),
+             Planned("pause_short", "n1", 0.1, 0.1)], now_ms())
+    n.join(timeout=10)
+    outage, *rest = sorted(n.faults, key=lambda f: f.start_ms)
+    assert outage.kind == "pg_outage" and len(rest) == 2
+    first, second = rest
+    assert first.start_ms - outage.end_ms >= 300
+    assert second.start_ms - first.end_ms >= 300  # next to the failover too
