@@ -108,11 +108,14 @@ class LogLine:
 
 @dataclass(frozen=True)
 class Bounds:
-    """How late a fire may arrive: ``late_ms`` in the steady state; near a
-    fault of kind K (due from ``before_ms`` before it started until
-    ``after_ms[K]`` after it ended) ``late_by_kind[K]`` plus the fault's own
-    length (a paused node's fires wait at least that long). ``early_ms``:
-    the clock bound (arrival before the fire time minus this is early)."""
+    """How late a fire may arrive: ``late_ms`` in the steady state, plus, for
+    each fault of kind K near it (due from ``before_ms`` before the fault
+    started until ``after_ms[K]`` after it ended), ``late_by_kind[K]`` and the
+    fault's own length (a paused node's fires wait at least that long):
+    faults that overlap or follow one another add their delays up (the API
+    killed twice while a run waits to be claimed through it). A kind not
+    in ``late_by_kind`` adds nothing. ``early_ms``: the clock bound (arrival
+    before the fire time minus this is early)."""
 
     early_ms: int = 100
     late_ms: int = 5_000
@@ -131,7 +134,7 @@ class Bounds:
         for f in faults:
             extra = self.late_by_kind.get(f.kind)
             if extra is not None:
-                bound = max(bound, extra + (f.end_ms - f.start_ms))
+                bound += extra + (f.end_ms - f.start_ms)
         return bound
 
 

@@ -102,12 +102,14 @@ def test_an_at_most_once_fire_may_arrive_once_or_be_recorded_lost_never_twice():
 def test_a_fault_widens_the_late_bound_of_the_fires_around_it():
     pause = Fault("pause", "n2", T0 + 10_000, T0 + 14_000)  # 4 s
     assert BOUNDS.window(pause) == (T0 + 9_000, T0 + 19_000)
-    assert BOUNDS.late_bound([pause]) == 12_000  # 8 s + the pause's own length
+    assert BOUNDS.late_bound([pause]) == 13_000  # 1 s + 8 s + the pause's own length
+    again = Fault("pause", "n1", T0 + 16_000, T0 + 17_000)
+    assert BOUNDS.late_bound([pause, again]) == 22_000  # one after another: they add up
     assert BOUNDS.late_bound([Fault("unbounded", "x", 0, 50_000)]) == 1_000
-    near = outcome_of([arrival("a", T0 + 11_000, 11_999)], faults=[pause],
+    near = outcome_of([arrival("a", T0 + 11_000, 12_999)], faults=[pause],
                       fire=("a", T0 + 11_000))
-    assert near.flags == () and near.bound_ms == 12_000 and near.kinds == {"pause"}
-    too_late = outcome_of([arrival("a", T0 + 11_000, 12_001)], faults=[pause],
+    assert near.flags == () and near.bound_ms == 13_000 and near.kinds == {"pause"}
+    too_late = outcome_of([arrival("a", T0 + 11_000, 13_001)], faults=[pause],
                           fire=("a", T0 + 11_000))
     assert too_late.flags == (LATE,)
     # Fires due before the window the fault opens, or after it, keep the steady bound.
