@@ -114,18 +114,31 @@ class FailoverRedis:
         self.servers[old] = back.start()
 
         def synced() -> bool:
+            # The sentinels may fail over again meanwhile (a primary slow to
+            # answer on a loaded machine looks down to them): whichever
+            # server they name, the other must replicate it.
+            primary = self.setup.primary_port()
+            if primary not in self.servers:
+                return False
+            (other,) = [p for p in self.servers if p != primary]
             try:
-                with back.client(decode_responses=True) as c:
-                    return bool(c.info("replication").get("master_link_status") == "up")
+                with self.servers[other].client(decode_responses=True) as c:
+                    info = c.info("replication")
             except redis.RedisError:
                 return False
+            return bool(info.get("master_link_status") == "up"
+                        and int(info.get("master_port", 0)) == primary)
 
         try:
-            wait_until(synced, timeout, f"{old} to replicate {new}", 0.1)
+            wait_until(synced, timeout, f"a replica to follow the primary after {old}'s kill",
+                       0.1)
         except TimeoutError as exc:
             raise TimeoutError(f"{exc}; {old}'s log: {back.log_tail()}; {new}'s log: "
                                f"{self.servers[new].log_tail()}") from exc
-        return f"SIGKILL of primary {old}, {new} promoted, {old} back as its replica"
+        now = self.setup.primary_port()
+        again = "" if now == new else f", then the sentinels failed over again to {now}"
+        return (f"SIGKILL of primary {old}, {new} promoted, {old} back as its replica"
+                f"{again}")
 
 
 class PlainRedis:
