@@ -1,12 +1,14 @@
 """A running node's clock stepped (SPEC §6), as NTP steps a host's clock:
-forward past ``CRONMAN_MAX_CLOCK_SKEW`` (1 s) and back again, then behind.
+ahead past ``CRONMAN_MAX_CLOCK_SKEW`` (1 s) and right again, behind and
+right again, then ahead within the bound.
 
 Three real nodes; one runs under the clock shim (``tests/support/clockshim``:
 its wall clock moves the moment the test says, its monotonic clock and its
 sleeps do not). While its clock is off the node must notice within a few
 pulses, stop claiming and step out; its jobs' other owners fire them. No
 fire may arrive before its due time, none may be missed, none sent under
-two run ids; once its clock is right again the node claims again.
+two run ids; once its clock is right again the node claims again, and
+within the bound it claims on, its offset corrected.
 """
 
 from __future__ import annotations
