@@ -148,7 +148,7 @@ def test_without_an_offset_file_every_call_passes_through(tmp_path):
 # flips: every reading must show one offset or the other, whole.
 THREADS_CHILD = r"""
 import json, sys, threading, time
-base = time.time() - time.monotonic()
+base = float(sys.argv[1])  # the real wall clock minus the monotonic one, ours
 seen = set()
 def read():
     end = time.monotonic() + 1.5
@@ -169,7 +169,8 @@ print(json.dumps(sorted(seen)))
 
 def test_threads_see_each_offset_whole_while_it_flips(tmp_path):
     with clockshim.Clock(tmp_path / "offset") as clock:
-        proc = subprocess.Popen([sys.executable, "-c", THREADS_CHILD],
+        base = time.time() - time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-c", THREADS_CHILD, repr(base)],
                                 env={**os.environ, **clock.env()}, stdout=subprocess.PIPE,
                                 text=True)
         big = 987_654_321.5  # every byte of the offset changes with each flip
