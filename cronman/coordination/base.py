@@ -71,8 +71,9 @@ class Pulse:
 @dataclass(frozen=True, slots=True)
 class PulseReading:
     """What one pulse round trip learnt: the coordinator's time, read between
-    the local wall-clock times ``sent`` and ``received`` (seconds), and the
-    peers' pulses found."""
+    the local monotonic times ``sent`` and ``received`` (``time.monotonic()``
+    seconds: a step of this host's wall clock cannot bend the round trip),
+    and the peers' pulses found."""
 
     server_ms: int
     sent: float

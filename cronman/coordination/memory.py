@@ -298,7 +298,7 @@ class InProcessCoordinator:
 
     def pulse(self, node_id: str, payload: str, ttl_ms: int,
               peers: Sequence[str]) -> PulseReading:
-        sent = time.time()
+        sent = time.monotonic()
         self._check()
         table = self._table
         with table.lock:
@@ -310,7 +310,7 @@ class InProcessCoordinator:
                 held = table.pulses.get(peer)
                 if held is not None and held[2] > now:
                     found[peer] = Pulse(peer, held[0], held[1])
-        return PulseReading(server_ms, sent, time.time(), found)
+        return PulseReading(server_ms, sent, time.monotonic(), found)
 
     def mark_outcomes(self, marks: Sequence[tuple[str, int, str]], ttl_ms: int) -> None:
         self._check()

@@ -36,13 +36,13 @@ class RedisPulses:
         for shard in shards.shards:
             if not (last_resort or shard.available()):
                 continue
-            sent = time.time()
+            sent = time.monotonic()
             try:
                 reply = shards.scripts.get(shard, "pulse")(keys=keys, args=args)
             except SHARD_ERRORS as e:
                 shards.failed(shard, e)
                 continue
-            received = time.time()
+            received = time.monotonic()
             shard.succeeded()
             for peer, value in zip(peers, reply[1:], strict=True):
                 if value:

@@ -34,9 +34,17 @@ Fault kinds of this slice:
   ``cronman worker`` while runs are under way, started again;
 - ``clock_forward`` / ``clock_back``: the clock node stopped and started
   again with its clock off by seconds (libfaketime; monotonic time keeps
-  its pace), then stopped and started right again. libfaketime cannot move
-  a running process's clock here: a ``FAKETIME_TIMESTAMP_FILE`` changed at
-  run time moves its monotonic clock too, and with
+  its pace), then stopped and started right again;
+- ``clock_jump_forward`` / ``clock_jump_back``: the clock node's wall clock
+  stepped ahead or back while it runs, as NTP steps a host's clock, for a
+  few seconds, then set right again. The node runs under the clock shim
+  from its start (``tests/support/clockshim``: an ``LD_PRELOAD`` library
+  offsetting only the wall clock, by an offset read from a file the
+  nemesis rewrites in place); a third of the steps stay within
+  ``CRONMAN_MAX_CLOCK_SKEW`` (the node corrects for them and claims on),
+  the others go 2-30 s past it (the node steps out until set right).
+  libfaketime cannot do this: a ``FAKETIME_TIMESTAMP_FILE`` changed at run
+  time moves the monotonic clock too, and with
   ``FAKETIME_DONT_FAKE_MONOTONIC=1`` every ``time.sleep`` fails (EINVAL).
 
 Node faults follow one another (never two nodes down at once: with two
@@ -59,6 +67,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cronman.config import DEFAULT_MAX_CLOCK_SKEW
 from cronman.scheduler.fires import LOCK_TTL_MS
 from cronman.timeutil import now_ms
 from tests.chaos.checker import Fault
@@ -72,6 +81,7 @@ from tests.chaos.services import (
     WorkerProcess,
 )
 from tests.cluster.harness import Cluster
+from tests.support.clockshim import Clock
 from tests.support.processes import CronmanProcess, Processes
 
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
@@ -80,15 +90,16 @@ PARTITIONS = {"partition_redis": ("redis",), "partition_db": ("db",),
               "partition_receiver": ("receiver",),
               "partition_all": ("redis", "db", "receiver")}
 LINKS = ("link_delay", "link_loss")  # the partition node's links made slow or lossy
+JUMPS = ("clock_jump_forward", "clock_jump_back")  # the clock node's running clock stepped
 NODE_KINDS = ("pause_short", "pause_long", "pause_past_lock", "kill_node", "clock_forward",
-              "clock_back", *PARTITIONS, *LINKS)
+              "clock_back", *PARTITIONS, *LINKS, *JUMPS)
 SERVICE_KINDS = ("kill_api", "slow_receiver", "kill_agent", "kill_worker")
 BACKEND_KINDS = ("redis_failover", "pg_outage", "patroni_failover")
 KINDS = NODE_KINDS + SERVICE_KINDS + BACKEND_KINDS
 # The kinds of the short run in the test command: those it passes with on
 # this machine (the others are drawn by ``cronman bench --scenario chaos``).
 SHORT_KINDS = ("pause_short", "pause_long", "pause_past_lock", "kill_node", "clock_forward",
-               "clock_back", *PARTITIONS, "kill_api", "slow_receiver")
+               "clock_back", *PARTITIONS, "kill_api", "slow_receiver", *JUMPS)
 TARGETS = {"kill_api": "api", "slow_receiver": "receiver", "kill_agent": "agent",
            "kill_worker": "worker", "redis_failover": "redis", "pg_outage": "postgresql",
            "patroni_failover": "postgresql"}
@@ -101,6 +112,7 @@ END_MARGIN_S = 5.0  # every fault is over this long before the window ends
 # alone is two faults at once: another node, claiming through the database
 # fence, finds no row and sends them again).
 BACKEND_SETTLE_S = 5.0
+MAX_SKEW_S = DEFAULT_MAX_CLOCK_SKEW  # the nodes' CRONMAN_MAX_CLOCK_SKEW (the suite keeps it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +209,10 @@ def _draw(rng: random.Random, kind: str, ttl_s: float, lease_s: float, lock_s: f
         return rng.uniform(6.0, 12.0), rng.uniform(2.0, 30.0)
     if kind == "clock_back":
         return rng.uniform(6.0, 12.0), -rng.uniform(2.0, 30.0)
+    if kind in JUMPS:
+        within = rng.random() < 1 / 3  # corrected for, or past the bound
+        by = rng.uniform(0.2, 0.9) * MAX_SKEW_S if within else rng.uniform(2.0, 30.0)
+        return rng.uniform(4.0, 12.0), by if kind == "clock_jump_forward" else -by
     raise ValueError(f"unknown fault kind {kind!r}")
 
 
@@ -277,7 +293,7 @@ class Nemesis:
                  redis: FailoverRedis | None = None, outage: DatabaseOutage | None = None,
                  agent: ContainerAgent | None = None, worker: WorkerProcess | None = None,
                  postgres: FailoverPostgres | None = None,
-                 log: list[str] | None = None) -> None:
+                 clock: Clock | None = None, log: list[str] | None = None) -> None:
         self.cluster = cluster
         self.api = api
         self.proxy = proxy
@@ -290,6 +306,7 @@ class Nemesis:
         self.agent = agent
         self.worker = worker
         self.postgres = postgres
+        self.clock = clock  # the clock node's wall clock (the shim's offset)
         self.faults: list[Fault] = []
         self.errors: list[str] = []
         self.log = log if log is not None else []
@@ -449,6 +466,15 @@ class Nemesis:
             time.sleep(p.duration_s)
             proc.start()
             return f"SIGKILL of pid {pid}, started again"
+        if p.kind in JUMPS:
+            if self.clock is None:
+                return "no clock shim"
+            self.clock.set(p.amount)
+            try:
+                time.sleep(p.duration_s)
+            finally:
+                self.clock.set(0.0)
+            return f"its running clock stepped {p.amount:+.1f} s, then set right"
         if p.kind.startswith("clock"):
             c.terminate(p.target)
             c.start_node(p.target, wait=False, env=faketime_env(p.amount))
@@ -459,11 +485,14 @@ class Nemesis:
         raise ValueError(f"unknown fault kind {p.kind!r}")
 
     def release(self) -> None:
-        """SIGCONT every node still stopped, heal every partition (a run that ends early)."""
+        """SIGCONT every node still stopped, heal every partition, set the clock
+        right (a run that ends early)."""
         if self.netns is not None:
             self.netns.heal()
         if self.outage is not None:
             self.outage.end()
+        if self.clock is not None:
+            self.clock.set(0.0)
         for node_id in list(self.stopped):
             try:
                 os.kill(self.cluster.nodes[node_id].proc.pid, signal.SIGCONT)

@@ -41,7 +41,7 @@ from cronman_bench.patroni import TTL_S as PATRONI_TTL_S
 from cronman_bench.receiver import Arrival
 from cronman_bench.workload import BENCH_NAMESPACE, Mix, Workload
 from tests.chaos.checker import Bounds, LogLine, Result, RunRow, Write, check, parse_log, report
-from tests.chaos.nemesis import KINDS, ApiProcess, Nemesis, Planned, plan
+from tests.chaos.nemesis import JUMPS, KINDS, ApiProcess, Nemesis, Planned, plan
 from tests.chaos.netns import IP, Namespace, free_subnets
 from tests.chaos.proxy import DelayProxy
 from tests.chaos.services import (
@@ -60,6 +60,7 @@ from tests.chaos.services import (
 )
 from tests.cluster.harness import TEST_LEASE_SECONDS, Cluster, Fires, node_env
 from tests.cluster.scenario import sleep_until
+from tests.support import clockshim
 from tests.support.databases import migrated_pg_database
 from tests.support.processes import Processes, free_port
 from tests.support.store_jobs import create_jobs_in_store
@@ -172,12 +173,14 @@ class Rig:
     worker: WorkerProcess | None = None
     agent: ContainerAgent | None = None
     postgres: FailoverPostgres | None = None  # the database is on Patroni
+    clock: clockshim.Clock | None = None  # the clock node's wall clock; None: no shim (gcc)
 
     def kinds(self, wanted: Sequence[str]) -> tuple[str, ...]:
         """The fault kinds of ``wanted`` this rig can apply."""
         missing = {"kill_worker": self.worker is None, "kill_agent": self.agent is None,
                    "redis_failover": not isinstance(self.redis, FailoverRedis),
-                   "patroni_failover": self.postgres is None}
+                   "patroni_failover": self.postgres is None,
+                   **{k: self.clock is None for k in JUMPS}}
         return tuple(k for k in wanted if not missing.get(k, False))
 
 
@@ -248,6 +251,8 @@ def chaos_rig(workdir: Path, nodes_env: dict[str, str] | None = None,
             rig.agent = ContainerAgent(procs, workdir, redis.url, env)
             stack.callback(rig.agent.stop)
             rig.agent.start_containerd()
+        if clockshim.unavailable() is None:
+            rig.clock = stack.enter_context(clockshim.Clock(workdir / "clock-node.offset"))
         if partitions and os.geteuid() == 0 and os.path.exists(IP):
             links = ("receiver", "redis", "db")
             ns = Namespace(f"cmchaos-{os.getpid()}",
@@ -347,6 +352,11 @@ def run_chaos(rig: Rig, config: ChaosConfig,
         echo(line)
 
     rig.api.start()
+    kinds = rig.kinds(config.kinds)
+    clock_node = f"n{config.nodes}"  # the last one started
+    if rig.clock is not None and set(JUMPS) & set(kinds):
+        # under the clock shim from its start, every incarnation
+        (c.nodes.get(clock_node) or c.add_node(clock_node)).env.update(rig.clock.env())
     started = c.start(config.nodes)
     if rig.worker is not None:
         rig.worker.start()
@@ -355,9 +365,9 @@ def run_chaos(rig: Rig, config: ChaosConfig,
         rig.agent.start()
     node_ids = [n.node_id for n in started]
     lease_s = float(c.env.get("CRONMAN_LEASE_SECONDS", TEST_LEASE_SECONDS))
-    planned = plan(config.seed, config.window_s, node_ids, kinds=rig.kinds(config.kinds),
+    planned = plan(config.seed, config.window_s, node_ids, kinds=kinds,
                    ttl_s=c.env_ttl(), lease_s=lease_s,
-                   clock_node=node_ids[-1],
+                   clock_node=clock_node,
                    partition_node=PARTITION_NODE if rig.netns else None)
     say("plan: " + "; ".join(f"{p.kind} {p.target} at +{p.at_s:.1f} s for {p.duration_s:.1f} s"
                              + (f" ({p.amount:+.1f})" if p.amount else "") for p in planned))
@@ -369,7 +379,7 @@ def run_chaos(rig: Rig, config: ChaosConfig,
     nemesis = Nemesis(c, api=rig.api, proxy=rig.proxy, netns=rig.netns,
                       link_proxies=rig.link_proxies, redis=rig.redis,
                       outage=rig.outage, agent=rig.agent, worker=rig.worker,
-                      postgres=rig.postgres, log=lines)
+                      postgres=rig.postgres, clock=rig.clock, log=lines)
     nemesis.start(planned, start, end)
     writer = ApiWriter(lambda: rig.api.url, config.api_writes_per_s, rig.proxy.url)
     sleep_until(start, c)

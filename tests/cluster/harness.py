@@ -61,6 +61,9 @@ class Node:
     database_url: str | None = None
     redis_url: str | None = None
     prefix: tuple[str, ...] = ()
+    # Added to the cluster's environment for every process of this node id
+    # (a node under the clock shim from its start: tests/support/clockshim).
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def proc(self) -> CronmanProcess:
@@ -94,15 +97,19 @@ class Cluster:
         return started
 
     def add_node(self, node_id: str, *, database_url: str | None = None,
-                 redis_url: str | None = None, prefix: tuple[str, ...] = ()) -> Node:
-        """Declare ``node_id`` with backends of its own (started by ``start_node``)."""
+                 redis_url: str | None = None, prefix: tuple[str, ...] = (),
+                 env: Mapping[str, str] | None = None) -> Node:
+        """Declare ``node_id`` with backends or an environment of its own
+        (started by ``start_node``)."""
         node = self.nodes[node_id] = Node(node_id, free_port(), database_url=database_url,
-                                          redis_url=redis_url, prefix=prefix)
+                                          redis_url=redis_url, prefix=prefix,
+                                          env=dict(env or {}))
         return node
 
     def start_node(self, node_id: str, wait: bool = True,
                    env: Mapping[str, str] | None = None) -> Node:
-        """Start (or restart) ``node_id``; ``env`` adds to the cluster's environment."""
+        """Start (or restart) ``node_id``; ``env`` adds to the cluster's and the node's
+        environment."""
         node = self.nodes.get(node_id)
         if node is None:
             node = self.add_node(node_id)
@@ -110,7 +117,8 @@ class Cluster:
                 "--database-url", node.database_url or self.database_url,
                 "--redis-url", node.redis_url or self.redis_url,
                 "--metrics-port", str(node.metrics_port), "--metrics-host", "127.0.0.1"]
-        node.incarnations.append(self.procs.start(node_id, args, {**self.env, **(env or {})},
+        node.incarnations.append(self.procs.start(node_id, args,
+                                                  {**self.env, **node.env, **(env or {})},
                                                   prefix=node.prefix))
         node.expected_down = False
         if wait:

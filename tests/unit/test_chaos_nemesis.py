@@ -9,7 +9,9 @@ from cronman.timeutil import now_ms
 from tests.chaos import nemesis
 from tests.chaos.nemesis import (
     END_MARGIN_S,
+    JUMPS,
     KINDS,
+    MAX_SKEW_S,
     NODE_KINDS,
     PARTITIONS,
     SERVICE_KINDS,
@@ -96,3 +98,16 @@ def test_a_backend_fault_queued_behind_another_fault_waits_for_the_nodes_to_sett
     first, second = rest
     assert first.start_ms - outage.end_ms >= 300
     assert second.start_ms - first.end_ms >= 300  # next to the failover too
+
+
+def test_clock_jumps_step_the_clock_node_within_the_skew_bound_and_past_it():
+    planned = [p for seed in range(80) for p in make(seed, 180.0) if p.kind in JUMPS]
+    assert {p.target for p in planned} == {"n3"}
+    ahead = [p.amount for p in planned if p.kind == "clock_jump_forward"]
+    behind = [p.amount for p in planned if p.kind == "clock_jump_back"]
+    assert ahead and all(a > 0 for a in ahead) and behind and all(b < 0 for b in behind)
+    steps = [abs(a) for a in ahead + behind]
+    assert any(s < MAX_SKEW_S for s in steps) and any(s > 2 * MAX_SKEW_S for s in steps)
+    assert max(steps) <= 30.0
+    assert all(4.0 <= p.duration_s <= 12.0 for p in planned)
+

@@ -13,6 +13,16 @@ the recent ones (as NTP does). A node whose offset exceeds ``max_skew`` is
 *skewed*: its clock is not to be trusted even corrected (a paused VM, a
 broken NTP daemon), so it stops claiming and reports not ready until the
 offset is back within bounds (see the node's readiness).
+
+The samples are taken on this host's monotonic clock, not its wall clock,
+and the cluster's "now" is the monotonic clock plus the estimate: a wall
+clock stepped while the node runs (NTP stepping it, an operator setting it)
+moves nothing the node schedules by. It shows at the next sample as an
+offset of the wall clock to the reference, which is what the skew check
+judges. Samples older than a jump of the monotonic clock against the wall
+clock (a host suspended: its monotonic clock stood still) are dropped: they
+tell the reference's distance to a monotonic clock that has since lost
+time.
 """
 
 from __future__ import annotations
@@ -39,6 +49,11 @@ STALE_AFTER = 10.0  # seconds without a sample of a source before it is no longe
 # How much a new estimate must differ from the applied one to replace it: the
 # offset does not wander by fractions of a millisecond with each round trip.
 HYSTERESIS_MS = 2
+# A change this large of the wall clock's distance to the monotonic clock
+# between two samples is a jump of one of them (the two only part at a step:
+# NTP slews them alike). Well above the jitter of reading the two one after
+# the other.
+JUMP_MS = 50
 
 # Sources of reference readings, the preferred first: the coordinator's clock
 # (the Redis server's TIME; in standalone, the in-process coordinator's, which
@@ -81,14 +96,14 @@ class DatabaseClockProbe:
                 return
 
     def _sample(self) -> tuple[float, int | None, float]:
-        sent = time.time()
+        sent = time.monotonic()
         ms = self._read()
-        return sent, ms, time.time()
+        return sent, ms, time.monotonic()
 
 
 @dataclass(frozen=True, slots=True)
 class Sample:
-    offset_ms: float
+    offset_ms: float  # the reference minus the monotonic clock (ms)
     rtt_ms: float
     at: float  # monotonic seconds
 
@@ -126,7 +141,9 @@ class _Window:
 
 
 class ReferenceClock:
-    """This host's wall clock corrected by its estimated offset to the reference."""
+    """This host's clock corrected by its estimated offset to the reference:
+    the monotonic clock plus the reference's distance to it (this host's wall
+    clock until the first sample)."""
 
     def __init__(self, *, max_skew: float = DEFAULT_MAX_SKEW,
                  local: Callable[[], float] = time.time,
@@ -135,10 +152,14 @@ class ReferenceClock:
         self._local = local
         self._monotonic = monotonic
         self._samples: dict[str, _Window] = {}
-        self.offset_ms = 0
+        # The reference minus the monotonic clock (ms); None: no sample yet.
+        self._base_ms: int | None = None
+        self.offset_ms = 0  # the reference minus this host's wall clock
         self.uncertainty_ms = 0.0
         self.source: str | None = None  # the source of the applied estimate
         self.skewed = False
+        # The wall clock minus the monotonic one at the last sample (ms).
+        self._apart_ms: int | None = None
         # Samples come from the pulse thread (Redis) and the loop (the database).
         self._learning = threading.Lock()
 
@@ -146,7 +167,10 @@ class ReferenceClock:
 
     def now_ms(self) -> int:
         """Reference time now, in Unix milliseconds."""
-        return int(self._local() * 1000.0) + self.offset_ms
+        base = self._base_ms
+        if base is None:
+            return int(self._local() * 1000.0) + self.offset_ms
+        return int(self._monotonic() * 1000.0) + base
 
     def now(self) -> datetime:
         """Reference time now (aware UTC, millisecond precision)."""
@@ -172,20 +196,49 @@ class ReferenceClock:
         return bool(self._samples.get(source))
 
     def observe(self, source: str, reference_ms: float, sent: float, received: float) -> None:
-        """A reading of the reference (``reference_ms``) taken between the local
-        wall-clock times ``sent`` and ``received`` (seconds), from ``source``
-        (one of ``SOURCES``, the earlier preferred)."""
+        """A reading of the reference (``reference_ms``) taken between the
+        monotonic times ``sent`` and ``received`` (seconds, this clock's
+        ``monotonic``), from ``source`` (one of ``SOURCES``, the earlier
+        preferred)."""
         rtt_ms = max(0.0, (received - sent) * 1000.0)
         offset = reference_ms - (sent + received) * 500.0
-        now = self._monotonic()
         with self._learning:
+            now, apart, error = self._apart()
+            last, self._apart_ms = self._apart_ms, apart
+            if last is not None and abs(apart - last) > JUMP_MS + error:
+                self._jumped(apart - last)
             window = self._samples.get(source)
             if window is None:
                 window = self._samples[source] = _Window()
             window.add(Sample(offset, rtt_ms, now))
-            self._estimate(now)
+            self._estimate(now, apart)
 
-    def _estimate(self, now: float) -> None:
+    def _apart(self) -> tuple[float, int, float]:
+        """(monotonic now, the wall clock minus the monotonic clock in ms, how
+        far off that may be in ms): the two read one right after the other,
+        the closest of three tries if something came between."""
+        before, wall, after = self._monotonic(), self._local(), self._monotonic()
+        for _ in range(2):
+            if after - before < 0.001:
+                break
+            b, w, a = self._monotonic(), self._local(), self._monotonic()
+            if a - b < after - before:
+                before, wall, after = b, w, a
+        return after, round((wall - (before + after) / 2) * 1000.0), (after - before) * 500.0
+
+    def _jumped(self, by_ms: int) -> None:
+        """The wall and monotonic clocks parted by ``by_ms``: one of them
+        jumped. A wall clock stepped leaves the samples good (they are on the
+        monotonic clock); a monotonic clock that stood still (a suspended
+        host) does not, and which of the two moved only the reference can
+        tell: every earlier sample is dropped, the estimate kept until a new
+        one comes."""
+        log.warning("this host's wall clock moved %+d ms against its monotonic clock (a clock "
+                    "stepped, or the host was suspended): the clock's earlier samples are "
+                    "dropped", by_ms)
+        self._samples.clear()
+
+    def _estimate(self, now: float, apart: int) -> None:
         for source in SOURCES:
             window = self._samples.get(source)
             if window and window.latest_at >= now - STALE_AFTER:
@@ -193,14 +246,21 @@ class ReferenceClock:
                 break
         else:
             return  # nothing recent: keep the last estimate
-        offset = round(best.offset_ms)
-        if source != self.source or abs(offset - self.offset_ms) >= HYSTERESIS_MS:
+        base = round(best.offset_ms)
+        offset = base - apart
+        if (source != self.source or self._base_ms is None
+                or abs(base - self._base_ms) >= HYSTERESIS_MS):
             if source != self.source:
                 log.info("clock reference: %s (offset %+d ms, +/- %.1f ms)",
                          SOURCE_NAMES.get(source, source), offset, best.rtt_ms / 2)
-            self.offset_ms = offset
+            self._base_ms = base
         self.source = source
         self.uncertainty_ms = best.rtt_ms / 2
+        # The wall clock's offset, measured afresh at every sample: a step of
+        # it shows at once, whatever the window holds.
+        offset = self._base_ms - apart
+        if abs(offset - self.offset_ms) >= HYSTERESIS_MS:
+            self.offset_ms = offset
         skewed = abs(self.offset_ms) > self.max_skew_ms
         if skewed != self.skewed:
             self.skewed = skewed
