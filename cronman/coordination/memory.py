@@ -58,6 +58,13 @@ class _Table:
         self.changes: deque[MembershipChange] = deque(maxlen=MEMBERSHIP_LOG_MAX)
         # Wall time of the clock's reading at creation, to date heartbeats.
         self.anchor = (clock(), utcnow())
+        # The reference clock a pulse reads (the "server's" TIME): this host's
+        # own wall clock as it is now -- standalone has no other reference, so
+        # a host clock stepped is the reference stepped, never a skew -- or,
+        # when a test drives ``clock``, the anchor carried forward on it.
+        self.server_ms: Callable[[], int] = (
+            (lambda: to_ms(utcnow())) if clock is time.monotonic
+            else (lambda: to_ms(self.wall(self.clock()))))
 
     def wall(self, t: float) -> datetime:
         mono, wall = self.anchor
@@ -303,7 +310,7 @@ class InProcessCoordinator:
         table = self._table
         with table.lock:
             now = table.clock()
-            server_ms = to_ms(table.wall(now))
+            server_ms = table.server_ms()
             table.pulses[node_id] = (server_ms, payload, now + ttl_ms / 1000.0)
             found = {}
             for peer in peers:

@@ -207,3 +207,26 @@ def test_default_clock_is_real_time():
     assert [m.id for m in coord.live_members()] == ["a"]
     threading.Event().wait(0.6)
     assert coord.live_members() == []
+
+
+def test_standalone_pulses_read_the_host_clock_as_it_is_now(monkeypatch):
+    """In standalone the in-process coordinator's TIME is the reference: a
+    host clock stepped while the node runs steps it too (no skew for a node
+    alone), and a node's clock fed by it stays within bounds."""
+    from datetime import timedelta
+
+    from cronman.coordination import memory
+    from cronman.scheduler.runtime.clock import IN_PROCESS, ReferenceClock
+    from cronman.timeutil import to_ms, utcnow
+
+    coord = InProcessCoordinator(ttl=30)
+    wall = {"step": timedelta(0)}
+    monkeypatch.setattr(memory, "utcnow", lambda: utcnow() + wall["step"])
+    clock = ReferenceClock(local=lambda: (utcnow() + wall["step"]).timestamp())
+    for step in (timedelta(0), timedelta(seconds=25), timedelta(seconds=-40)):
+        wall["step"] = step
+        for _ in range(2):
+            reading = coord.pulse("n1", "", 1000, [])
+            assert abs(reading.server_ms - to_ms(utcnow() + step)) < 100
+            clock.observe(IN_PROCESS, reading.server_ms, reading.sent, reading.received)
+        assert not clock.skewed and abs(clock.offset_ms) < 100
