@@ -67,7 +67,9 @@ def call_receiver(url: str, tool: str) -> str:
         send = f"curl -sS -o /dev/null -X POST --max-time 30 {hdrs} {url}"
     else:
         hdrs = " ".join(f'--header "{h}: ${v}"' for h, v in HEADERS)
-        send = f"wget -q -O /dev/null -T 30 --post-data= {hdrs} {url}"
+        # No ``-T``: Debian's static busybox 1.35 wget dies of SIGSEGV with a
+        # timeout set (exit 139); the job's own ``timeout`` bounds it.
+        send = f"wget -q -O /dev/null --post-data= {hdrs} {url}"
     return f"sleep {WORK_S}; {send}"
 
 
