@@ -63,7 +63,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -214,6 +214,15 @@ def _draw(rng: random.Random, kind: str, ttl_s: float, lease_s: float, lock_s: f
         by = rng.uniform(0.2, 0.9) * MAX_SKEW_S if within else rng.uniform(2.0, 30.0)
         return rng.uniform(4.0, 12.0), by if kind == "clock_jump_forward" else -by
     raise ValueError(f"unknown fault kind {kind!r}")
+
+
+def _held(seconds: float, on: Callable[[], object], off: Callable[[], object]) -> None:
+    """A fault held for ``seconds``: ``on()``, then ``off()`` whatever happens."""
+    on()
+    try:
+        time.sleep(seconds)
+    finally:
+        off()
 
 
 def faketime_env(offset_s: float) -> dict[str, str]:
@@ -409,34 +418,29 @@ class Nemesis:
         if p.kind == "slow_receiver":
             if self.proxy is None:
                 return "no proxy"
-            self.proxy.set_delay(p.amount)
-            try:
-                time.sleep(p.duration_s)
-            finally:
-                self.proxy.set_delay(0.0)
+            proxy = self.proxy
+            _held(p.duration_s, lambda: proxy.set_delay(p.amount), lambda: proxy.set_delay(0.0))
             return f"{p.amount:.1f} s per answer"
         if p.kind in PARTITIONS:
             if self.netns is None:
                 return "no network namespace"
-            names = PARTITIONS[p.kind]
-            self.netns.cut(names)
-            try:
-                time.sleep(p.duration_s)
-            finally:
-                self.netns.heal(names)
+            names, netns = PARTITIONS[p.kind], self.netns
+            _held(p.duration_s, lambda: netns.cut(names), lambda: netns.heal(names))
             return "links down: " + ", ".join(names)
         if p.kind in LINKS:
             links = [x for ps in self.link_proxies.values() for x in ps]
             if not links:
                 return "no partition proxies"
-            for proxy in links:
-                (proxy.set_delay if p.kind == "link_delay" else proxy.set_loss)(p.amount)
-            try:
-                time.sleep(p.duration_s)
-            finally:
+            def worsen() -> None:
+                for proxy in links:
+                    (proxy.set_delay if p.kind == "link_delay" else proxy.set_loss)(p.amount)
+
+            def mend() -> None:
                 for proxy in links:
                     proxy.set_delay(0.0)
                     proxy.set_loss(0.0)
+
+            _held(p.duration_s, worsen, mend)
             if p.kind == "link_delay":
                 return f"{p.amount * 1000:.0f} ms per answer on its links"
             return (f"{p.amount:.1%} loss per chunk on its links "
@@ -452,12 +456,9 @@ class Nemesis:
         if p.kind == "pg_outage":
             if self.outage is None:
                 return "no database"
-            ended = self.outage.begin()
-            try:
-                time.sleep(p.duration_s)
-            finally:
-                self.outage.end()
-            return f"the database refused connections, {ended} open ones terminated"
+            outage, ended = self.outage, []
+            _held(p.duration_s, lambda: ended.append(outage.begin()), outage.end)
+            return f"the database refused connections, {ended[0]} open ones terminated"
         if p.kind in ("kill_agent", "kill_worker"):
             proc = self.agent if p.kind == "kill_agent" else self.worker
             if proc is None:
@@ -469,11 +470,8 @@ class Nemesis:
         if p.kind in JUMPS:
             if self.clock is None:
                 return "no clock shim"
-            self.clock.set(p.amount)
-            try:
-                time.sleep(p.duration_s)
-            finally:
-                self.clock.set(0.0)
+            clock = self.clock
+            _held(p.duration_s, lambda: clock.set(p.amount), lambda: clock.set(0.0))
             return f"its running clock stepped {p.amount:+.1f} s, then set right"
         if p.kind.startswith("clock"):
             c.terminate(p.target)

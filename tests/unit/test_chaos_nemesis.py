@@ -111,3 +111,35 @@ def test_clock_jumps_step_the_clock_node_within_the_skew_bound_and_past_it():
     assert max(steps) <= 30.0
     assert all(4.0 <= p.duration_s <= 12.0 for p in planned)
 
+
+
+def test_held_faults_are_undone_after_their_time():
+    """A slow receiver, a database outage and a clock step are set for their
+    length, then undone; what each did is said."""
+    seen: list[tuple[str, float]] = []
+
+    class Proxy:
+        def set_delay(self, s: float) -> None:
+            seen.append(("delay", s))
+
+    class Outage:
+        def begin(self) -> int:
+            seen.append(("outage", 1))
+            return 7
+
+        def end(self) -> None:
+            seen.append(("outage", 0))
+
+    class Clock:
+        def set(self, s: float) -> None:
+            seen.append(("clock", s))
+
+    n = nemesis.Nemesis(None, api=None, proxy=Proxy(), outage=Outage())  # type: ignore[arg-type]
+    n.clock = Clock()  # type: ignore[assignment]
+    said = [n._do(nemesis.Planned(kind, "x", 0.0, 0.01, amount))  # noqa: SLF001
+            for kind, amount in (("slow_receiver", 2.0), ("pg_outage", 0.0),
+                                 ("clock_jump_forward", 5.0))]
+    assert seen == [("delay", 2.0), ("delay", 0.0), ("outage", 1), ("outage", 0),
+                    ("clock", 5.0), ("clock", 0.0)]
+    assert said[0] == "2.0 s per answer" and "7 open ones terminated" in said[1]
+    assert "+5.0 s" in said[2]
