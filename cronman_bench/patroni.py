@@ -287,6 +287,11 @@ bootstrap:
         max_replication_slots: 10
         wal_log_hints: "on"
         hot_standby_feedback: "on"
+        # A member SIGKILLed and started again rewinds and streams from
+        # where it stood: the leader keeps that much WAL for it (an hour's
+        # chaos run at 500 fires/s outran the default, and the member never
+        # streamed again).
+        wal_keep_size: 1GB
   initdb:
     - encoding: UTF8
     - auth: trust
