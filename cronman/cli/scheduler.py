@@ -50,7 +50,7 @@ def scheduler(node_id: str | None, database_url: str | None, redis_url: str | No
         click.echo(f"cronman scheduler: {exc}", err=True)
         sys.exit(RET_ERROR)
     _log_as_node(settings.node_id)
-    wait_for_schema(settings.database_url)
+    wait_for_schema(settings.database_url, "cronman scheduler")
 
     from cronman.processes.scheduler import run_scheduler
 

@@ -22,7 +22,7 @@ SCHEMA_WAIT_SECONDS = 60.0
 RETRY_SECONDS = 2.0
 
 
-def wait_for_schema(url: str, command: str = "cronman scheduler",
+def wait_for_schema(url: str, command: str,
                     timeout: float = SCHEMA_WAIT_SECONDS) -> None:
     """Return once the database answers with the current schema; else exit
     (``RET_ERROR``: the schema or the URL; ``RET_UNAVAILABLE``: still
